@@ -1,0 +1,194 @@
+// The transformer, its inner loop and the reference engine, through torch-free headers.
+#include <cmath>
+#include <random>
+
+#include <doctest/doctest.h>
+
+#include "test_corpus.hpp"
+#include "training/reference_engine.hpp"
+#include "training/replica.hpp"
+
+using namespace archipelago::training;
+
+namespace {
+
+ModelConfig tiny() { return *model_preset("tiny"); }
+
+ReferenceSetup tiny_setup(const std::string& mode, int learners, int inner_steps, int64_t steps_per_learner) {
+  ReferenceSetup setup;
+  setup.model = tiny();
+  setup.inner.batch_size = 8;
+  setup.inner.warmup_steps = 5;
+  setup.run.mode = mode;
+  setup.run.learners = learners;
+  setup.run.inner_steps = inner_steps;
+  setup.run.max_tokens = steps_per_learner * learners * setup.inner.batch_size * setup.model.seq_len;
+  setup.run.threads = 1;
+  setup.data.eval_batches = 2;
+  return setup;
+}
+
+}  // namespace
+
+TEST_CASE("causal mask: changing token t+1 never changes logits at positions <= t") {
+  set_compute_threads(1);
+  auto replica = Replica::create(tiny(), InnerOptions{}, "cpu", 3);
+  REQUIRE(replica.ok());
+  const int T = 32, V = 256;
+  std::mt19937 rng(1);
+  std::vector<uint8_t> tokens(T);
+  for (auto& t : tokens) t = static_cast<uint8_t>(rng());
+  auto before = (*replica)->logits(tokens);
+  REQUIRE(before.size() == static_cast<size_t>(T * V));
+  for (int t : {0, 7, 30}) {
+    auto changed = tokens;
+    changed[t + 1] = static_cast<uint8_t>(changed[t + 1] + 1);
+    auto after = (*replica)->logits(changed);
+    double max_past = 0, max_changed = 0;
+    for (int pos = 0; pos <= t; ++pos) {
+      for (int v = 0; v < V; ++v) max_past = std::max(max_past, std::fabs(double(after[pos * V + v]) - before[pos * V + v]));
+    }
+    for (int v = 0; v < V; ++v) {
+      max_changed = std::max(max_changed, std::fabs(double(after[(t + 1) * V + v]) - before[(t + 1) * V + v]));
+    }
+    CAPTURE(t);
+    CHECK(max_past < 1e-6);
+    CHECK(max_changed > 1e-4);  // the position that sees the changed token does change
+  }
+}
+
+TEST_CASE("the tiny model's held-out loss drops by a clear margin within a few hundred steps") {
+  set_compute_threads(2);
+  auto setup = tiny_setup("sync", 1, 25, 300);
+  setup.outer.lr = 1.0;
+  setup.outer.momentum = 0.0;
+  setup.run.eval_every = 4;
+  auto result = run_reference(setup, testing::kjv());
+  REQUIRE_MESSAGE(result.ok(), (result.ok() ? "" : result.error().to_string()));
+  MESSAGE("held-out loss " << result->initial_heldout_loss << " -> " << result->heldout_loss);
+  CHECK(result->initial_heldout_loss > 5.0);  // ~ln 256 at initialization
+  CHECK(result->heldout_loss < result->initial_heldout_loss - 2.0);
+  CHECK(result->steps == 300);
+}
+
+namespace {
+
+struct Divergence {
+  double max_diff = 0;   // DiLoCo vs plain AdamW parameters
+  double max_moved = 0;  // plain AdamW vs its initial parameters
+};
+
+// DiLoCo(M=1, H=1, outer lr 1, momentum 0) and plain AdamW for `steps` steps from the same seed.
+Divergence diloco_vs_adamw(int steps) {
+  auto setup = tiny_setup("sync", 1, 1, steps);
+  setup.outer.lr = 1.0;
+  setup.outer.momentum = 0.0;
+  setup.outer.merge = "mean";
+  setup.inner.total_steps = steps;
+  auto diloco = run_reference(setup, testing::kjv());
+  REQUIRE(diloco.ok());
+  REQUIRE(diloco->steps == steps);
+
+  auto corpus = testing::kjv();
+  auto split = split_corpus(*corpus, setup.data.split, setup.data.heldout_fraction);
+  auto shards = make_shards(*corpus, *split, setup.data.sharding, 1, setup.data.chunk_bytes, setup.run.seed);
+  DataCursor cursor(std::shared_ptr<const std::string>(corpus, &corpus->text), (*shards)[0], setup.inner.batch_size,
+                    setup.model.seq_len, setup.run.seed, 0);
+  auto plain = Replica::create(setup.model, setup.inner, "cpu", setup.run.seed);
+  REQUIRE(plain.ok());
+  auto initial = (*plain)->read_parameters();
+  for (int i = 0; i < steps; ++i) (*plain)->step(cursor.next());
+  auto expected = (*plain)->read_parameters();
+  REQUIRE(expected.size() == diloco->final_parameters.size());
+  Divergence d;
+  for (size_t i = 0; i < expected.size(); ++i) {
+    d.max_diff = std::max(d.max_diff, std::fabs(double(expected[i]) - diloco->final_parameters[i]));
+    d.max_moved = std::max(d.max_moved, std::fabs(double(expected[i]) - initial[i]));
+  }
+  return d;
+}
+
+}  // namespace
+
+TEST_CASE("DiLoCo with M=1, H=1, outer lr 1 and momentum 0 reproduces plain AdamW") {
+  set_compute_threads(1);
+  // One step: θ − (θ − θ_1) equals θ_1 up to the fp32 rounding of the pseudo-gradient (≤ 1 ulp).
+  auto one = diloco_vs_adamw(1);
+  CHECK(one.max_moved > 1e-4);
+  CHECK(one.max_diff <= 1e-8);
+  // Twenty steps: those ulps feed back through AdamW (which divides by √v), yet the two runs stay
+  // within 0.2% of how far training moved the weights.
+  auto twenty = diloco_vs_adamw(20);
+  MESSAGE("after 20 steps: max |diff| " << twenty.max_diff << ", max |moved| " << twenty.max_moved);
+  CHECK(twenty.max_moved > 1e-2);
+  CHECK(twenty.max_diff <= 2e-3 * twenty.max_moved);
+}
+
+TEST_CASE("the reference engine is deterministic and DiLoCo sends H times fewer bytes than data-parallel") {
+  set_compute_threads(1);
+  auto setup = tiny_setup("sync", 2, 5, 10);
+  auto first = run_reference(setup, testing::kjv());
+  auto second = run_reference(setup, testing::kjv());
+  REQUIRE(first.ok());
+  REQUIRE(second.ok());
+  CHECK(first->final_parameters == second->final_parameters);
+  CHECK(first->rounds == 2);
+  const int64_t model_bytes = first->parameters * 4;
+  CHECK(first->bytes_sent == 2 /*rounds*/ * model_bytes * 2 /*learners*/ * 2 /*up+down*/);
+  CHECK(first->bytes_ddp_equivalent == first->bytes_sent * 5);
+
+  auto ddp = run_reference(tiny_setup("ddp", 2, 5, 10), testing::kjv());
+  REQUIRE(ddp.ok());
+  CHECK(ddp->steps == 10);
+  CHECK(ddp->tokens == first->tokens);
+  CHECK(ddp->bytes_sent == ddp->bytes_ddp_equivalent);
+  CHECK(ddp->heldout_loss < ddp->initial_heldout_loss);
+}
+
+TEST_CASE("bad settings are refused with the key named") {
+  auto setup = tiny_setup("decoupled", 1, 1, 1);
+  auto result = run_reference(setup, testing::kjv());
+  REQUIRE_FALSE(result.ok());
+  CHECK(result.error().reason.find("train.mode") != std::string::npos);
+  setup = tiny_setup("sync", 1, 1, 1);
+  setup.run.max_tokens = 0;
+  CHECK(run_reference(setup, testing::kjv()).error().reason.find("max_tokens") != std::string::npos);
+  CHECK(Replica::create(tiny(), InnerOptions{}, "tpu:7", 1).error().reason.find("train.device") != std::string::npos);
+  CHECK_FALSE(model_preset("huge").ok());
+}
+
+TEST_CASE("fragment planner: every parameter in exactly one fragment, balanced bytes on small") {
+  auto replica = Replica::create(*model_preset("small"), InnerOptions{}, "cpu", 1);
+  REQUIRE(replica.ok());
+  const auto& parameters = (*replica)->parameters();
+  MESSAGE("small preset: " << (*replica)->parameter_count() << " parameters");
+  CHECK((*replica)->parameter_count() > 2000000);
+  CHECK((*replica)->parameter_count() < 6000000);
+  for (std::string layout : {"balanced", "strided"}) {
+    auto plan = plan_fragments(parameters, 4, layout);
+    REQUIRE(plan.ok());
+    std::vector<int> seen(parameters.size(), 0);
+    int64_t total = 0, smallest = INT64_MAX, largest = 0;
+    for (const auto& fragment : plan->fragments) {
+      for (int p : fragment.parameters) seen[p] += 1;
+      total += fragment.numel;
+      smallest = std::min(smallest, fragment.numel);
+      largest = std::max(largest, fragment.numel);
+    }
+    CAPTURE(layout);
+    CHECK(std::all_of(seen.begin(), seen.end(), [](int n) { return n == 1; }));
+    CHECK(total == (*replica)->parameter_count());
+    if (layout == "balanced") CHECK(double(largest) / smallest <= 1.15);
+  }
+  // Gather then scatter is the identity on the flat vector.
+  auto plan = plan_fragments(parameters, 4, "balanced");
+  auto flat = (*replica)->read_parameters();
+  std::vector<float> rebuilt(flat.size(), 0.0f);
+  for (int f = 0; f < 4; ++f) {
+    auto values = gather_fragment(*plan, parameters, f, flat.data());
+    scatter_fragment(*plan, parameters, f, values.data(), rebuilt.data());
+  }
+  CHECK(rebuilt == flat);
+  CHECK_FALSE(plan_fragments(parameters, 1000, "balanced").ok());
+  CHECK_FALSE(plan_fragments(parameters, 4, "zigzag").ok());
+}

@@ -1,0 +1,109 @@
+// Merge rules and outer optimizers on hand-computed cases.
+#include <cmath>
+#include <random>
+
+#include <doctest/doctest.h>
+
+#include "training/outer.hpp"
+
+using namespace archipelago::training;
+
+namespace {
+
+double norm(const std::vector<float>& v) {
+  double s = 0;
+  for (float x : v) s += double(x) * x;
+  return std::sqrt(s);
+}
+
+}  // namespace
+
+TEST_CASE("token-weighted mean on a hand-computed case") {
+  std::vector<float> a{1, 0}, b{0, 2};
+  // w = tokens · tokens / steps: 100·10 = 1000 and 200·20 = 4000.
+  std::vector<Contribution> c{{a.data(), 100, 10}, {b.data(), 200, 10}};
+  auto weights = merge_weights(c, MergeRule::token_weighted);
+  CHECK(weights[0] == doctest::Approx(1000));
+  CHECK(weights[1] == doctest::Approx(4000));
+  auto merged = merge(c, 2, MergeRule::token_weighted);
+  REQUIRE(merged.ok());
+  CHECK((*merged)[0] == doctest::Approx(0.2));
+  CHECK((*merged)[1] == doctest::Approx(1.6));
+  auto mean = merge(c, 2, MergeRule::mean);
+  CHECK((*mean)[0] == doctest::Approx(0.5));
+  CHECK((*mean)[1] == doctest::Approx(1.0));
+}
+
+TEST_CASE("RDA on a hand-computed case, and its norm is the weighted mean of the norms") {
+  std::vector<float> a{1, 0}, b{0, 2};
+  std::vector<Contribution> c{{a.data(), 100, 10}, {b.data(), 200, 10}};
+  auto merged = merge(c, 2, MergeRule::rda);
+  REQUIRE(merged.ok());
+  // norm: (1000·1 + 4000·2) / 5000 = 1.8; direction: (1000, 4000) / ‖·‖.
+  const double d = std::sqrt(1000.0 * 1000 + 4000.0 * 4000);
+  CHECK((*merged)[0] == doctest::Approx(1.8 * 1000 / d));
+  CHECK((*merged)[1] == doctest::Approx(1.8 * 4000 / d));
+
+  std::mt19937 rng(3);
+  std::normal_distribution<float> gauss;
+  for (int trial = 0; trial < 5; ++trial) {
+    const int n = 1000, M = 4;
+    std::vector<std::vector<float>> deltas(M, std::vector<float>(n));
+    std::vector<Contribution> contributions;
+    double weighted_norms = 0, weight_sum = 0;
+    for (int m = 0; m < M; ++m) {
+      for (auto& x : deltas[m]) x = gauss(rng) * (m + 1);
+      contributions.push_back({deltas[m].data(), 1000 * (m + 1), 10 + m});
+    }
+    auto weights = merge_weights(contributions, MergeRule::rda);
+    for (int m = 0; m < M; ++m) {
+      weighted_norms += weights[m] * norm(deltas[m]);
+      weight_sum += weights[m];
+    }
+    auto rda = merge(contributions, n, MergeRule::rda);
+    auto mean = merge(contributions, n, MergeRule::token_weighted);
+    CHECK(norm(*rda) == doctest::Approx(weighted_norms / weight_sum).epsilon(1e-5));
+    CHECK(norm(*mean) < norm(*rda));  // nearly orthogonal Δ: the plain mean shrinks
+  }
+}
+
+TEST_CASE("merge refuses empty input and zero weights") {
+  std::vector<float> a{1};
+  CHECK_FALSE(merge({}, 1, MergeRule::mean).ok());
+  CHECK_FALSE(merge({{a.data(), 0, 0}}, 1, MergeRule::token_weighted).ok());
+  CHECK_FALSE(parse_merge_rule("median").ok());
+}
+
+TEST_CASE("Delayed Nesterov with N=1 is Nesterov; with N arrivals it is one Nesterov step on their mean") {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> gauss;
+  const int n = 64;
+  std::vector<float> start(n);
+  for (auto& x : start) x = gauss(rng);
+
+  auto nesterov_params = start, delayed_params = start;
+  NesterovOuter nesterov(n, 0.7, 0.9);
+  DelayedNesterovOuter delayed(n, 0.7, 0.9, 1);
+  for (int step = 0; step < 6; ++step) {
+    std::vector<float> delta(n);
+    for (auto& x : delta) x = gauss(rng);
+    nesterov.step(nesterov_params.data(), delta.data());
+    delayed.step(delayed_params.data(), delta.data());
+  }
+  for (int i = 0; i < n; ++i) CHECK(delayed_params[i] == doctest::Approx(nesterov_params[i]).epsilon(1e-5));
+
+  // N = 4 arrivals of Δ_1..Δ_4 == one Nesterov step on their mean.
+  auto grouped = start, reference = start;
+  DelayedNesterovOuter every4(n, 0.7, 0.9, 4);
+  NesterovOuter once(n, 0.7, 0.9);
+  std::vector<float> mean(n, 0.0f);
+  for (int k = 0; k < 4; ++k) {
+    std::vector<float> delta(n);
+    for (auto& x : delta) x = gauss(rng);
+    for (int i = 0; i < n; ++i) mean[i] += delta[i] / 4;
+    every4.step(grouped.data(), delta.data());
+    CHECK(every4.pending() == (k + 1) % 4);
+  }
+  once.step(reference.data(), mean.data());
+  for (int i = 0; i < n; ++i) CHECK(grouped[i] == doctest::Approx(reference[i]).epsilon(1e-5));
+}

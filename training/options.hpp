@@ -1,0 +1,76 @@
+// Plain option structs for the training core: model shape, inner and outer optimizers, data, run.
+//
+// These are the in-memory form of config/default.toml (apps/ maps TOML keys onto them and validates
+// ranges). They carry no torch types so that actors, storage and tests can include them cheaply.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "common/error.hpp"
+
+namespace archipelago::training {
+
+struct ModelConfig {
+  std::string preset = "small";
+  int vocab = 256;          // byte-level tokenizer
+  int d_model = 256;
+  int layers = 4;
+  int heads = 4;
+  int seq_len = 128;        // context length in tokens
+  std::string mlp = "swiglu";  // swiglu | gelu
+  double z_loss = 1e-4;     // weight of the log(Z)^2 term that keeps logits from drifting
+};
+
+// Presets: `tiny` (tests, trains in seconds), `small` (~3 M params, default), `base` (~25 M params).
+Expected<ModelConfig> model_preset(const std::string& name);
+
+struct InnerOptions {
+  double lr = 3e-3;             // peak AdamW learning rate
+  double beta1 = 0.9;
+  double beta2 = 0.99;
+  double weight_decay = 0.1;
+  double eps = 1e-8;
+  int warmup_steps = 100;
+  int64_t total_steps = 0;      // length of the cosine schedule; 0 = derive from train.max_tokens
+  double min_lr_fraction = 0.05;  // cosine decays to this fraction of the peak
+  double clip_norm = 1.0;       // global gradient norm clipping
+  int batch_size = 16;          // sequences per inner step and learner
+  std::string precision = "fp32";  // fp32 | bf16 (autocast)
+};
+
+struct OuterOptions {
+  std::string optimizer = "nesterov";  // nesterov | delayed_nesterov
+  double lr = 0.7;
+  double momentum = 0.9;
+  std::string merge = "token_weighted";  // mean | token_weighted | rda
+  int fragments = 1;                     // P
+  std::string fragment_layout = "balanced";  // balanced | strided
+  int quorum = 1;                        // K (used by the actor runtime)
+  std::string codec = "fp32";            // fp32 | bf16 | int8 | int4 (used by the actor runtime)
+  int delayed_every = 4;                 // N of Delayed Nesterov
+};
+
+struct DataOptions {
+  std::string corpus = "kjv";          // "kjv" (Debian bible-kjv) or a path to a file or directory
+  std::string split = "tail";          // tail: last fraction of every document | documents: last documents
+  double heldout_fraction = 0.05;
+  std::string sharding = "iid";        // iid | noniid
+  int64_t chunk_bytes = 4096;          // iid shards deal out chunks of this many bytes
+  std::string cache_dir = "archipelago-runs/data";
+  int eval_batches = 8;                // held-out batches per evaluation
+};
+
+struct RunOptions {
+  std::string mode = "sync";     // sync | decoupled | async | ddp
+  int learners = 4;              // M
+  int inner_steps = 50;          // H
+  int64_t max_tokens = 0;        // stop after this many training tokens (all learners), 0 = unbounded
+  double max_seconds = 0;        // stop after this wall time, 0 = unbounded
+  uint64_t seed = 1;
+  std::string device = "cpu";    // cpu | cuda | cuda:N
+  int threads = 0;               // LibTorch intra-op threads, 0 = all cores
+  int eval_every = 1;            // evaluate the global model every N outer rounds (ddp: N*H steps)
+};
+
+}  // namespace archipelago::training

@@ -1,0 +1,101 @@
+#include "training/outer.hpp"
+
+#include <cmath>
+
+namespace archipelago::training {
+
+void pseudo_gradient(const float* global, const float* local, int64_t n, float* out) {
+  for (int64_t i = 0; i < n; ++i) out[i] = global[i] - local[i];
+}
+
+Expected<MergeRule> parse_merge_rule(const std::string& name) {
+  if (name == "mean") return MergeRule::mean;
+  if (name == "token_weighted") return MergeRule::token_weighted;
+  if (name == "rda") return MergeRule::rda;
+  return make_error(ErrorCode::invalid_argument,
+                    "outer.merge: unknown rule '" + name + "' (expected mean, token_weighted or rda)");
+}
+
+std::vector<double> merge_weights(const std::vector<Contribution>& contributions, MergeRule rule) {
+  std::vector<double> weights;
+  weights.reserve(contributions.size());
+  for (const auto& c : contributions) {
+    if (rule == MergeRule::mean) {
+      weights.push_back(1.0);
+    } else {
+      double tokens = static_cast<double>(c.tokens);
+      weights.push_back(c.steps > 0 ? tokens * (tokens / static_cast<double>(c.steps)) : 0.0);
+    }
+  }
+  return weights;
+}
+
+Expected<std::vector<float>> merge(const std::vector<Contribution>& contributions, int64_t n, MergeRule rule) {
+  if (contributions.empty()) return make_error(ErrorCode::invalid_argument, "merge of no contributions");
+  std::vector<double> weights = merge_weights(contributions, rule);
+  double weight_sum = 0;
+  for (double w : weights) weight_sum += w;
+  if (!(weight_sum > 0)) {
+    return make_error(ErrorCode::invalid_argument, "merge weights sum to zero (no tokens or steps reported)");
+  }
+  std::vector<double> accumulator(n, 0.0);
+  if (rule != MergeRule::rda) {
+    for (size_t m = 0; m < contributions.size(); ++m) {
+      const double w = weights[m] / weight_sum;
+      const float* delta = contributions[m].delta;
+      for (int64_t i = 0; i < n; ++i) accumulator[i] += w * delta[i];
+    }
+  } else {
+    double mean_norm = 0;
+    for (size_t m = 0; m < contributions.size(); ++m) {
+      const float* delta = contributions[m].delta;
+      double squared = 0;
+      for (int64_t i = 0; i < n; ++i) squared += static_cast<double>(delta[i]) * delta[i];
+      const double norm = std::sqrt(squared);
+      mean_norm += weights[m] / weight_sum * norm;
+      if (norm == 0) continue;  // a zero Δ has no direction to contribute
+      const double scale = weights[m] / norm;
+      for (int64_t i = 0; i < n; ++i) accumulator[i] += scale * delta[i];
+    }
+    double squared = 0;
+    for (double v : accumulator) squared += v * v;
+    const double direction_norm = std::sqrt(squared);
+    const double scale = direction_norm > 0 ? mean_norm / direction_norm : 0.0;
+    for (double& v : accumulator) v *= scale;
+  }
+  return std::vector<float>(accumulator.begin(), accumulator.end());
+}
+
+NesterovOuter::NesterovOuter(int64_t n, double lr, double momentum)
+    : momentum_buffer_(n, 0.0f), lr_(static_cast<float>(lr)), momentum_(static_cast<float>(momentum)) {}
+
+void NesterovOuter::step(float* params, const float* delta) {
+  float* m = momentum_buffer_.data();
+  const int64_t n = static_cast<int64_t>(momentum_buffer_.size());
+  for (int64_t i = 0; i < n; ++i) {
+    m[i] = momentum_ * m[i] + delta[i];
+    params[i] -= lr_ * (delta[i] + momentum_ * m[i]);
+  }
+}
+
+DelayedNesterovOuter::DelayedNesterovOuter(int64_t n, double lr, double momentum, int every)
+    : momentum_buffer_(n, 0.0f), accumulated_(n, 0.0f), lr_(static_cast<float>(lr)),
+      momentum_(static_cast<float>(momentum)), every_(every < 1 ? 1 : every) {}
+
+void DelayedNesterovOuter::step(float* params, const float* delta) {
+  const int64_t n = static_cast<int64_t>(momentum_buffer_.size());
+  const float share = 1.0f / static_cast<float>(every_);
+  for (int64_t i = 0; i < n; ++i) {
+    accumulated_[i] += delta[i];
+    params[i] -= lr_ * share * delta[i];
+  }
+  if (++arrivals_ < every_) return;
+  for (int64_t i = 0; i < n; ++i) {
+    momentum_buffer_[i] = momentum_ * momentum_buffer_[i] + share * accumulated_[i];
+    params[i] -= lr_ * momentum_ * momentum_buffer_[i];
+    accumulated_[i] = 0.0f;
+  }
+  arrivals_ = 0;
+}
+
+}  // namespace archipelago::training

@@ -1,0 +1,76 @@
+// Outer optimizers and merge rules on pseudo-gradients (DiLoCo family, see ALGORITHMS.md).
+//
+// A pseudo-gradient is Δ = θ_global − θ_local for one fragment. Merge rules combine the Δ of
+// several learners into one; an outer optimizer applies the merged Δ to the global fragment.
+// Everything works on plain float arrays (no torch), one instance per fragment, so that the syncer
+// can be sharded by fragment. Instances are not thread-safe; the merge functions are pure.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/error.hpp"
+
+namespace archipelago::training {
+
+// out[i] = global[i] - local[i]
+void pseudo_gradient(const float* global, const float* local, int64_t n, float* out);
+
+struct Contribution {
+  const float* delta = nullptr;  // n values
+  int64_t tokens = 0;            // tokens the learner trained on for this Δ
+  int64_t steps = 0;             // inner steps behind this Δ
+};
+
+enum class MergeRule { mean, token_weighted, rda };
+Expected<MergeRule> parse_merge_rule(const std::string& name);
+
+// Per-contribution weights: mean → 1; token_weighted and rda → tokens · (tokens / steps)
+// ("quantity × quality"). Weights are not normalized.
+std::vector<double> merge_weights(const std::vector<Contribution>& contributions, MergeRule rule);
+
+// mean / token_weighted: Σ w_m Δ_m / Σ w_m.
+// rda (radial-directional averaging): (Σ w‖Δ_m‖ / Σ w) · normalize(Σ w Δ_m/‖Δ_m‖): the merged
+// norm is the weighted mean of the norms, so nearly orthogonal Δ do not shrink like 1/√M.
+// Fails on an empty list or weights that sum to zero.
+Expected<std::vector<float>> merge(const std::vector<Contribution>& contributions, int64_t n, MergeRule rule);
+
+// Nesterov SGD, the same update as torch::optim::SGD(nesterov=true, dampening=0):
+//   m ← μ m + Δ;  θ ← θ − lr (Δ + μ m)
+class NesterovOuter {
+ public:
+  NesterovOuter(int64_t n, double lr, double momentum);
+  void step(float* params, const float* delta);
+
+  const std::vector<float>& momentum_buffer() const { return momentum_buffer_; }
+  void set_momentum_buffer(std::vector<float> buffer) { momentum_buffer_ = std::move(buffer); }
+
+ private:
+  std::vector<float> momentum_buffer_;
+  float lr_;
+  float momentum_;
+};
+
+// Delayed Nesterov (Liu et al., arXiv 2401.09135) for per-arrival asynchronous updates: each
+// arrival takes a plain step θ ← θ − lr·Δ/N; every N-th arrival also folds the mean of the last N
+// arrivals into the momentum and applies the look-ahead θ ← θ − lr·μ·m. Over N arrivals this is one
+// Nesterov step on their mean, and momentum is not amplified by consecutive stale updates.
+class DelayedNesterovOuter {
+ public:
+  DelayedNesterovOuter(int64_t n, double lr, double momentum, int every);
+  void step(float* params, const float* delta);
+
+  int pending() const { return arrivals_; }
+  const std::vector<float>& momentum_buffer() const { return momentum_buffer_; }
+
+ private:
+  std::vector<float> momentum_buffer_;
+  std::vector<float> accumulated_;
+  float lr_;
+  float momentum_;
+  int every_;
+  int arrivals_ = 0;
+};
+
+}  // namespace archipelago::training

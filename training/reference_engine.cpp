@@ -1,0 +1,190 @@
+#include "training/reference_engine.hpp"
+
+#include <chrono>
+#include <cmath>
+
+#include "common/log.hpp"
+#include "training/fragments.hpp"
+#include "training/outer.hpp"
+#include "training/replica.hpp"
+
+namespace archipelago::training {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Data {
+  std::vector<DataCursor> cursors;  // one per learner
+  std::vector<Batch> heldout;
+};
+
+Expected<Data> prepare_data(const ReferenceSetup& setup, const std::shared_ptr<const Corpus>& corpus) {
+  auto split = split_corpus(*corpus, setup.data.split, setup.data.heldout_fraction);
+  if (!split) return split.error();
+  auto shards = make_shards(*corpus, *split, setup.data.sharding, setup.run.learners, setup.data.chunk_bytes,
+                            setup.run.seed);
+  if (!shards) return shards.error();
+  auto text = std::shared_ptr<const std::string>(corpus, &corpus->text);
+  Data data;
+  for (int m = 0; m < setup.run.learners; ++m) {
+    data.cursors.emplace_back(text, (*shards)[m], setup.inner.batch_size, setup.model.seq_len, setup.run.seed, m);
+    if (data.cursors.back().empty()) {
+      return make_error(ErrorCode::invalid_argument,
+                        "learner " + std::to_string(m) + "'s shard has no window of model.seq_len + 1 bytes");
+    }
+  }
+  data.heldout = heldout_batches(corpus->text, split->heldout, setup.data.eval_batches, setup.inner.batch_size,
+                                 setup.model.seq_len);
+  if (data.heldout.empty()) return make_error(ErrorCode::invalid_argument, "the held-out split is too small to evaluate");
+  return data;
+}
+
+class Budget {
+ public:
+  explicit Budget(const RunOptions& run) : run_(run), start_(Clock::now()) {}
+  double elapsed() const { return std::chrono::duration<double>(Clock::now() - start_).count(); }
+  bool spent(int64_t tokens) const {
+    return (run_.max_tokens > 0 && tokens >= run_.max_tokens) || (run_.max_seconds > 0 && elapsed() >= run_.max_seconds);
+  }
+
+ private:
+  const RunOptions& run_;
+  Clock::time_point start_;
+};
+
+}  // namespace
+
+Expected<ReferenceResult> run_reference(const ReferenceSetup& setup, std::shared_ptr<const Corpus> corpus,
+                                        const std::function<void(const ProgressPoint&)>& progress) {
+  const auto& run = setup.run;
+  if (run.max_tokens <= 0 && run.max_seconds <= 0) {
+    return make_error(ErrorCode::invalid_argument, "set train.max_tokens or train.max_seconds: the run must be bounded");
+  }
+  if (run.mode != "sync" && run.mode != "ddp") {
+    return make_error(ErrorCode::invalid_argument,
+                      "train.mode = \"" + run.mode + "\" needs the actor runtime; the reference engine runs sync and ddp");
+  }
+  auto merge_rule = parse_merge_rule(setup.outer.merge);
+  if (!merge_rule) return merge_rule.error();
+  auto data = prepare_data(setup, corpus);
+  if (!data) return data.error();
+
+  InnerOptions inner = setup.inner;
+  const int64_t tokens_per_step = static_cast<int64_t>(inner.batch_size) * setup.model.seq_len;
+  if (inner.total_steps == 0 && run.max_tokens > 0) inner.total_steps = run.max_tokens / (tokens_per_step * run.learners);
+
+  auto log = component_logger("reference");
+  const bool ddp = run.mode == "ddp";
+  const int learner_count = ddp ? 1 : run.learners;  // ddp trains one model on M batches per step
+  std::vector<std::unique_ptr<Replica>> replicas;
+  for (int m = 0; m < learner_count; ++m) {
+    auto replica = Replica::create(setup.model, inner, run.device, run.seed);  // same seed: same θ0
+    if (!replica) return replica.error();
+    replicas.push_back(std::move(*replica));
+  }
+  Replica& global_view = *replicas[0];
+  const auto& parameters = global_view.parameters();
+  auto plan = plan_fragments(parameters, setup.outer.fragments, setup.outer.fragment_layout);
+  if (!plan) return plan.error();
+
+  ReferenceResult result;
+  result.mode = run.mode;
+  result.learners = run.learners;
+  result.inner_steps = run.inner_steps;
+  result.parameters = global_view.parameter_count();
+  const int64_t model_bytes = result.parameters * static_cast<int64_t>(sizeof(float));
+  const int64_t bytes_per_sync = model_bytes * run.learners * 2;  // up and down, every learner
+
+  std::vector<float> global = global_view.read_parameters();
+  std::vector<NesterovOuter> outer;
+  for (const auto& fragment : plan->fragments) outer.emplace_back(fragment.numel, setup.outer.lr, setup.outer.momentum);
+
+  Budget budget(run);
+  result.initial_heldout_loss = global_view.evaluate(data->heldout);
+  result.heldout_loss = result.initial_heldout_loss;
+  log->info("{} | M={} H={} | {} parameters | held-out loss at start {:.4f}", run.mode, run.learners,
+            run.inner_steps, result.parameters, result.initial_heldout_loss);
+
+  double train_loss_sum = 0;
+  int64_t train_loss_count = 0;
+  auto report = [&](bool evaluate) {
+    ProgressPoint point;
+    point.round = result.rounds;
+    point.steps = result.steps;
+    point.tokens = result.tokens;
+    point.train_loss = train_loss_count ? train_loss_sum / train_loss_count : std::nan("");
+    point.elapsed_s = budget.elapsed();
+    point.bytes_sent = result.bytes_sent;
+    point.heldout_loss = std::nan("");
+    if (evaluate) {
+      if (!ddp) global_view.write_parameters(global);
+      point.heldout_loss = global_view.evaluate(data->heldout);
+      result.heldout_loss = point.heldout_loss;
+    }
+    result.train_loss = point.train_loss;
+    result.curve.push_back(point);
+    if (progress) progress(point);
+    train_loss_sum = 0;
+    train_loss_count = 0;
+  };
+
+  while (!budget.spent(result.tokens)) {
+    if (ddp) {
+      for (int h = 0; h < run.inner_steps && !budget.spent(result.tokens); ++h) {
+        std::vector<Batch> batches;
+        for (auto& cursor : data->cursors) batches.push_back(cursor.next());
+        auto stats = global_view.step_averaged(batches);
+        train_loss_sum += stats.cross_entropy;
+        ++train_loss_count;
+        result.tokens += stats.tokens;
+        result.steps += 1;
+        result.bytes_sent += bytes_per_sync;
+      }
+    } else {
+      // One synchronous DiLoCo round.
+      std::vector<std::vector<float>> deltas(run.learners);
+      std::vector<int64_t> learner_tokens(run.learners, 0);
+      for (int m = 0; m < run.learners; ++m) {
+        Replica& replica = *replicas[m];
+        replica.write_parameters(global);
+        for (int h = 0; h < run.inner_steps; ++h) {
+          auto stats = replica.step(data->cursors[m].next());
+          train_loss_sum += stats.cross_entropy;
+          ++train_loss_count;
+          learner_tokens[m] += stats.tokens;
+        }
+        auto local = replica.read_parameters();
+        deltas[m].resize(global.size());
+        pseudo_gradient(global.data(), local.data(), static_cast<int64_t>(global.size()), deltas[m].data());
+      }
+      for (const auto& fragment : plan->fragments) {
+        std::vector<std::vector<float>> fragment_deltas;
+        std::vector<Contribution> contributions;
+        for (int m = 0; m < run.learners; ++m) {
+          fragment_deltas.push_back(gather_fragment(*plan, parameters, fragment.id, deltas[m].data()));
+        }
+        for (int m = 0; m < run.learners; ++m) {
+          contributions.push_back({fragment_deltas[m].data(), learner_tokens[m], run.inner_steps});
+        }
+        auto merged = merge(contributions, fragment.numel, *merge_rule);
+        if (!merged) return merged.error();
+        auto values = gather_fragment(*plan, parameters, fragment.id, global.data());
+        outer[fragment.id].step(values.data(), merged->data());
+        scatter_fragment(*plan, parameters, fragment.id, values.data(), global.data());
+      }
+      for (auto t : learner_tokens) result.tokens += t;
+      result.steps += run.inner_steps;
+      result.bytes_sent += bytes_per_sync;
+    }
+    result.rounds += 1;
+    report(result.rounds % std::max(1, run.eval_every) == 0);
+  }
+  if (result.curve.empty() || std::isnan(result.curve.back().heldout_loss)) report(true);
+
+  result.wall_s = budget.elapsed();
+  result.bytes_ddp_equivalent = result.steps * bytes_per_sync;
+  result.final_parameters = ddp ? global_view.read_parameters() : global;
+  return result;
+}
+
+}  // namespace archipelago::training

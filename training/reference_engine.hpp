@@ -1,0 +1,63 @@
+// The reference engine: synchronous DiLoCo and a data-parallel baseline, run sequentially in one
+// thread with no actors. It is the ground truth the actor runtime must reproduce.
+//
+//   sync: every round, each of M learners starts from the global parameters, runs H AdamW steps on
+//         its own shard, and returns Δ_m = θ − θ_m; Δ = merge(Δ_m) (per fragment); θ ← Nesterov(θ, Δ).
+//   ddp:  one model; every step averages the gradients of M batches (one per learner's shard).
+//
+// Bytes are what would cross the network: a model (fp32) up and down per learner and sync, every
+// round for DiLoCo and every step for data-parallel.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "common/error.hpp"
+#include "training/corpus.hpp"
+#include "training/options.hpp"
+
+namespace archipelago::training {
+
+struct ReferenceSetup {
+  ModelConfig model;
+  InnerOptions inner;
+  OuterOptions outer;
+  DataOptions data;
+  RunOptions run;
+};
+
+struct ProgressPoint {
+  int64_t round = 0;     // outer rounds (ddp: steps / H)
+  int64_t steps = 0;     // inner steps per learner so far
+  int64_t tokens = 0;    // training tokens, all learners
+  double train_loss = 0;
+  double heldout_loss = 0;  // NaN when this point was not evaluated
+  double elapsed_s = 0;
+  int64_t bytes_sent = 0;
+};
+
+struct ReferenceResult {
+  std::string mode;
+  int learners = 0;
+  int inner_steps = 0;
+  int64_t parameters = 0;
+  int64_t rounds = 0;
+  int64_t steps = 0;
+  int64_t tokens = 0;
+  double initial_heldout_loss = 0;
+  double heldout_loss = 0;
+  double train_loss = 0;
+  double wall_s = 0;
+  int64_t bytes_sent = 0;
+  int64_t bytes_ddp_equivalent = 0;
+  std::vector<float> final_parameters;
+  std::vector<ProgressPoint> curve;
+};
+
+// Runs until train.max_tokens or train.max_seconds (at least one must be set), finishing the
+// current round. `progress` (optional) is called after every evaluation.
+Expected<ReferenceResult> run_reference(const ReferenceSetup& setup, std::shared_ptr<const Corpus> corpus,
+                                        const std::function<void(const ProgressPoint&)>& progress = {});
+
+}  // namespace archipelago::training

@@ -1,0 +1,227 @@
+#include "training/replica.hpp"
+
+#include <cmath>
+#include <mutex>
+#include <thread>
+
+#include <ATen/autocast_mode.h>
+
+#include "training/model.hpp"
+
+namespace archipelago::training {
+namespace {
+
+constexpr double kPi = 3.14159265358979323846;
+
+// Autocast is thread-local state in LibTorch: enable it around one forward pass only.
+class AutocastScope {
+ public:
+  AutocastScope(bool enabled, const torch::Device& device) : enabled_(enabled), cuda_(device.is_cuda()) {
+    if (!enabled_) return;
+    if (cuda_) {
+      at::autocast::set_autocast_gpu_dtype(at::kBFloat16);
+      at::autocast::set_enabled(true);
+    } else {
+      at::autocast::set_autocast_cpu_dtype(at::kBFloat16);
+      at::autocast::set_cpu_enabled(true);
+    }
+  }
+  ~AutocastScope() {
+    if (!enabled_) return;
+    if (cuda_) at::autocast::set_enabled(false); else at::autocast::set_cpu_enabled(false);
+    at::autocast::clear_cache();
+  }
+
+ private:
+  bool enabled_;
+  bool cuda_;
+};
+
+std::mutex creation_mutex;  // model initialization draws from torch's global generator
+
+}  // namespace
+
+double scheduled_learning_rate(const InnerOptions& options, int64_t step) {
+  if (options.warmup_steps > 0 && step < options.warmup_steps) {
+    return options.lr * static_cast<double>(step + 1) / options.warmup_steps;
+  }
+  if (options.total_steps <= options.warmup_steps) return options.lr;
+  double progress = static_cast<double>(step - options.warmup_steps) /
+                    static_cast<double>(options.total_steps - options.warmup_steps);
+  progress = std::min(1.0, std::max(0.0, progress));
+  const double cosine = 0.5 * (1.0 + std::cos(kPi * progress));
+  return options.lr * (options.min_lr_fraction + (1.0 - options.min_lr_fraction) * cosine);
+}
+
+struct Replica::Impl {
+  ModelConfig model_config;
+  InnerOptions inner;
+  torch::Device device{torch::kCPU};
+  Transformer model{nullptr};
+  torch::Tensor flat;  // every parameter is a view into this
+  std::vector<ParameterInfo> parameters;
+  std::unique_ptr<torch::optim::AdamW> optimizer;
+  int64_t steps = 0;
+
+  std::pair<torch::Tensor, torch::Tensor> to_tensors(const Batch& batch) const {
+    auto tokens = torch::from_blob(const_cast<uint8_t*>(batch.tokens.data()),
+                                   {batch.batch_size, batch.seq_len + 1}, torch::kUInt8)
+                      .to(device, torch::kLong);                         // (B, T+1)
+    return {tokens.narrow(1, 0, batch.seq_len), tokens.narrow(1, 1, batch.seq_len)};  // (B, T) each
+  }
+
+  // Forward + backward of one batch, loss scaled by `scale`; gradients accumulate.
+  LossParts accumulate(const Batch& batch, double scale) {
+    auto [inputs, targets] = to_tensors(batch);
+    LossParts parts;
+    {
+      AutocastScope autocast(inner.precision == "bf16", device);
+      auto logits = model->forward(inputs);
+      parts = language_model_loss(logits, targets, model_config.z_loss);
+    }
+    (parts.total * scale).backward();
+    return parts;
+  }
+
+  StepStats finish_step(double loss, double cross_entropy, int64_t tokens) {
+    StepStats stats;
+    stats.loss = loss;
+    stats.cross_entropy = cross_entropy;
+    stats.tokens = tokens;
+    stats.grad_norm = torch::nn::utils::clip_grad_norm_(model->parameters(), inner.clip_norm);
+    stats.lr = scheduled_learning_rate(inner, steps);
+    for (auto& group : optimizer->param_groups()) {
+      static_cast<torch::optim::AdamWOptions&>(group.options()).lr(stats.lr);
+    }
+    optimizer->step();
+    ++steps;
+    return stats;
+  }
+};
+
+Replica::Replica(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Replica::~Replica() = default;
+
+Expected<std::unique_ptr<Replica>> Replica::create(const ModelConfig& model, const InnerOptions& inner,
+                                                   const std::string& device, uint64_t seed) {
+  if (model.d_model % model.heads != 0) {
+    return make_error(ErrorCode::invalid_argument, "model: d_model must be divisible by heads");
+  }
+  auto impl = std::make_unique<Impl>();
+  impl->model_config = model;
+  impl->inner = inner;
+  try {
+    impl->device = torch::Device(device);
+  } catch (const std::exception&) {
+    return make_error(ErrorCode::invalid_argument, "train.device: '" + device + "' is not a device (cpu, cuda, cuda:N)");
+  }
+  if (impl->device.is_cuda() && !torch::cuda::is_available()) {
+    return make_error(ErrorCode::unavailable, "train.device = '" + device + "' but this LibTorch sees no CUDA device");
+  }
+  {
+    std::lock_guard<std::mutex> lock(creation_mutex);
+    torch::manual_seed(seed);
+    impl->model = Transformer(model);
+  }
+  impl->model->to(impl->device);
+  impl->parameters = describe_parameters(*impl->model);
+
+  // Move every parameter into one contiguous buffer and make it a view of that buffer.
+  torch::NoGradGuard no_grad;
+  int64_t total = 0;
+  for (const auto& p : impl->parameters) total += p.numel;
+  impl->flat = torch::empty({total}, torch::TensorOptions().dtype(torch::kFloat).device(impl->device));
+  size_t index = 0;
+  std::vector<torch::Tensor> decayed, undecayed;
+  for (auto& p : impl->model->parameters()) {
+    const auto& info = impl->parameters[index++];
+    auto view = impl->flat.narrow(0, info.offset, info.numel);
+    view.copy_(p.detach().reshape({-1}));
+    p.set_data(view.view(p.sizes()));
+    (p.dim() >= 2 ? decayed : undecayed).push_back(p);
+  }
+  auto options = torch::optim::AdamWOptions(inner.lr)
+                     .betas({inner.beta1, inner.beta2})
+                     .eps(inner.eps)
+                     .weight_decay(inner.weight_decay);
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  groups.emplace_back(decayed, std::make_unique<torch::optim::AdamWOptions>(options));
+  auto no_decay = options;
+  no_decay.weight_decay(0.0);
+  groups.emplace_back(undecayed, std::make_unique<torch::optim::AdamWOptions>(no_decay));
+  impl->optimizer = std::make_unique<torch::optim::AdamW>(std::move(groups), options);
+  return std::unique_ptr<Replica>(new Replica(std::move(impl)));
+}
+
+StepStats Replica::step(const Batch& batch) { return step_averaged({batch}); }
+
+StepStats Replica::step_averaged(const std::vector<Batch>& batches) {
+  impl_->model->train();
+  impl_->optimizer->zero_grad();
+  double loss = 0, cross_entropy = 0;
+  int64_t tokens = 0;
+  const double scale = 1.0 / static_cast<double>(batches.size());
+  for (const auto& batch : batches) {
+    auto parts = impl_->accumulate(batch, scale);
+    loss += parts.total.item<double>() * scale;
+    cross_entropy += parts.cross_entropy.item<double>() * scale;
+    tokens += static_cast<int64_t>(batch.batch_size) * batch.seq_len;
+  }
+  return impl_->finish_step(loss, cross_entropy, tokens);
+}
+
+double Replica::evaluate(const std::vector<Batch>& batches) {
+  if (batches.empty()) return std::nan("");
+  torch::NoGradGuard no_grad;
+  impl_->model->eval();
+  double sum = 0;
+  for (const auto& batch : batches) {
+    auto [inputs, targets] = impl_->to_tensors(batch);
+    AutocastScope autocast(impl_->inner.precision == "bf16", impl_->device);
+    sum += language_model_loss(impl_->model->forward(inputs), targets, 0.0).cross_entropy.item<double>();
+  }
+  return sum / static_cast<double>(batches.size());
+}
+
+std::vector<float> Replica::logits(const std::vector<uint8_t>& tokens) {
+  torch::NoGradGuard no_grad;
+  impl_->model->eval();
+  auto input = torch::from_blob(const_cast<uint8_t*>(tokens.data()), {1, static_cast<int64_t>(tokens.size())},
+                                torch::kUInt8).to(impl_->device, torch::kLong);
+  auto out = impl_->model->forward(input).to(torch::kCPU, torch::kFloat).contiguous();
+  return std::vector<float>(out.data_ptr<float>(), out.data_ptr<float>() + out.numel());
+}
+
+const ModelConfig& Replica::model_config() const { return impl_->model_config; }
+const std::vector<ParameterInfo>& Replica::parameters() const { return impl_->parameters; }
+int64_t Replica::parameter_count() const { return impl_->flat.numel(); }
+int64_t Replica::steps_taken() const { return impl_->steps; }
+
+std::vector<float> Replica::read_parameters() const {
+  std::vector<float> out(impl_->flat.numel());
+  read_range(0, impl_->flat.numel(), out.data());
+  return out;
+}
+
+void Replica::write_parameters(const std::vector<float>& values) {
+  write_range(0, static_cast<int64_t>(values.size()), values.data());
+}
+
+void Replica::read_range(int64_t offset, int64_t count, float* out) const {
+  auto source = impl_->flat.narrow(0, offset, count).to(torch::kCPU);
+  std::memcpy(out, source.data_ptr<float>(), count * sizeof(float));
+}
+
+void Replica::write_range(int64_t offset, int64_t count, const float* in) {
+  torch::NoGradGuard no_grad;
+  auto source = torch::from_blob(const_cast<float*>(in), {count}, torch::kFloat);
+  impl_->flat.narrow(0, offset, count).copy_(source);
+}
+
+int set_compute_threads(int threads) {
+  if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  at::set_num_threads(threads);
+  return at::get_num_threads();
+}
+
+}  // namespace archipelago::training

@@ -1,0 +1,72 @@
+// A model replica with its own AdamW state: what one learner trains, without torch in the header.
+//
+// Parameters live in one contiguous fp32 buffer on the replica's device (flat view), so fragments
+// and whole models move in and out as float ranges. Inner steps follow InnerOptions: AdamW
+// β=(0.9, 0.99), decoupled weight decay on matrices only, linear warmup then cosine decay to
+// `min_lr_fraction` of the peak, global-norm clipping, optional bf16 autocast.
+// A Replica is used by one thread at a time.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/error.hpp"
+#include "training/corpus.hpp"
+#include "training/fragments.hpp"
+#include "training/options.hpp"
+
+namespace archipelago::training {
+
+struct StepStats {
+  double loss = 0;           // cross-entropy + z-loss (what was minimized)
+  double cross_entropy = 0;  // reported training loss
+  double grad_norm = 0;      // before clipping
+  double lr = 0;
+  int64_t tokens = 0;
+};
+
+// Learning rate at inner step `step` (0-based): warmup, then cosine to min_lr_fraction · lr.
+// With total_steps == 0 the rate stays at its peak after warmup.
+double scheduled_learning_rate(const InnerOptions& options, int64_t step);
+
+class Replica {
+ public:
+  // Builds the model with weights drawn from `seed` (same seed → same weights) on `device`.
+  static Expected<std::unique_ptr<Replica>> create(const ModelConfig& model, const InnerOptions& inner,
+                                                   const std::string& device, uint64_t seed);
+  ~Replica();
+  Replica(const Replica&) = delete;
+  Replica& operator=(const Replica&) = delete;
+
+  // One AdamW step on one batch.
+  StepStats step(const Batch& batch);
+  // Data-parallel step: gradients averaged over `batches` (one per learner), then one AdamW step.
+  StepStats step_averaged(const std::vector<Batch>& batches);
+  // Mean cross-entropy over the batches, without gradients.
+  double evaluate(const std::vector<Batch>& batches);
+  // Logits (T × V, row-major) for one sequence, for inspection and tests.
+  std::vector<float> logits(const std::vector<uint8_t>& tokens);
+
+  const ModelConfig& model_config() const;
+  const std::vector<ParameterInfo>& parameters() const;
+  int64_t parameter_count() const;
+  int64_t steps_taken() const;
+
+  // Whole flat parameter vector, host side.
+  std::vector<float> read_parameters() const;
+  void write_parameters(const std::vector<float>& values);
+  void read_range(int64_t offset, int64_t count, float* out) const;
+  void write_range(int64_t offset, int64_t count, const float* in);
+
+ private:
+  struct Impl;
+  explicit Replica(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// Sets LibTorch's intra-op threads (0 = all cores) and returns the number in use.
+int set_compute_threads(int threads);
+
+}  // namespace archipelago::training
