@@ -46,6 +46,10 @@ class Budget {
   bool spent(int64_t tokens) const {
     return (run_.max_tokens > 0 && tokens >= run_.max_tokens) || (run_.max_seconds > 0 && elapsed() >= run_.max_seconds);
   }
+  // A round is all-or-nothing: do not start one that the time budget cannot finish.
+  bool room_for(double round_seconds) const {
+    return run_.max_seconds <= 0 || elapsed() + round_seconds <= run_.max_seconds;
+  }
 
  private:
   const RunOptions& run_;
@@ -128,7 +132,9 @@ Expected<ReferenceResult> run_reference(const ReferenceSetup& setup, std::shared
     train_loss_count = 0;
   };
 
-  while (!budget.spent(result.tokens)) {
+  double last_round_s = 0;
+  while (!budget.spent(result.tokens) && (result.rounds == 0 || budget.room_for(last_round_s))) {
+    const double round_start = budget.elapsed();
     if (ddp) {
       for (int h = 0; h < run.inner_steps && !budget.spent(result.tokens); ++h) {
         std::vector<Batch> batches;
@@ -177,6 +183,7 @@ Expected<ReferenceResult> run_reference(const ReferenceSetup& setup, std::shared
       result.bytes_sent += bytes_per_sync;
     }
     result.rounds += 1;
+    last_round_s = budget.elapsed() - round_start;
     report(result.rounds % std::max(1, run.eval_every) == 0);
   }
   if (result.curve.empty() || std::isnan(result.curve.back().heldout_loss)) report(true);

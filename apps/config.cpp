@@ -1,0 +1,250 @@
+#include "apps/config.hpp"
+
+#include <sstream>
+
+#include <toml++/toml.h>
+
+namespace archipelago::apps {
+
+extern const char* const kDefaultConfigToml;  // generated from config/default.toml
+
+namespace {
+
+Error config_error(const std::string& key, const std::string& reason) {
+  return make_error(ErrorCode::invalid_argument, key + ": " + reason);
+}
+
+const char* type_name(toml::node_type type) {
+  switch (type) {
+    case toml::node_type::string: return "a string";
+    case toml::node_type::integer: return "an integer";
+    case toml::node_type::floating_point: return "a number";
+    case toml::node_type::boolean: return "true or false";
+    case toml::node_type::table: return "a table";
+    default: return "a value of another type";
+  }
+}
+
+// Puts `value` at `key` of `target` if the default has that key with a compatible type.
+Status assign(toml::table& target, const toml::table& defaults, const std::string& section,
+              const std::string& key, const toml::node& value) {
+  const std::string name = section + "." + key;
+  const toml::node* expected = defaults.at_path(name).node();
+  if (!expected) return config_error(name, "unknown key (see config/default.toml for every key)");
+  auto expected_type = expected->type();
+  auto type = value.type();
+  toml::table* table = target[section].as_table();
+  if (expected_type == toml::node_type::floating_point && type == toml::node_type::integer) {
+    table->insert_or_assign(key, static_cast<double>(value.as_integer()->get()));
+    return {};
+  }
+  if (expected_type != type) {
+    return config_error(name, std::string("expected ") + type_name(expected_type) + ", got " + type_name(type));
+  }
+  table->insert_or_assign(key, value);
+  return {};
+}
+
+Status overlay(toml::table& target, const toml::table& defaults, const toml::table& user, const std::string& origin) {
+  for (const auto& [section, node] : user) {
+    const std::string section_name(section.str());
+    if (!defaults.contains(section_name)) return config_error(origin + ": " + section_name, "unknown section");
+    const toml::table* entries = node.as_table();
+    if (!entries) return config_error(origin + ": " + section_name, "expected a [section] table");
+    for (const auto& [key, value] : *entries) {
+      auto status = assign(target, defaults, section_name, std::string(key.str()), value);
+      if (!status) return make_error(ErrorCode::invalid_argument, origin + ": " + status.error().reason);
+    }
+  }
+  return {};
+}
+
+// "section.key=value": the value is parsed as TOML; a bare word where a string is expected is a string.
+Status apply_override(toml::table& target, const toml::table& defaults, const std::string& text) {
+  auto eq = text.find('=');
+  auto dot = text.find('.');
+  if (eq == std::string::npos || dot == std::string::npos || dot > eq) {
+    return make_error(ErrorCode::invalid_argument, "--set " + text + ": expected section.key=value");
+  }
+  const std::string section = text.substr(0, dot);
+  const std::string key = text.substr(dot + 1, eq - dot - 1);
+  const std::string raw = text.substr(eq + 1);
+  const toml::node* expected = defaults.at_path(section + "." + key).node();
+  if (!expected) return config_error(section + "." + key, "unknown key (see config/default.toml for every key)");
+  toml::table parsed;
+  try {
+    parsed = toml::parse("value = " + raw);
+  } catch (const toml::parse_error&) {
+    if (!expected->is_string()) return config_error(section + "." + key, "cannot parse '" + raw + "'");
+    parsed.insert_or_assign("value", raw);
+  }
+  if (expected->is_string() && !parsed["value"].is_string()) parsed.insert_or_assign("value", raw);
+  return assign(target, defaults, section, key, *parsed.get("value"));
+}
+
+struct Reader {
+  const toml::table& table;
+  std::string get_string(const char* path) const { return table.at_path(path).value<std::string>().value(); }
+  int64_t get_int(const char* path) const { return table.at_path(path).value<int64_t>().value(); }
+  double get_double(const char* path) const { return table.at_path(path).value<double>().value(); }
+};
+
+Status one_of(const std::string& key, const std::string& value, std::initializer_list<const char*> allowed) {
+  std::string list;
+  for (const char* option : allowed) {
+    if (value == option) return {};
+    list += list.empty() ? option : std::string(", ") + option;
+  }
+  return config_error(key, "'" + value + "' is not one of " + list);
+}
+
+Status at_least(const std::string& key, double value, double minimum) {
+  if (value >= minimum) return {};
+  std::ostringstream out;
+  out << "must be >= " << minimum << ", got " << value;
+  return config_error(key, out.str());
+}
+
+Status in_open_range(const std::string& key, double value, double low, double high) {
+  if (value > low && value < high) return {};
+  std::ostringstream out;
+  out << "must be in (" << low << ", " << high << "), got " << value;
+  return config_error(key, out.str());
+}
+
+Expected<Config> to_config(const toml::table& table) {
+  Reader r{table};
+  Config c;
+  auto preset = training::model_preset(r.get_string("model.preset"));
+  if (!preset) return preset.error();
+  c.model = *preset;
+  c.model.mlp = r.get_string("model.mlp");
+  c.model.z_loss = r.get_double("model.z_loss");
+
+  c.engine = r.get_string("train.engine");
+  c.run.mode = r.get_string("train.mode");
+  c.run.learners = static_cast<int>(r.get_int("train.learners"));
+  c.run.inner_steps = static_cast<int>(r.get_int("train.inner_steps"));
+  c.run.max_tokens = r.get_int("train.max_tokens");
+  c.run.max_seconds = r.get_double("train.max_seconds");
+  c.run.seed = static_cast<uint64_t>(r.get_int("train.seed"));
+  c.run.device = r.get_string("train.device");
+  c.run.threads = static_cast<int>(r.get_int("train.threads"));
+  c.run.eval_every = static_cast<int>(r.get_int("train.eval_every"));
+
+  c.inner.lr = r.get_double("inner.lr");
+  c.inner.beta1 = r.get_double("inner.beta1");
+  c.inner.beta2 = r.get_double("inner.beta2");
+  c.inner.weight_decay = r.get_double("inner.weight_decay");
+  c.inner.eps = r.get_double("inner.eps");
+  c.inner.warmup_steps = static_cast<int>(r.get_int("inner.warmup_steps"));
+  c.inner.total_steps = r.get_int("inner.total_steps");
+  c.inner.min_lr_fraction = r.get_double("inner.min_lr_fraction");
+  c.inner.clip_norm = r.get_double("inner.clip_norm");
+  c.inner.batch_size = static_cast<int>(r.get_int("inner.batch_size"));
+  c.inner.precision = r.get_string("inner.precision");
+
+  c.outer.optimizer = r.get_string("outer.optimizer");
+  c.outer.lr = r.get_double("outer.lr");
+  c.outer.momentum = r.get_double("outer.momentum");
+  c.outer.merge = r.get_string("outer.merge");
+  c.outer.fragments = static_cast<int>(r.get_int("outer.fragments"));
+  c.outer.fragment_layout = r.get_string("outer.fragment_layout");
+  c.outer.quorum = static_cast<int>(r.get_int("outer.quorum"));
+  c.outer.codec = r.get_string("outer.codec");
+  c.outer.delayed_every = static_cast<int>(r.get_int("outer.delayed_every"));
+
+  c.data.corpus = r.get_string("data.corpus");
+  c.data.split = r.get_string("data.split");
+  c.data.heldout_fraction = r.get_double("data.heldout_fraction");
+  c.data.sharding = r.get_string("data.sharding");
+  c.data.chunk_bytes = r.get_int("data.chunk_bytes");
+  c.data.cache_dir = r.get_string("data.cache_dir");
+  c.data.eval_batches = static_cast<int>(r.get_int("data.eval_batches"));
+
+  c.log_level = r.get_string("log.level");
+
+  for (Status status : {
+           one_of("model.mlp", c.model.mlp, {"swiglu", "gelu"}),
+           at_least("model.z_loss", c.model.z_loss, 0),
+           one_of("train.engine", c.engine, {"reference"}),
+           one_of("train.mode", c.run.mode, {"sync", "decoupled", "async", "ddp"}),
+           at_least("train.learners", c.run.learners, 1),
+           at_least("train.inner_steps", c.run.inner_steps, 1),
+           at_least("train.max_tokens", static_cast<double>(c.run.max_tokens), 0),
+           at_least("train.max_seconds", c.run.max_seconds, 0),
+           at_least("train.seed", static_cast<double>(r.get_int("train.seed")), 0),
+           at_least("train.threads", c.run.threads, 0),
+           at_least("train.eval_every", c.run.eval_every, 1),
+           at_least("inner.lr", c.inner.lr, 0),
+           in_open_range("inner.beta1", c.inner.beta1, 0, 1),
+           in_open_range("inner.beta2", c.inner.beta2, 0, 1),
+           at_least("inner.weight_decay", c.inner.weight_decay, 0),
+           at_least("inner.eps", c.inner.eps, 0),
+           at_least("inner.warmup_steps", c.inner.warmup_steps, 0),
+           at_least("inner.total_steps", static_cast<double>(c.inner.total_steps), 0),
+           in_open_range("inner.min_lr_fraction", c.inner.min_lr_fraction, -1e-12, 1 + 1e-12),
+           at_least("inner.clip_norm", c.inner.clip_norm, 0),
+           at_least("inner.batch_size", c.inner.batch_size, 1),
+           one_of("inner.precision", c.inner.precision, {"fp32", "bf16"}),
+           one_of("outer.optimizer", c.outer.optimizer, {"nesterov", "delayed_nesterov"}),
+           at_least("outer.lr", c.outer.lr, 0),
+           in_open_range("outer.momentum", c.outer.momentum, -1e-12, 1),
+           one_of("outer.merge", c.outer.merge, {"mean", "token_weighted", "rda"}),
+           at_least("outer.fragments", c.outer.fragments, 1),
+           one_of("outer.fragment_layout", c.outer.fragment_layout, {"balanced", "strided"}),
+           at_least("outer.quorum", c.outer.quorum, 1),
+           one_of("outer.codec", c.outer.codec, {"fp32", "bf16", "int8", "int4"}),
+           at_least("outer.delayed_every", c.outer.delayed_every, 1),
+           one_of("data.split", c.data.split, {"tail", "documents"}),
+           in_open_range("data.heldout_fraction", c.data.heldout_fraction, 0, 1),
+           one_of("data.sharding", c.data.sharding, {"iid", "noniid"}),
+           at_least("data.chunk_bytes", static_cast<double>(c.data.chunk_bytes), 1),
+           at_least("data.eval_batches", c.data.eval_batches, 1),
+           one_of("log.level", c.log_level, {"trace", "debug", "info", "warn", "error", "off"}),
+       }) {
+    if (!status) return status.error();
+  }
+  if (c.model.d_model % c.model.heads != 0) return config_error("model.preset", "d_model not divisible by heads");
+  std::ostringstream out;
+  out << table;
+  c.toml = out.str();
+  return c;
+}
+
+}  // namespace
+
+const std::string& default_config_text() {
+  static const std::string text(kDefaultConfigToml);
+  return text;
+}
+
+Expected<Config> load_config(const std::optional<std::string>& file_text, const std::string& origin,
+                             const std::vector<std::string>& overrides) {
+  toml::table defaults;
+  try {
+    defaults = toml::parse(std::string_view(default_config_text()), std::string_view("config/default.toml"));
+  } catch (const toml::parse_error& e) {
+    return make_error(ErrorCode::corrupt, std::string("embedded default config: ") + std::string(e.description()));
+  }
+  toml::table effective = defaults;
+  if (file_text) {
+    toml::table user;
+    try {
+      user = toml::parse(std::string_view(*file_text), std::string_view(origin));
+    } catch (const toml::parse_error& e) {
+      std::ostringstream where;
+      where << origin << ":" << e.source().begin.line << ":" << e.source().begin.column;
+      return make_error(ErrorCode::invalid_argument, where.str() + ": " + std::string(e.description()));
+    }
+    auto status = overlay(effective, defaults, user, origin);
+    if (!status) return status.error();
+  }
+  for (const auto& text : overrides) {
+    auto status = apply_override(effective, defaults, text);
+    if (!status) return make_error(ErrorCode::invalid_argument, "--set " + status.error().reason);
+  }
+  return to_config(effective);
+}
+
+}  // namespace archipelago::apps

@@ -1,0 +1,199 @@
+#include "apps/train_command.hpp"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <random>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "apps/config.hpp"
+#include "common/log.hpp"
+#include "training/blas_check.hpp"
+#include "training/reference_engine.hpp"
+#include "training/replica.hpp"
+
+namespace archipelago::apps {
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+std::string new_run_id() {
+  auto now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+  char stamp[32];
+  std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", std::localtime(&now));
+  std::random_device device;
+  char suffix[8];
+  std::snprintf(suffix, sizeof suffix, "%04x", device() & 0xffff);
+  return std::string(stamp) + "-" + suffix;
+}
+
+Expected<std::string> read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return make_error(ErrorCode::not_found, "cannot read config file " + path);
+  std::ostringstream out;
+  out << in.rdbuf();
+  return out.str();
+}
+
+json to_json(const training::ProgressPoint& p) {
+  json j = {{"round", p.round}, {"steps", p.steps}, {"tokens", p.tokens}, {"elapsed_s", p.elapsed_s},
+            {"bytes_sent", p.bytes_sent}};
+  j["train_loss"] = std::isnan(p.train_loss) ? json(nullptr) : json(p.train_loss);
+  j["heldout_loss"] = std::isnan(p.heldout_loss) ? json(nullptr) : json(p.heldout_loss);
+  return j;
+}
+
+// Progress lines: an aligned table on a terminal, key=value lines otherwise (logs, pipes, CI).
+class ProgressPrinter {
+ public:
+  ProgressPrinter() : tty_(isatty(STDOUT_FILENO)) {}
+
+  void print(const training::ProgressPoint& p) {
+    const double tokens_per_s = p.elapsed_s > 0 ? p.tokens / p.elapsed_s : 0;
+    if (tty_) {
+      if (!header_printed_) {
+        std::printf("%7s %9s %11s %10s %10s %10s %10s %9s\n", "round", "steps", "tokens", "tok/s", "train", "held-out",
+                    "MB sent", "elapsed");
+        header_printed_ = true;
+      }
+      std::printf("%7lld %9lld %11lld %10.0f %10.4f %10.4f %10.1f %8.1fs\n", static_cast<long long>(p.round),
+                  static_cast<long long>(p.steps), static_cast<long long>(p.tokens), tokens_per_s, p.train_loss,
+                  p.heldout_loss, p.bytes_sent / 1e6, p.elapsed_s);
+    } else {
+      std::printf("progress round=%lld steps=%lld tokens=%lld tokens_per_s=%.0f train_loss=%.4f heldout_loss=%.4f "
+                  "mb_sent=%.1f elapsed_s=%.1f\n",
+                  static_cast<long long>(p.round), static_cast<long long>(p.steps), static_cast<long long>(p.tokens),
+                  tokens_per_s, p.train_loss, p.heldout_loss, p.bytes_sent / 1e6, p.elapsed_s);
+    }
+    std::fflush(stdout);
+  }
+
+ private:
+  bool tty_;
+  bool header_printed_ = false;
+};
+
+void print_summary_table(const json& s) {
+  std::printf("\nrun %s finished\n", s["run_id"].get<std::string>().c_str());
+  auto row = [](const char* name, const std::string& value) { std::printf("  %-24s %s\n", name, value.c_str()); };
+  auto num = [](double v, const char* format) {
+    char buffer[64];
+    std::snprintf(buffer, sizeof buffer, format, v);
+    return std::string(buffer);
+  };
+  row("mode / engine", s["mode"].get<std::string>() + " / " + s["engine"].get<std::string>());
+  row("learners x H", std::to_string(s["learners"].get<int>()) + " x " + std::to_string(s["inner_steps"].get<int>()));
+  row("parameters", std::to_string(s["parameters"].get<int64_t>()));
+  row("rounds / steps", std::to_string(s["rounds"].get<int64_t>()) + " / " + std::to_string(s["steps"].get<int64_t>()));
+  row("tokens", std::to_string(s["tokens"].get<int64_t>()));
+  row("held-out loss", num(s["initial_heldout_loss"].get<double>(), "%.4f") + " -> " +
+                           num(s["heldout_loss"].get<double>(), "%.4f"));
+  row("wall time", num(s["wall_s"].get<double>(), "%.1f s"));
+  row("tokens / s", num(s["tokens_per_s"].get<double>(), "%.0f"));
+  row("MB sent", num(s["bytes_sent"].get<int64_t>() / 1e6, "%.1f"));
+  row("MB data-parallel equiv.", num(s["bytes_ddp_equivalent"].get<int64_t>() / 1e6, "%.1f"));
+  row("run directory", s["run_dir"].get<std::string>());
+}
+
+}  // namespace
+
+int run_train(const TrainArguments& arguments) {
+  std::optional<std::string> file_text;
+  std::string origin = "config";
+  if (arguments.config_file) {
+    auto text = read_text(*arguments.config_file);
+    if (!text) {
+      std::fprintf(stderr, "archipelago: %s\n", text.error().reason.c_str());
+      return 2;
+    }
+    file_text = *text;
+    origin = *arguments.config_file;
+  }
+  std::vector<std::string> overrides = arguments.overrides;
+  if (arguments.engine) overrides.push_back("train.engine=" + *arguments.engine);
+  if (arguments.device) overrides.push_back("train.device=" + *arguments.device);
+  if (arguments.corpus) overrides.push_back("data.corpus=" + *arguments.corpus);
+  auto config = load_config(file_text, origin, overrides);
+  if (!config) {
+    std::fprintf(stderr, "archipelago: invalid configuration: %s\n", config.error().reason.c_str());
+    return 2;
+  }
+
+  const std::string run_id = new_run_id();
+  const fs::path run_dir = arguments.run_dir.empty() ? fs::path("archipelago-runs") / run_id : fs::path(arguments.run_dir);
+  std::error_code ec;
+  fs::create_directories(run_dir, ec);
+  if (ec) {
+    std::fprintf(stderr, "archipelago: cannot create run directory %s: %s\n", run_dir.c_str(), ec.message().c_str());
+    return 1;
+  }
+  init_logging({run_id, config->log_level, (run_dir / "archipelago.log").string()});
+  auto log = component_logger("train");
+  std::ofstream(run_dir / "config.toml") << config->toml;
+
+  const int threads = training::set_compute_threads(config->run.threads);
+  auto blas = training::check_blas();
+  if (blas.optimized) log->info("{}", blas.message); else log->warn("{}", blas.message);
+  log->info("run {} in {} | engine {} | mode {} | {} learner(s) | {} compute threads", run_id, run_dir.string(),
+            config->engine, config->run.mode, config->run.learners, threads);
+
+  auto corpus = training::load_corpus(config->data);
+  if (!corpus) {
+    log->error("corpus: {}", corpus.error().reason);
+    return 1;
+  }
+  log->info("corpus: {} bytes in {} documents", corpus->text.size(), corpus->documents.size());
+  auto shared_corpus = std::make_shared<const training::Corpus>(std::move(*corpus));
+
+  std::ofstream metrics(run_dir / "metrics.jsonl");
+  ProgressPrinter printer;
+  training::ReferenceSetup setup{config->model, config->inner, config->outer, config->data, config->run};
+  auto result = training::run_reference(setup, shared_corpus, [&](const training::ProgressPoint& point) {
+    printer.print(point);
+    metrics << to_json(point).dump() << "\n" << std::flush;
+  });
+  if (!result) {
+    log->error("{}", result.error().reason);
+    return result.error().code == ErrorCode::invalid_argument ? 2 : 1;
+  }
+
+  json summary = {
+      {"run_id", run_id},
+      {"run_dir", run_dir.string()},
+      {"engine", config->engine},
+      {"mode", result->mode},
+      {"model", config->model.preset},
+      {"parameters", result->parameters},
+      {"learners", result->learners},
+      {"inner_steps", result->inner_steps},
+      {"rounds", result->rounds},
+      {"steps", result->steps},
+      {"tokens", result->tokens},
+      {"initial_heldout_loss", result->initial_heldout_loss},
+      {"heldout_loss", result->heldout_loss},
+      {"train_loss", std::isnan(result->train_loss) ? json(nullptr) : json(result->train_loss)},
+      {"wall_s", result->wall_s},
+      {"tokens_per_s", result->wall_s > 0 ? result->tokens / result->wall_s : 0.0},
+      {"bytes_sent", result->bytes_sent},
+      {"bytes_ddp_equivalent", result->bytes_ddp_equivalent},
+      {"blas", blas.library},
+      {"blas_gflops", blas.gflops},
+      {"device", config->run.device},
+      {"precision", config->inner.precision},
+  };
+  std::ofstream(run_dir / "summary.json") << summary.dump(2) << "\n";
+  print_summary_table(summary);
+  if (arguments.json) std::printf("%s\n", summary.dump().c_str());
+  std::fflush(stdout);
+  return 0;
+}
+
+}  // namespace archipelago::apps

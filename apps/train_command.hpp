@@ -1,0 +1,23 @@
+// `archipelago train`: one run on this machine, from the embedded default configuration.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace archipelago::apps {
+
+struct TrainArguments {
+  std::optional<std::string> config_file;
+  std::vector<std::string> overrides;  // --set section.key=value, in order
+  std::optional<std::string> engine;   // --engine, overrides train.engine
+  std::optional<std::string> device;   // --device, overrides train.device
+  std::optional<std::string> corpus;   // --corpus, overrides data.corpus
+  std::string run_dir;                 // empty: archipelago-runs/<run-id>
+  bool json = false;                   // print the JSON summary as the last line of stdout
+};
+
+// Returns the process exit code: 0 on success, 2 on bad configuration, 1 on a failed run.
+int run_train(const TrainArguments& arguments);
+
+}  // namespace archipelago::apps

@@ -1,0 +1,139 @@
+# The Archipelago wire protocol: every message between actors is one `Envelope`.
+#
+# Rules for changing this file (the wire contract):
+# - Never renumber or retype a field; add new fields with the next ordinal.
+# - New message kinds go at the end of `Envelope.body` (unions are extensible: an old reader sees
+#   an unknown tag and rejects the message with `unknown_type` instead of misreading it).
+# - Bump `kProtocolVersion` in messages/protocol.hpp only for changes an old peer cannot ignore.
+# Actor code never touches these types: it uses the plain structs in messages/message_types.hpp
+# through messages/envelope.hpp.
+@0xb0c300a143f754dc;
+
+using Cxx = import "/capnp/c++.capnp";
+$Cxx.namespace("archipelago::messages::wire");
+
+# How a float tensor is turned into bytes (see messages/tensor_codec.hpp for the layouts).
+enum Codec {
+  fp32 @0;         # 4 bytes per element, little-endian IEEE 754.
+  bf16 @1;         # 2 bytes per element, round-to-nearest-even of the fp32 value.
+  int8 @2;         # per-block (256) fp32 absmax scale, then one int8 per element.
+  int4E2m1 @3;     # per-block (64) fp32 scale, then 4-bit floats E2M1 (default 4-bit codec).
+  int4Uniform @4;  # per-block (64) fp32 scale, then 4-bit integers in [-7, 7].
+}
+
+# One piece of an encoded tensor. A tensor of `totalBytes` encoded bytes is cut into `chunkCount`
+# chunks of `stride = roundUp8(ceil(totalBytes / chunkCount))` bytes (the last one shorter), so a
+# receiver can place every chunk from (index, count, totalBytes) alone. See messages/chunking.hpp.
+struct TensorChunk {
+  codec @0 :Codec;          # codec of the whole tensor.
+  elementCount @1 :UInt64;  # number of float elements of the whole tensor.
+  totalBytes @2 :UInt64;    # encoded size of the whole tensor; must equal encodedSize(codec, elementCount).
+  chunkIndex @3 :UInt32;    # 0-based position of this chunk; < chunkCount.
+  chunkCount @4 :UInt32;    # number of chunks the tensor was cut into; >= 1.
+  checksum @5 :UInt64;      # XXH3-64 of `payload`, checked by the reassembler.
+  payload @6 :Data;         # this chunk's bytes of the encoded tensor (at most 4 MiB).
+}
+
+# learner -> syncer: ask to take part in the run.
+struct Join {
+  learnerId @0 :Text;   # stable id of the learner, e.g. "site-a/node-3/learner-0".
+  node @1 :Text;        # host (process) that runs the learner.
+  site @2 :Text;        # datacenter / island the node belongs to (for per-site accounting).
+  device @3 :Text;      # "cpu", "cuda:0", ... (informational).
+  speedHint @4 :Float64;  # expected tokens/s, used to size inner steps before real measurements.
+  authToken @5 :Text;   # shared secret of the run; unauthenticated learners are refused.
+}
+
+# syncer -> learner: answer to Join. The global state itself follows as GlobalFragment messages.
+struct Welcome {
+  version @0 :UInt64;        # latest committed global version the learner will receive.
+  fragmentCount @1 :UInt32;  # number of parameter fragments the model is split into.
+  accepted @2 :Bool;         # false: the learner must not train; see `reason`.
+  reason @3 :Text;           # why the learner was refused (empty when accepted).
+}
+
+# learner -> syncer: one chunk of a fragment's pseudo-gradient after a round of inner steps.
+struct FragmentUpdate {
+  learnerId @0 :Text;     # sender learner.
+  fragmentId @1 :UInt32;  # which parameter fragment this update is for.
+  baseVersion @2 :UInt64; # global version the inner steps started from (for staleness).
+  innerSteps @3 :UInt32;  # inner optimizer steps taken since `baseVersion`.
+  tokens @4 :UInt64;      # tokens consumed in those steps (merge weight).
+  trainLoss @5 :Float32;  # mean training loss over those steps (must be finite).
+  chunk @6 :TensorChunk;  # the encoded pseudo-gradient, or one chunk of it.
+}
+
+# syncer -> learners: one chunk of a committed global fragment.
+struct GlobalFragment {
+  fragmentId @0 :UInt32;  # which parameter fragment.
+  version @1 :UInt64;     # committed global version of this fragment.
+  chunk @2 :TensorChunk;  # the encoded parameters, or one chunk of them.
+}
+
+# learner -> failure monitor: liveness and throughput, every ~100-500 ms.
+struct Heartbeat {
+  learnerId @0 :Text;       # sender learner.
+  step @1 :UInt64;          # inner steps taken since the learner started.
+  tokensPerSec @2 :Float64; # recent throughput (must be finite, >= 0).
+}
+
+# What a Persist chunk carries.
+enum PersistKind {
+  parameters @0;     # global parameters of the fragment.
+  outerMomentum @1;  # outer optimizer state of the fragment.
+}
+
+# syncer -> checkpoint store: one chunk of a version to make durable.
+struct Persist {
+  version @0 :UInt64;        # global version being committed.
+  fragmentId @1 :UInt32;     # fragment this chunk belongs to.
+  kind @2 :PersistKind;      # parameters or optimizer state.
+  chunk @3 :TensorChunk;     # the encoded tensor, or one chunk of it.
+  manifestJson @4 :Text;     # version manifest (contributors, losses, ...); empty except on the last chunk.
+}
+
+# checkpoint store -> syncer: a version is durable (committed) or failed to be.
+struct Persisted {
+  version @0 :UInt64;  # the version the store wrote.
+  ok @1 :Bool;         # true: the version is committed and will never change.
+  reason @2 :Text;     # why it failed (empty when ok).
+}
+
+# learner -> syncer / monitor: orderly departure (crashes are detected, not announced).
+struct Leave {
+  learnerId @0 :Text;  # departing learner.
+  reason @1 :Text;     # "shutdown", "admin kill", ...
+}
+
+# console -> admin actor: one command (status, kill, restart, pause, resume, set, checkpoint, pin).
+struct AdminRequest {
+  requestId @0 :UInt64;   # echoed in the reply so the console can match answers.
+  command @1 :Text;       # command name.
+  args @2 :List(Text);    # command arguments, in order.
+}
+
+# admin actor -> console.
+struct AdminReply {
+  requestId @0 :UInt64;  # the request this answers.
+  ok @1 :Bool;           # whether the command succeeded.
+  text @2 :Text;         # human-readable answer or error.
+  json @3 :Text;         # machine-readable answer (may be empty).
+}
+
+struct Envelope {
+  protocolVersion @0 :UInt32;  # kProtocolVersion of the sender; a mismatch is rejected (wrong_version).
+  senderId @1 :Text;           # actor or learner id of the sender (for logs and counters).
+  sequence @2 :UInt64;         # per-sender increasing number, to spot duplicates and replays.
+  body :union {
+    join @3 :Join;
+    welcome @4 :Welcome;
+    fragmentUpdate @5 :FragmentUpdate;
+    globalFragment @6 :GlobalFragment;
+    heartbeat @7 :Heartbeat;
+    persist @8 :Persist;
+    persisted @9 :Persisted;
+    leave @10 :Leave;
+    adminRequest @11 :AdminRequest;
+    adminReply @12 :AdminReply;
+  }
+}

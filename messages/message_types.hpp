@@ -1,0 +1,132 @@
+// Plain C++ structs for every message of the wire protocol (messages/archipelago.capnp).
+//
+// Actors build and read these; only messages/envelope.cpp converts them to and from Cap'n Proto,
+// so no actor code touches capnp builders. Field meanings are documented once, in the schema.
+// Invariant of a decoded message: every field has passed validation (see envelope.hpp), and every
+// ByteView payload keeps the received buffer alive for as long as the view (or a copy) exists.
+// Value types: copy and move freely, from any thread.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "messages/protocol.hpp"
+#include "messages/tensor_codec.hpp"
+
+namespace archipelago::messages {
+
+// A read-only byte range. `owner`, when set, keeps the bytes alive (decoded payloads point into
+// the received message without copying it). When null the range is borrowed: whoever built the
+// view keeps the bytes alive while it is used, e.g. a tensor being encoded.
+struct ByteView {
+  const uint8_t* data = nullptr;
+  size_t size = 0;
+  std::shared_ptr<const void> owner;
+
+  const uint8_t* begin() const { return data; }
+  const uint8_t* end() const { return data + size; }
+  std::vector<uint8_t> to_vector() const { return std::vector<uint8_t>(begin(), end()); }
+};
+
+// One chunk of an encoded tensor (see messages/chunking.hpp for how chunks are cut and placed).
+struct TensorChunk {
+  Codec codec = Codec::fp32;
+  uint64_t element_count = 0;
+  uint64_t total_bytes = 0;
+  uint32_t chunk_index = 0;
+  uint32_t chunk_count = 1;
+  uint64_t checksum = 0;  // XXH3-64 of payload
+  ByteView payload;
+};
+
+struct Join {
+  std::string learner_id;
+  std::string node;
+  std::string site;
+  std::string device;
+  double speed_hint = 0.0;
+  std::string auth_token;
+};
+
+struct Welcome {
+  uint64_t version = 0;
+  uint32_t fragment_count = 0;
+  bool accepted = false;
+  std::string reason;
+};
+
+struct FragmentUpdate {
+  std::string learner_id;
+  uint32_t fragment_id = 0;
+  uint64_t base_version = 0;
+  uint32_t inner_steps = 0;
+  uint64_t tokens = 0;
+  float train_loss = 0.0f;
+  TensorChunk chunk;
+};
+
+struct GlobalFragment {
+  uint32_t fragment_id = 0;
+  uint64_t version = 0;
+  TensorChunk chunk;
+};
+
+struct Heartbeat {
+  std::string learner_id;
+  uint64_t step = 0;
+  double tokens_per_sec = 0.0;
+};
+
+enum class PersistKind : uint8_t { parameters = 0, outer_momentum = 1 };
+
+struct Persist {
+  uint64_t version = 0;
+  uint32_t fragment_id = 0;
+  PersistKind kind = PersistKind::parameters;
+  TensorChunk chunk;
+  std::string manifest_json;
+};
+
+struct Persisted {
+  uint64_t version = 0;
+  bool ok = false;
+  std::string reason;
+};
+
+struct Leave {
+  std::string learner_id;
+  std::string reason;
+};
+
+struct AdminRequest {
+  uint64_t request_id = 0;
+  std::string command;
+  std::vector<std::string> args;
+};
+
+struct AdminReply {
+  uint64_t request_id = 0;
+  bool ok = false;
+  std::string text;
+  std::string json;
+};
+
+// The alternatives appear in the order of Envelope.body in the schema.
+using Message = std::variant<Join, Welcome, FragmentUpdate, GlobalFragment, Heartbeat, Persist,
+                             Persisted, Leave, AdminRequest, AdminReply>;
+
+struct Envelope {
+  uint32_t protocol_version = kProtocolVersion;
+  std::string sender_id;
+  uint64_t sequence = 0;
+  Message body;
+};
+
+// What decode returns: an Envelope whose payloads own (share) the received bytes.
+using DecodedEnvelope = Envelope;
+
+}  // namespace archipelago::messages

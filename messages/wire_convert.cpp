@@ -1,0 +1,195 @@
+#include "messages/wire_convert.hpp"
+
+#include <string>
+#include <type_traits>
+
+namespace archipelago::messages::detail {
+namespace {
+
+// Below this size referencing an external segment costs more (segment table entry, pointer
+// bookkeeping) than copying.
+constexpr size_t kReferencePayloadFrom = 4096;
+
+capnp::Text::Reader text(const std::string& s) { return capnp::Text::Reader(s.data(), s.size()); }
+std::string string(capnp::Text::Reader t) { return std::string(t.begin(), t.size()); }
+
+void write_chunk(capnp::MessageBuilder& builder, wire::TensorChunk::Builder out,
+                 const TensorChunk& chunk, const ByteView** external) {
+  out.setCodec(static_cast<wire::Codec>(chunk.codec));
+  out.setElementCount(chunk.element_count);
+  out.setTotalBytes(chunk.total_bytes);
+  out.setChunkIndex(chunk.chunk_index);
+  out.setChunkCount(chunk.chunk_count);
+  out.setChecksum(chunk.checksum);
+  const ByteView& payload = chunk.payload;
+  const bool aligned = reinterpret_cast<uintptr_t>(payload.data) % 8 == 0;
+  if (aligned && payload.size >= kReferencePayloadFrom) {
+    auto orphan = builder.getOrphanage().referenceExternalData(
+        capnp::Data::Reader(payload.data, payload.size));
+    out.adoptPayload(kj::mv(orphan));
+    *external = &payload;
+  } else {
+    out.setPayload(capnp::Data::Reader(payload.data, payload.size));
+  }
+}
+
+Expected<TensorChunk> read_chunk(wire::TensorChunk::Reader in,
+                                 const std::shared_ptr<const void>& owner) {
+  const auto raw_codec = static_cast<uint32_t>(in.getCodec());
+  if (!is_known_codec(raw_codec)) {
+    return make_error(ErrorCode::unknown_type, "codec " + std::to_string(raw_codec));
+  }
+  TensorChunk chunk;
+  chunk.codec = static_cast<Codec>(raw_codec);
+  chunk.element_count = in.getElementCount();
+  chunk.total_bytes = in.getTotalBytes();
+  chunk.chunk_index = in.getChunkIndex();
+  chunk.chunk_count = in.getChunkCount();
+  chunk.checksum = in.getChecksum();
+  auto payload = in.getPayload();
+  chunk.payload = ByteView{payload.begin(), payload.size(), owner};
+  return chunk;
+}
+
+}  // namespace
+
+void write_body(capnp::MessageBuilder& builder, wire::Envelope::Body::Builder body,
+                const Message& message, const ByteView** external) {
+  std::visit(
+      [&](const auto& m) {
+        using T = std::decay_t<decltype(m)>;
+        if constexpr (std::is_same_v<T, Join>) {
+          auto out = body.initJoin();
+          out.setLearnerId(text(m.learner_id));
+          out.setNode(text(m.node));
+          out.setSite(text(m.site));
+          out.setDevice(text(m.device));
+          out.setSpeedHint(m.speed_hint);
+          out.setAuthToken(text(m.auth_token));
+        } else if constexpr (std::is_same_v<T, Welcome>) {
+          auto out = body.initWelcome();
+          out.setVersion(m.version);
+          out.setFragmentCount(m.fragment_count);
+          out.setAccepted(m.accepted);
+          out.setReason(text(m.reason));
+        } else if constexpr (std::is_same_v<T, FragmentUpdate>) {
+          auto out = body.initFragmentUpdate();
+          out.setLearnerId(text(m.learner_id));
+          out.setFragmentId(m.fragment_id);
+          out.setBaseVersion(m.base_version);
+          out.setInnerSteps(m.inner_steps);
+          out.setTokens(m.tokens);
+          out.setTrainLoss(m.train_loss);
+          write_chunk(builder, out.initChunk(), m.chunk, external);
+        } else if constexpr (std::is_same_v<T, GlobalFragment>) {
+          auto out = body.initGlobalFragment();
+          out.setFragmentId(m.fragment_id);
+          out.setVersion(m.version);
+          write_chunk(builder, out.initChunk(), m.chunk, external);
+        } else if constexpr (std::is_same_v<T, Heartbeat>) {
+          auto out = body.initHeartbeat();
+          out.setLearnerId(text(m.learner_id));
+          out.setStep(m.step);
+          out.setTokensPerSec(m.tokens_per_sec);
+        } else if constexpr (std::is_same_v<T, Persist>) {
+          auto out = body.initPersist();
+          out.setVersion(m.version);
+          out.setFragmentId(m.fragment_id);
+          out.setKind(static_cast<wire::PersistKind>(m.kind));
+          write_chunk(builder, out.initChunk(), m.chunk, external);
+          out.setManifestJson(text(m.manifest_json));
+        } else if constexpr (std::is_same_v<T, Persisted>) {
+          auto out = body.initPersisted();
+          out.setVersion(m.version);
+          out.setOk(m.ok);
+          out.setReason(text(m.reason));
+        } else if constexpr (std::is_same_v<T, Leave>) {
+          auto out = body.initLeave();
+          out.setLearnerId(text(m.learner_id));
+          out.setReason(text(m.reason));
+        } else if constexpr (std::is_same_v<T, AdminRequest>) {
+          auto out = body.initAdminRequest();
+          out.setRequestId(m.request_id);
+          out.setCommand(text(m.command));
+          auto args = out.initArgs(static_cast<unsigned>(m.args.size()));
+          for (unsigned i = 0; i < m.args.size(); ++i) args.set(i, text(m.args[i]));
+        } else {
+          static_assert(std::is_same_v<T, AdminReply>, "every Message alternative is written");
+          auto out = body.initAdminReply();
+          out.setRequestId(m.request_id);
+          out.setOk(m.ok);
+          out.setText(text(m.text));
+          out.setJson(text(m.json));
+        }
+      },
+      message);
+}
+
+Expected<Message> read_body(wire::Envelope::Body::Reader body,
+                            const std::shared_ptr<const void>& owner) {
+  using Which = wire::Envelope::Body::Which;
+  switch (body.which()) {
+    case Which::JOIN: {
+      auto in = body.getJoin();
+      return Message(Join{string(in.getLearnerId()), string(in.getNode()), string(in.getSite()),
+                          string(in.getDevice()), in.getSpeedHint(), string(in.getAuthToken())});
+    }
+    case Which::WELCOME: {
+      auto in = body.getWelcome();
+      return Message(Welcome{in.getVersion(), in.getFragmentCount(), in.getAccepted(),
+                             string(in.getReason())});
+    }
+    case Which::FRAGMENT_UPDATE: {
+      auto in = body.getFragmentUpdate();
+      auto chunk = read_chunk(in.getChunk(), owner);
+      if (!chunk) return chunk.error();
+      return Message(FragmentUpdate{string(in.getLearnerId()), in.getFragmentId(),
+                                    in.getBaseVersion(), in.getInnerSteps(), in.getTokens(),
+                                    in.getTrainLoss(), std::move(*chunk)});
+    }
+    case Which::GLOBAL_FRAGMENT: {
+      auto in = body.getGlobalFragment();
+      auto chunk = read_chunk(in.getChunk(), owner);
+      if (!chunk) return chunk.error();
+      return Message(GlobalFragment{in.getFragmentId(), in.getVersion(), std::move(*chunk)});
+    }
+    case Which::HEARTBEAT: {
+      auto in = body.getHeartbeat();
+      return Message(Heartbeat{string(in.getLearnerId()), in.getStep(), in.getTokensPerSec()});
+    }
+    case Which::PERSIST: {
+      auto in = body.getPersist();
+      const auto raw_kind = static_cast<uint32_t>(in.getKind());
+      if (raw_kind > static_cast<uint32_t>(PersistKind::outer_momentum)) {
+        return make_error(ErrorCode::unknown_type, "persist kind " + std::to_string(raw_kind));
+      }
+      auto chunk = read_chunk(in.getChunk(), owner);
+      if (!chunk) return chunk.error();
+      return Message(Persist{in.getVersion(), in.getFragmentId(), static_cast<PersistKind>(raw_kind),
+                             std::move(*chunk), string(in.getManifestJson())});
+    }
+    case Which::PERSISTED: {
+      auto in = body.getPersisted();
+      return Message(Persisted{in.getVersion(), in.getOk(), string(in.getReason())});
+    }
+    case Which::LEAVE: {
+      auto in = body.getLeave();
+      return Message(Leave{string(in.getLearnerId()), string(in.getReason())});
+    }
+    case Which::ADMIN_REQUEST: {
+      auto in = body.getAdminRequest();
+      AdminRequest request{in.getRequestId(), string(in.getCommand()), {}};
+      for (auto arg : in.getArgs()) request.args.push_back(string(arg));
+      return Message(std::move(request));
+    }
+    case Which::ADMIN_REPLY: {
+      auto in = body.getAdminReply();
+      return Message(AdminReply{in.getRequestId(), in.getOk(), string(in.getText()),
+                                string(in.getJson())});
+    }
+  }
+  return make_error(ErrorCode::unknown_type,
+                    "message tag " + std::to_string(static_cast<unsigned>(body.which())));
+}
+
+}  // namespace archipelago::messages::detail

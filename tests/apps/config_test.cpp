@@ -1,0 +1,75 @@
+// Configuration: the embedded default, overlays, overrides, and rejection of bad keys and values.
+#include <doctest/doctest.h>
+
+#include "apps/config.hpp"
+
+using archipelago::apps::load_config;
+
+namespace {
+
+std::string rejection(const std::optional<std::string>& file, const std::vector<std::string>& sets) {
+  auto config = load_config(file, "test.toml", sets);
+  REQUIRE_FALSE(config.ok());
+  return config.error().reason;
+}
+
+}  // namespace
+
+TEST_CASE("the embedded default is valid and is the documented run") {
+  auto config = load_config(std::nullopt, "", {});
+  REQUIRE_MESSAGE(config.ok(), (config.ok() ? "" : config.error().reason));
+  CHECK(config->model.preset == "small");
+  CHECK(config->run.learners == 4);
+  CHECK(config->outer.lr == doctest::Approx(0.7));
+  CHECK(config->outer.momentum == doctest::Approx(0.9));
+  CHECK(config->inner.beta2 == doctest::Approx(0.99));
+  CHECK(config->data.corpus == "kjv");
+}
+
+TEST_CASE("a file overlays the default and --set overlays both") {
+  std::string file = "[model]\npreset = \"tiny\"\n[train]\nlearners = 2\nmax_seconds = 5\n[outer]\nlr = 1\n";
+  auto config = load_config(file, "test.toml", {"train.learners=3", "outer.merge=rda", "train.device=cuda:1",
+                                                "inner.lr=1e-3", "data.corpus=\"/tmp/some text\""});
+  REQUIRE_MESSAGE(config.ok(), (config.ok() ? "" : config.error().reason));
+  CHECK(config->model.preset == "tiny");
+  CHECK(config->model.d_model == 64);
+  CHECK(config->run.learners == 3);
+  CHECK(config->run.max_seconds == doctest::Approx(5.0));  // integer accepted for a float key
+  CHECK(config->outer.lr == doctest::Approx(1.0));
+  CHECK(config->outer.merge == "rda");
+  CHECK(config->run.device == "cuda:1");
+  CHECK(config->inner.lr == doctest::Approx(1e-3));
+  CHECK(config->data.corpus == "/tmp/some text");
+  CHECK(config->toml.find("preset = 'tiny'") != std::string::npos);
+}
+
+TEST_CASE("unknown keys and invalid values are rejected with the key named") {
+  struct Case {
+    std::optional<std::string> file;
+    std::vector<std::string> sets;
+    std::string names;
+  };
+  const std::vector<Case> cases = {
+      {std::nullopt, {"train.bogus=1"}, "train.bogus"},
+      {std::nullopt, {"nosection.key=1"}, "nosection.key"},
+      {std::nullopt, {"learners=4"}, "learners=4"},
+      {std::nullopt, {"train.learners=abc"}, "train.learners"},
+      {std::nullopt, {"train.learners=0"}, "train.learners"},
+      {std::nullopt, {"train.learners=2.5"}, "train.learners"},
+      {std::nullopt, {"train.mode=fast"}, "train.mode"},
+      {std::nullopt, {"model.preset=huge"}, "model.preset"},
+      {std::nullopt, {"outer.momentum=1.5"}, "outer.momentum"},
+      {std::nullopt, {"outer.codec=int3"}, "outer.codec"},
+      {std::nullopt, {"data.heldout_fraction=0"}, "data.heldout_fraction"},
+      {std::nullopt, {"inner.precision=fp8"}, "inner.precision"},
+      {std::string("[train]\nspeed = 3\n"), {}, "train.speed"},
+      {std::string("[wat]\nx = 1\n"), {}, "wat"},
+      {std::string("[train]\nlearners = \"four\"\n"), {}, "train.learners"},
+      {std::string("[train\nlearners = 4\n"), {}, "test.toml:1"},
+  };
+  for (const auto& c : cases) {
+    auto reason = rejection(c.file, c.sets);
+    CAPTURE(reason);
+    CHECK(reason.find(c.names) != std::string::npos);
+  }
+}

@@ -1,0 +1,75 @@
+// `archipelago train` as a user runs it: a real process, its exit code, its stdout.
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <string>
+
+#include <doctest/doctest.h>
+#include <nlohmann/json.hpp>
+
+namespace {
+
+struct Outcome {
+  int exit_code = -1;
+  std::string out;  // stdout and stderr
+};
+
+Outcome run(const std::string& arguments) {
+  // `timeout` bounds every run; stderr joins stdout so a failure shows why.
+  std::string command = "timeout 240 " ARCHIPELAGO_BINARY " " + arguments + " 2>&1";
+  FILE* pipe = popen(command.c_str(), "r");
+  REQUIRE(pipe != nullptr);
+  Outcome outcome;
+  char buffer[4096];
+  size_t n;
+  while ((n = fread(buffer, 1, sizeof buffer, pipe)) > 0) outcome.out.append(buffer, n);
+  int status = pclose(pipe);
+  outcome.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return outcome;
+}
+
+std::string last_line(const std::string& text) {
+  auto end = text.find_last_not_of('\n');
+  auto begin = text.rfind('\n', end);
+  return text.substr(begin == std::string::npos ? 0 : begin + 1, end - (begin == std::string::npos ? 0 : begin + 1) + 1);
+}
+
+}  // namespace
+
+TEST_CASE("train --json runs a bounded tiny job and prints the summary as the last line") {
+  auto dir = std::filesystem::temp_directory_path() / "archipelago-cli-test";
+  std::filesystem::remove_all(dir);
+  const std::string data = (std::filesystem::temp_directory_path() / "archipelago-test-data").string();
+  for (std::string mode : {"sync", "ddp"}) {
+    auto outcome = run("train --json --run-dir " + (dir / mode).string() + " --set model.preset=tiny --set train.mode=" +
+                       mode + " --set train.learners=2 --set train.inner_steps=10 --set train.max_tokens=81920"
+                       " --set train.max_seconds=0 --set inner.batch_size=8 --set data.eval_batches=2"
+                       " --set data.cache_dir=" + data);
+    CAPTURE(outcome.out);
+    REQUIRE(outcome.exit_code == 0);
+    auto summary = nlohmann::json::parse(last_line(outcome.out));
+    for (const char* key : {"mode", "learners", "inner_steps", "tokens", "heldout_loss", "wall_s", "bytes_sent",
+                            "bytes_ddp_equivalent"}) {
+      CHECK_MESSAGE(summary.contains(key), key);
+    }
+    CHECK(summary["mode"] == mode);
+    CHECK(summary["tokens"].get<int64_t>() == 81920);
+    CHECK(summary["heldout_loss"].get<double>() < summary["initial_heldout_loss"].get<double>());
+    CHECK(std::filesystem::exists(dir / mode / "metrics.jsonl"));
+    CHECK(std::filesystem::exists(dir / mode / "summary.json"));
+    if (mode == "sync") CHECK(summary["bytes_ddp_equivalent"].get<int64_t>() == 10 * summary["bytes_sent"].get<int64_t>());
+  }
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("train refuses a bad configuration with exit code 2 and names the key") {
+  auto outcome = run("train --set outer.fragments=zero");
+  CHECK(outcome.exit_code == 2);
+  CHECK(outcome.out.find("outer.fragments") != std::string::npos);
+  outcome = run("train --set train.mode=async --set model.preset=tiny --set train.max_seconds=1 --run-dir " +
+                (std::filesystem::temp_directory_path() / "archipelago-cli-bad").string());
+  CHECK(outcome.exit_code == 2);
+  CHECK(outcome.out.find("train.mode") != std::string::npos);
+  std::filesystem::remove_all(std::filesystem::temp_directory_path() / "archipelago-cli-bad");
+}
