@@ -29,8 +29,10 @@ torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x) {
   const auto B = x.size(0), T = x.size(1), C = x.size(2);
   const auto head_dim = C / heads_;
   auto qkv = qkv_->forward(x).view({B, T, 3, heads_, head_dim});  // (B, T, 3, H, D)
-  auto q = q_norm_->forward(qkv.select(2, 0)).transpose(1, 2);    // (B, H, T, D)
-  auto k = k_norm_->forward(qkv.select(2, 1)).transpose(1, 2);    // (B, H, T, D)
+  // LayerNorm in fp32: under bf16 autocast qkv is bf16, and LibTorch 1.13's CPU layer_norm does
+  // not accept bf16 inputs with fp32 weights.
+  auto q = q_norm_->forward(qkv.select(2, 0).to(torch::kFloat)).transpose(1, 2);  // (B, H, T, D)
+  auto k = k_norm_->forward(qkv.select(2, 1).to(torch::kFloat)).transpose(1, 2);  // (B, H, T, D)
   auto v = qkv.select(2, 2).transpose(1, 2);                      // (B, H, T, D)
   auto scores = torch::matmul(q, k.transpose(-2, -1)) / std::sqrt(static_cast<double>(head_dim));  // (B, H, T, T)
   auto future = torch::ones({T, T}, torch::TensorOptions().dtype(torch::kBool).device(x.device())).triu(1);

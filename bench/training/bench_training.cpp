@@ -1,0 +1,122 @@
+// Training-core benchmarks, each reported against a baseline measured in the same run:
+//   1. inner-step throughput, bf16 autocast vs fp32, on one preset;
+//   2. synchronous DiLoCo (M learners, H inner steps) vs data-parallel at equal tokens:
+//      held-out loss and bytes that would cross the network.
+// Usage: bench_training [--preset small] [--steps 20] [--compare-preset tiny] [--learners 4]
+//                       [--inner-steps 50] [--steps-per-learner 1000] [--skip-compare]
+#include <chrono>
+#include <cstdio>
+#include <memory>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "common/log.hpp"
+#include "training/blas_check.hpp"
+#include "training/reference_engine.hpp"
+#include "training/replica.hpp"
+
+using namespace archipelago::training;
+
+namespace {
+
+double seconds_per_step(const ModelConfig& model, const std::string& precision, const std::vector<Batch>& batches) {
+  InnerOptions inner;
+  inner.precision = precision;
+  auto replica = Replica::create(model, inner, "cpu", 1);
+  if (!replica) throw std::runtime_error(replica.error().reason);
+  (*replica)->step(batches[0]);  // warm-up: allocations, autocast caches
+  auto start = std::chrono::steady_clock::now();
+  for (size_t i = 1; i < batches.size(); ++i) (*replica)->step(batches[i]);
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / (batches.size() - 1);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Archipelago training-core benchmarks"};
+  std::string preset = "small", compare_preset = "tiny", cache_dir = "archipelago-runs/data";
+  int steps = 20, learners = 4, inner_steps = 50, threads = 0;
+  int64_t steps_per_learner = 1000;
+  bool skip_compare = false;
+  app.add_option("--preset", preset, "model preset for the step-time benchmark");
+  app.add_option("--steps", steps, "timed inner steps per precision");
+  app.add_option("--compare-preset", compare_preset, "model preset for DiLoCo vs data-parallel");
+  app.add_option("--learners", learners, "M");
+  app.add_option("--inner-steps", inner_steps, "H");
+  app.add_option("--steps-per-learner", steps_per_learner, "inner steps per learner (equal tokens for both)");
+  app.add_option("--threads", threads, "LibTorch intra-op threads (0 = all cores)");
+  app.add_option("--cache-dir", cache_dir, "corpus cache directory");
+  app.add_flag("--skip-compare", skip_compare, "only the step-time benchmark");
+  CLI11_PARSE(app, argc, argv);
+  archipelago::init_logging({"bench", "warn", ""});
+
+  nlohmann::json report;
+  const int used_threads = set_compute_threads(threads);
+  auto blas = check_blas();
+  std::printf("%s\n%d compute threads\n\n", blas.message.c_str(), used_threads);
+  report["blas_gflops"] = blas.gflops;
+
+  DataOptions data;
+  data.cache_dir = cache_dir;
+  auto corpus = load_corpus(data);
+  if (!corpus) {
+    std::fprintf(stderr, "%s\n", corpus.error().reason.c_str());
+    return 1;
+  }
+  auto shared = std::make_shared<const Corpus>(std::move(*corpus));
+
+  // 1. bf16 vs fp32 inner steps.
+  auto model = *model_preset(preset);
+  auto split = *split_corpus(*shared, "tail", 0.05);
+  DataCursor cursor(std::shared_ptr<const std::string>(shared, &shared->text), split.train, 16, model.seq_len, 1, 0);
+  std::vector<Batch> batches;
+  for (int i = 0; i <= steps; ++i) batches.push_back(cursor.next());
+  const double fp32 = seconds_per_step(model, "fp32", batches);
+  const double bf16 = seconds_per_step(model, "bf16", batches);
+  const double tokens_per_step = 16.0 * model.seq_len;
+  std::printf("inner step, %s preset, batch 16 x %d tokens\n", preset.c_str(), model.seq_len);
+  std::printf("  fp32  %7.3f s/step  %8.0f tokens/s\n", fp32, tokens_per_step / fp32);
+  std::printf("  bf16  %7.3f s/step  %8.0f tokens/s   speed-up vs fp32: %.2fx\n\n", bf16, tokens_per_step / bf16,
+              fp32 / bf16);
+  report["step"] = {{"preset", preset}, {"fp32_s", fp32}, {"bf16_s", bf16}, {"bf16_speedup", fp32 / bf16}};
+
+  if (!skip_compare) {
+    // 2. DiLoCo vs data-parallel at equal tokens.
+    ReferenceSetup setup;
+    setup.model = *model_preset(compare_preset);
+    setup.inner.batch_size = 16;
+    setup.run.learners = learners;
+    setup.run.inner_steps = inner_steps;
+    setup.run.max_tokens = steps_per_learner * learners * setup.inner.batch_size * setup.model.seq_len;
+    setup.run.threads = threads;
+    setup.run.eval_every = 1000000;  // evaluate at the end only
+    setup.data = data;
+    setup.data.eval_batches = 16;
+    std::printf("DiLoCo vs data-parallel, %s preset, M=%d, H=%d, %lld tokens each\n", compare_preset.c_str(), learners,
+                inner_steps, static_cast<long long>(setup.run.max_tokens));
+    nlohmann::json rows;
+    double ddp_loss = 0;
+    int64_t ddp_bytes = 0;
+    for (std::string mode : {"ddp", "sync"}) {
+      setup.run.mode = mode;
+      auto result = run_reference(setup, shared);
+      if (!result) {
+        std::fprintf(stderr, "%s\n", result.error().reason.c_str());
+        return 1;
+      }
+      if (mode == "ddp") {
+        ddp_loss = result->heldout_loss;
+        ddp_bytes = result->bytes_sent;
+      }
+      std::printf("  %-5s held-out loss %.4f (vs ddp %+.2f%%)  bytes %12lld (ddp / this: %.0fx)  wall %.0f s\n",
+                  mode.c_str(), result->heldout_loss, 100.0 * (result->heldout_loss / ddp_loss - 1.0),
+                  static_cast<long long>(result->bytes_sent), double(ddp_bytes) / result->bytes_sent, result->wall_s);
+      rows[mode] = {{"heldout_loss", result->heldout_loss}, {"bytes_sent", result->bytes_sent}, {"wall_s", result->wall_s},
+                    {"initial_heldout_loss", result->initial_heldout_loss}};
+    }
+    report["compare"] = rows;
+  }
+  std::printf("\n%s\n", report.dump().c_str());
+  return 0;
+}
