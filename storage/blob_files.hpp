@@ -1,0 +1,72 @@
+// Large blobs as plain files, one per content address, in `<store>/blob_files/`.
+//
+// Why: a 100 MB value through RocksDB is written twice (WAL, then flush) and copied twice (batch,
+// memtable); as a file it is written once, at the speed of write + fdatasync, and deleting it frees the
+// space at once. RocksDB still holds the reference count and the version record, so a commit is
+// durable only once its batch is: files are made durable first (`write_all`), the batch second, and a
+// crash in between leaves unreferenced files that `open`'s sweep removes. Files are written to a
+// temporary name and renamed, so a visible name never holds a partial blob.
+//
+// Deleting a 12 MB file costs milliseconds of extent freeing, so garbage files are unlinked by a
+// background thread (`remove_later`) rather than on the commit path; a commit that brings the same
+// content back first cancels its pending removal (`write_all` does this), so a live blob is never
+// unlinked. Removals still queued at a crash are orphans, which the next open sweeps.
+//
+// Thread-safety: the store calls write_all and remove_later under its write mutex; read may run from
+// any thread concurrently.
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/error.hpp"
+
+namespace archipelago::storage {
+
+class BlobFiles {
+ public:
+  explicit BlobFiles(std::string directory);
+  ~BlobFiles();  // finishes the queued removals
+  BlobFiles(const BlobFiles&) = delete;
+  BlobFiles& operator=(const BlobFiles&) = delete;
+
+  Status create_directory() const;
+
+  struct Pending {
+    std::string name;  // hex of the blob key
+    const uint8_t* data;
+    size_t size;
+  };
+  // Writes every blob under a temporary name, fdatasyncs each, renames them into place and fsyncs
+  // the directory: on success all are durable under their final names.
+  Status write_all(const std::vector<Pending>& blobs);
+
+  // Reads the whole file into `out`. not_found when absent, io on a read error.
+  Status read(const std::string& name, std::string& out) const;
+
+  // Unlinks now. Best effort: a file that cannot be removed is swept at the next open.
+  void remove(const std::string& name) const;
+  // Queues the unlink for the background thread.
+  void remove_later(const std::vector<std::string>& names);
+
+  // Names of the blob files present (complete ones; temporaries are deleted on the way).
+  std::vector<std::string> list_and_remove_temporaries() const;
+
+  std::string path_of(const std::string& name) const { return directory_ + "/" + name; }
+
+ private:
+  void remove_queued();
+
+  std::string directory_;
+  std::mutex removal_mutex_;  // held while unlinking, so that cancel-then-write cannot interleave
+  std::condition_variable removal_wanted_;
+  std::deque<std::string> removals_;
+  bool stopping_ = false;
+  std::thread remover_;
+};
+
+}  // namespace archipelago::storage

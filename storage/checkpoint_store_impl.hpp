@@ -1,0 +1,106 @@
+// CheckpointStore's private half, shared by its three source files: checkpoint_store.cpp (open and
+// the public face), checkpoint_store_write.cpp (commit, retention, pins, events) and
+// checkpoint_store_read.cpp (get, latest, list, stats). Not for use outside storage/.
+#pragma once
+
+#include <chrono>
+#include <mutex>
+#include <set>
+
+#include <rocksdb/db.h>
+#include <rocksdb/write_batch.h>
+
+#include "common/log.hpp"
+#include "storage/blob_files.hpp"
+#include "storage/checkpoint_store.hpp"
+
+namespace archipelago::storage {
+
+// RocksDB's status as an error value, keeping the distinction callers branch on.
+inline Error rocks_error(const std::string& what, const rocksdb::Status& status) {
+  return make_error(status.IsNotFound() ? ErrorCode::not_found
+                    : status.IsCorruption() ? ErrorCode::corrupt
+                                            : ErrorCode::io,
+                    what + ": " + status.ToString());
+}
+
+inline std::string_view view(const Blob& blob) {
+  return std::string_view(reinterpret_cast<const char*>(blob.data()), blob.size());
+}
+
+class CheckpointStore::Impl {
+ public:
+  ~Impl() {
+    for (rocksdb::ColumnFamilyHandle* handle : handles_) db_->DestroyColumnFamilyHandle(handle);
+    if (db_) db_->Close();
+  }
+
+  Status open(const std::string& path, StoreOptions options);
+  Expected<CommitStats> commit(const VersionData& data);
+  Status read_version(const rocksdb::Snapshot* snapshot, uint64_t version, VersionData* out) const;
+  Expected<VersionData> latest(bool copy_bytes, uint64_t* version_out) const;
+  // read_version on a snapshot of its own, so that a concurrent retention cannot delete half of it.
+  Status read_consistent(uint64_t version, VersionData* out) const {
+    rocksdb::ManagedSnapshot snapshot(db_.get());
+    return read_version(snapshot.snapshot(), version, out);
+  }
+  Expected<std::vector<VersionInfo>> list() const;
+  Status set_pin(uint64_t version, bool pinned);
+  Expected<std::vector<uint64_t>> apply_retention();
+  Expected<StoreStats> stats() const;
+  Status append_event(std::string_view kind, std::string_view json);
+  Expected<std::vector<Event>> recent_events(size_t count) const;
+  uint64_t high_water() const {
+    std::lock_guard<std::mutex> lock(write_mutex_);
+    return high_water_;
+  }
+
+ private:
+  int64_t now_ms() const {
+    if (options_.clock_unix_ms) return options_.clock_unix_ms();
+    return std::chrono::duration_cast<std::chrono::milliseconds>(
+               std::chrono::system_clock::now().time_since_epoch()).count();
+  }
+  rocksdb::ReadOptions read_options(const rocksdb::Snapshot* snapshot = nullptr) const {
+    rocksdb::ReadOptions read;
+    read.verify_checksums = true;
+    read.snapshot = snapshot;
+    return read;
+  }
+  Status write(std::string_view name, rocksdb::WriteBatch& batch);
+  void stage_event(rocksdb::WriteBatch& batch, uint64_t& next_sequence, std::string_view kind,
+                   const std::string& json);
+  // Stages the deletion of `drops` and every refcount change implied by adding `added` entries;
+  // `bytes_of` finds the bytes of a blob the batch must store.
+  // New large blobs go to `new_files` (to be written before the batch); blob files whose last
+  // reference the batch removes go to `dead_files` (to be unlinked after it).
+  Status stage_references(rocksdb::WriteBatch& batch, const std::vector<BlobEntry>& added,
+                          const std::map<std::string, const Blob*>& bytes_of,
+                          const std::vector<uint64_t>& drops, CommitStats& stats,
+                          std::vector<BlobFiles::Pending>& new_files, std::vector<std::string>& dead_files);
+  // Appends the newest version's entries for data.carried_fragments to `record`.
+  Status carry_fragments(const VersionData& data, VersionRecord& record);
+  // Deletes blob files that no `refs` entry names: left by a crash between files and batch.
+  Status sweep_orphan_files();
+
+  std::shared_ptr<spdlog::logger> log_ = component_logger("store");
+  StoreOptions options_;
+  std::unique_ptr<rocksdb::DB> db_;
+  std::unique_ptr<BlobFiles> files_;
+  std::vector<rocksdb::ColumnFamilyHandle*> handles_;
+  rocksdb::ColumnFamilyHandle* versions_cf_ = nullptr;
+  rocksdb::ColumnFamilyHandle* blobs_cf_ = nullptr;
+  rocksdb::ColumnFamilyHandle* refs_cf_ = nullptr;
+  rocksdb::ColumnFamilyHandle* meta_cf_ = nullptr;
+  rocksdb::ColumnFamilyHandle* events_cf_ = nullptr;
+
+  // Writer-side caches of what is in the database, guarded by write_mutex_ and changed only after
+  // the batch that changes the database succeeded.
+  mutable std::mutex write_mutex_;
+  std::set<uint64_t> versions_;
+  std::set<uint64_t> pinned_;
+  uint64_t high_water_ = 0;
+  uint64_t next_event_sequence_ = 0;
+};
+
+}  // namespace archipelago::storage

@@ -1,0 +1,401 @@
+// Behaviour of CheckpointStore through its public API, plus raw-RocksDB damage where a test needs it.
+#include "storage/checkpoint_store.hpp"
+
+#include <doctest/doctest.h>
+
+#include <fstream>
+
+#include "tests/storage/test_support.hpp"
+
+namespace archipelago::storage {
+namespace {
+
+using testing::count_raw_keys;
+using testing::pattern_blob;
+using testing::TempDir;
+
+// A version of `fragments` fragments of `size` bytes; fragment f's bytes come from seeds[f].
+VersionData make_version(uint64_t version, const std::vector<uint64_t>& seeds, size_t size) {
+  VersionData data;
+  data.version = version;
+  for (uint32_t f = 0; f < seeds.size(); ++f) data.fragments[f] = pattern_blob(seeds[f], size);
+  data.manifest_json = "{\"version\":" + std::to_string(version) + ",\"contributors\":[\"l0\",\"l1\"]}";
+  return data;
+}
+
+std::unique_ptr<CheckpointStore> open_or_fail(const std::string& path, StoreOptions options = {}) {
+  auto store = CheckpointStore::open(path, std::move(options));
+  REQUIRE_MESSAGE(store.ok(), (store.ok() ? "" : store.error().to_string()));
+  return std::move(store.value());
+}
+
+void check_same(const VersionData& actual, const VersionData& expected) {
+  CHECK(actual.version == expected.version);
+  CHECK(actual.fragments == expected.fragments);
+  CHECK(actual.optimizer_state == expected.optimizer_state);
+  CHECK(actual.manifest_json == expected.manifest_json);
+}
+
+TEST_CASE("commit, get, list and latest round-trip, also across a reopen") {
+  TempDir dir;
+  VersionData v1 = make_version(1, {11, 12, 13}, 4096);
+  v1.optimizer_state[0] = pattern_blob(101, 4096);
+  v1.optimizer_state[2] = pattern_blob(103, 100);
+  VersionData v2 = make_version(2, {21, 12, 23}, 4096);
+  v2.optimizer_state[0] = pattern_blob(201, 4096);
+  {
+    auto store = open_or_fail(dir.store());
+    CHECK(store->latest_committed().error().code == ErrorCode::not_found);
+    REQUIRE(store->commit(v1).ok());
+    REQUIRE(store->commit(v2).ok());
+    auto got = store->get(1);
+    REQUIRE(got.ok());
+    check_same(*got, v1);
+    CHECK(got->committed_unix_ms > 0);
+    auto latest = store->latest_committed();
+    REQUIRE(latest.ok());
+    check_same(*latest, v2);
+    CHECK(store->get(3).error().code == ErrorCode::not_found);
+  }
+  auto store = open_or_fail(dir.store());
+  auto latest = store->latest_committed();
+  REQUIRE(latest.ok());
+  check_same(*latest, v2);
+  auto listed = store->list();
+  REQUIRE(listed.ok());
+  REQUIRE(listed->size() == 2);
+  CHECK((*listed)[0].version == 1);
+  CHECK((*listed)[1].version == 2);
+  CHECK((*listed)[1].entries.size() == 4);  // three fragments, one optimizer state
+  CHECK((*listed)[1].total_bytes == 4 * 4096);
+  CHECK((*listed)[1].manifest_json == v2.manifest_json);
+  CHECK(store->high_water_version() == 2);
+}
+
+TEST_CASE("versions must strictly increase, across restarts and retention") {
+  TempDir dir;
+  StoreOptions options;
+  options.retention.keep_last = 1;
+  {
+    auto store = open_or_fail(dir.store(), options);
+    REQUIRE(store->commit(make_version(5, {1}, 64)).ok());
+    CHECK(store->commit(make_version(5, {2}, 64)).error().code == ErrorCode::conflict);
+    CHECK(store->commit(make_version(3, {2}, 64)).error().code == ErrorCode::conflict);
+    REQUIRE(store->commit(make_version(7, {2}, 64)).ok());
+  }
+  auto store = open_or_fail(dir.store(), options);
+  auto stale = store->commit(make_version(6, {3}, 64));
+  REQUIRE(!stale.ok());
+  CHECK(stale.error().code == ErrorCode::conflict);
+  CHECK(stale.error().reason.find("7") != std::string::npos);
+  CHECK(store->commit(make_version(8, {3}, 64)).ok());
+}
+
+TEST_CASE("a manifest that is not JSON is refused") {
+  TempDir dir;
+  auto store = open_or_fail(dir.store());
+  VersionData data = make_version(1, {1}, 64);
+  data.manifest_json = "{not json";
+  CHECK(store->commit(data).error().code == ErrorCode::invalid_argument);
+  CHECK(store->list()->empty());
+}
+
+TEST_CASE("retention keeps the last K plus pinned versions and deletes unreferenced blobs") {
+  TempDir dir;
+  StoreOptions options;
+  options.retention.keep_last = 2;
+  {
+    auto store = open_or_fail(dir.store(), options);
+    CHECK(store->pin(1).error().code == ErrorCode::not_found);
+    REQUIRE(store->commit(make_version(1, {10, 11, 12, 13}, 8192)).ok());
+    REQUIRE(store->pin(1).ok());
+    for (uint64_t v = 2; v <= 4; ++v)
+      REQUIRE(store->commit(make_version(v, {v * 10, v * 10 + 1, v * 10 + 2, v * 10 + 3}, 8192)).ok());
+    auto listed = store->list();
+    REQUIRE(listed.ok());
+    std::vector<uint64_t> versions;
+    for (const auto& info : *listed) versions.push_back(info.version);
+    CHECK(versions == std::vector<uint64_t>{1, 3, 4});
+    CHECK((*listed)[0].pinned);
+    CHECK(store->get(2).error().code == ErrorCode::not_found);
+    CHECK(store->stats()->blobs == 12);
+    CHECK(store->stats()->blob_bytes == 12 * 8192);
+
+    REQUIRE(store->unpin(1).ok());
+    CHECK(store->list()->size() == 3);  // unpinning alone drops nothing
+    auto dropped = store->apply_retention();
+    REQUIRE(dropped.ok());
+    CHECK(*dropped == std::vector<uint64_t>{1});
+    CHECK(store->stats()->blobs == 8);
+    CHECK(store->stats()->pinned == 0);
+    auto events = store->recent_events(1);
+    REQUIRE(events.ok());
+    CHECK(events->at(0).kind == "retention");
+  }
+  // The blobs are gone from RocksDB itself, not just from the store's bookkeeping.
+  CHECK(count_raw_keys(dir.store(), kBlobsFamily) == 8);
+  CHECK(count_raw_keys(dir.store(), kRefsFamily) == 8);
+}
+
+TEST_CASE("a commit that changes one fragment of eight writes one blob; GC frees the replaced one") {
+  TempDir dir;
+  StoreOptions options;
+  options.retention.keep_last = 1;
+  constexpr size_t kFragmentBytes = 64 * 1024;
+  {
+    auto store = open_or_fail(dir.store(), options);
+    std::vector<uint64_t> seeds = {1, 2, 3, 4, 5, 6, 7, 8};
+    auto first = store->commit(make_version(1, seeds, kFragmentBytes));
+    REQUIRE(first.ok());
+    CHECK(first->blobs_written == 8);
+    CHECK(first->bytes_written == 8 * kFragmentBytes);
+    seeds[5] = 99;
+    auto second = store->commit(make_version(2, seeds, kFragmentBytes));
+    REQUIRE(second.ok());
+    CHECK(second->blobs_written == 1);
+    CHECK(second->bytes_written == kFragmentBytes);
+    CHECK(second->blobs_deduplicated == 7);
+    CHECK(second->versions_dropped == std::vector<uint64_t>{1});
+    CHECK(second->blobs_deleted == 1);  // fragment 5's old bytes; the other seven live on in version 2
+    CHECK(store->stats()->blobs == 8);
+    auto got = store->get(2);
+    REQUIRE(got.ok());
+    CHECK(got->fragments.at(5) == pattern_blob(99, kFragmentBytes));
+    CHECK(got->fragments.at(4) == pattern_blob(5, kFragmentBytes));
+  }
+  CHECK(count_raw_keys(dir.store(), kBlobsFamily) == 8);
+}
+
+TEST_CASE("carried fragments are taken from the newest version without passing their bytes") {
+  TempDir dir;
+  auto store = open_or_fail(dir.store());
+  VersionData v1 = make_version(1, {1, 2, 3}, 4096);
+  v1.optimizer_state[1] = pattern_blob(11, 512);
+  REQUIRE(store->commit(v1).ok());
+  VersionData v2;
+  v2.version = 2;
+  v2.fragments[0] = pattern_blob(100, 4096);
+  v2.carried_fragments = {1, 2};
+  auto committed = store->commit(v2);
+  REQUIRE(committed.ok());
+  CHECK(committed->blobs_written == 1);
+  CHECK(committed->blobs_deduplicated == 3);  // fragments 1 and 2 and fragment 1's optimizer state
+  auto got = store->get(2);
+  REQUIRE(got.ok());
+  CHECK(got->fragments.at(0) == pattern_blob(100, 4096));
+  CHECK(got->fragments.at(2) == v1.fragments.at(2));
+  CHECK(got->optimizer_state.at(1) == v1.optimizer_state.at(1));
+  CHECK(got->carried_fragments.empty());
+
+  VersionData bad = v2;
+  bad.version = 3;
+  bad.carried_fragments = {0};  // also passed
+  CHECK(store->commit(bad).error().code == ErrorCode::invalid_argument);
+  bad.carried_fragments = {7};  // not in version 2
+  CHECK(store->commit(bad).error().code == ErrorCode::not_found);
+}
+
+TEST_CASE("the event log appends, lists newest first and survives a reopen") {
+  TempDir dir;
+  int64_t fake_now = 1000;
+  StoreOptions options;
+  options.clock_unix_ms = [&] { return fake_now++; };
+  {
+    auto store = open_or_fail(dir.store(), options);
+    REQUIRE(store->append_event("kill", R"({"learner":3})").ok());
+    REQUIRE(store->append_event("restart", R"({"learner":3,"attempt":1})").ok());
+    CHECK(store->append_event("kill", "not json").error().code == ErrorCode::invalid_argument);
+    CHECK(store->append_event("", "{}").error().code == ErrorCode::invalid_argument);
+  }
+  auto store = open_or_fail(dir.store(), options);
+  REQUIRE(store->append_event("drill", R"({"seed":7})").ok());
+  auto events = store->recent_events(2);
+  REQUIRE(events.ok());
+  REQUIRE(events->size() == 2);
+  CHECK(events->at(0).kind == "drill");
+  CHECK(events->at(0).json == R"({"seed":7})");
+  CHECK(events->at(1).kind == "restart");
+  CHECK(events->at(1).json == R"({"learner":3,"attempt":1})");
+  CHECK(events->at(0).sequence > events->at(1).sequence);
+  CHECK(events->at(0).unix_ms > events->at(1).unix_ms);
+  CHECK(store->recent_events(10)->size() == 3);
+}
+
+TEST_CASE("the event log trims itself to about max_events") {
+  TempDir dir;
+  StoreOptions options;
+  options.max_events = 16;
+  auto store = open_or_fail(dir.store(), options);
+  for (int i = 0; i < 200; ++i) REQUIRE(store->append_event("tick", std::to_string(i)).ok());
+  auto events = store->recent_events(1000);
+  REQUIRE(events.ok());
+  CHECK(events->size() >= 16);
+  CHECK(events->size() <= 16 + 64);
+  CHECK(events->front().json == "199");
+}
+
+TEST_CASE("a store written by a newer schema is refused with a clear message") {
+  TempDir dir;
+  { open_or_fail(dir.store()); }
+  rocksdb::Status status = testing::with_raw_db(dir.store(), [](rocksdb::DB& db, auto& handles, const auto& descriptors) {
+    rocksdb::ColumnFamilyHandle* future = nullptr;
+    REQUIRE(db.CreateColumnFamily(rocksdb::ColumnFamilyOptions(), "added_by_schema_2", &future).ok());
+    db.DestroyColumnFamilyHandle(future);
+    REQUIRE(db.Put(rocksdb::WriteOptions(), testing::family(handles, descriptors, kMetaFamily), kSchemaVersionKey,
+                   std::to_string(kSchemaVersion + 1)).ok());
+  });
+  REQUIRE(status.ok());
+  auto store = CheckpointStore::open(dir.store());
+  REQUIRE(!store.ok());
+  CHECK(store.error().code == ErrorCode::wrong_version);
+  CHECK(store.error().reason.find("schema version " + std::to_string(kSchemaVersion + 1)) != std::string::npos);
+}
+
+TEST_CASE("a corrupt or missing blob is detected and latest falls back to the newest intact version") {
+  TempDir dir;
+  VersionData v1 = make_version(1, {1, 2, 3, 4}, 4096);
+  VersionData v2 = make_version(2, {1, 2, 3, 40}, 4096);
+  {
+    auto store = open_or_fail(dir.store());
+    REQUIRE(store->commit(v1).ok());
+    REQUIRE(store->commit(v2).ok());
+  }
+  const Blob& changed = v2.fragments.at(3);
+  std::string key = encode_blob_key(hash_blob(changed.data(), changed.size()), changed.size());
+  auto blobs_family = [&](auto& handles, const auto& descriptors) {
+    return testing::family(handles, descriptors, kBlobsFamily);
+  };
+
+  SUBCASE("flipped bytes") {
+    REQUIRE(testing::with_raw_db(dir.store(), [&](rocksdb::DB& db, auto& handles, const auto& descriptors) {
+      std::string damaged(reinterpret_cast<const char*>(changed.data()), changed.size());
+      damaged[100] ^= 0x5a;
+      REQUIRE(db.Put(rocksdb::WriteOptions(), blobs_family(handles, descriptors), key, damaged).ok());
+    }).ok());
+    auto store = open_or_fail(dir.store());
+    CHECK(store->get(2).error().code == ErrorCode::corrupt);
+    CHECK(store->verify(2).error().code == ErrorCode::corrupt);
+  }
+  SUBCASE("deleted blob") {
+    REQUIRE(testing::with_raw_db(dir.store(), [&](rocksdb::DB& db, auto& handles, const auto& descriptors) {
+      REQUIRE(db.Delete(rocksdb::WriteOptions(), blobs_family(handles, descriptors), key).ok());
+    }).ok());
+    auto store = open_or_fail(dir.store());
+    CHECK(store->get(2).error().code == ErrorCode::not_found);
+  }
+  SUBCASE("damaged version record") {
+    REQUIRE(testing::with_raw_db(dir.store(), [&](rocksdb::DB& db, auto& handles, const auto& descriptors) {
+      auto* versions = testing::family(handles, descriptors, kVersionsFamily);
+      std::string record;
+      REQUIRE(db.Get(rocksdb::ReadOptions(), versions, encode_u64_key(2), &record).ok());
+      record[record.size() / 2] ^= 0x01;
+      REQUIRE(db.Put(rocksdb::WriteOptions(), versions, encode_u64_key(2), record).ok());
+    }).ok());
+    auto store = open_or_fail(dir.store());
+    CHECK(store->get(2).error().code == ErrorCode::corrupt);
+  }
+
+  auto store = open_or_fail(dir.store());
+  CHECK(store->get(1).ok());
+  auto latest = store->latest_committed();
+  REQUIRE(latest.ok());
+  check_same(*latest, v1);
+  CHECK(store->latest_committed_version().value() == 1);
+  // The damaged version still counts for ordering: its number is never reused.
+  CHECK(store->commit(make_version(2, {5}, 64)).error().code == ErrorCode::conflict);
+}
+
+size_t count_files(const std::string& store_path) {
+  size_t files = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(store_path + "/" + kBlobFilesDirectory)) {
+    (void)entry;
+    ++files;
+  }
+  return files;
+}
+
+TEST_CASE("large blobs live in files: round trip, GC removes them, damage is detected") {
+  TempDir dir;
+  StoreOptions options;
+  options.retention.keep_last = 1;
+  options.file_blob_min_bytes = 32 * 1024;
+  VersionData v1 = make_version(1, {1, 2, 3}, 64 * 1024);
+  v1.optimizer_state[0] = pattern_blob(9, 1024);  // small: stays inside RocksDB
+  VersionData v2 = make_version(2, {1, 2, 30}, 64 * 1024);
+  {
+    auto store = open_or_fail(dir.store(), options);
+    REQUIRE(store->commit(v1).ok());
+    CHECK(store->stats()->blob_files == 3);
+    REQUIRE(store->commit(v2).ok());
+    check_same(store->get(2).value(), v2);
+    CHECK(store->stats()->blob_files == 3);
+  }
+  CHECK(count_files(dir.store()) == 3);  // fragment 2's old file went with version 1
+  CHECK(count_raw_keys(dir.store(), kBlobsFamily) == 0);
+
+  // An orphan (as a crash between file write and batch leaves) is swept on open.
+  { std::ofstream(dir.store() + "/" + kBlobFilesDirectory + "/" + std::string(48, 'a')) << "orphan"; }
+  const Blob& changed = v2.fragments.at(2);
+  std::string file = dir.store() + "/" + kBlobFilesDirectory + "/" +
+                     blob_file_name(encode_blob_key(hash_blob(changed.data(), changed.size()), changed.size()));
+  {
+    std::fstream damage(file, std::ios::in | std::ios::out | std::ios::binary);
+    damage.seekp(1000);
+    damage.put('\x42');
+  }
+  auto store = open_or_fail(dir.store(), options);
+  CHECK(count_files(dir.store()) == 3);
+  CHECK(store->get(2).error().code == ErrorCode::corrupt);
+  std::filesystem::remove(file);
+  CHECK(store->get(2).error().code == ErrorCode::not_found);
+  CHECK(store->latest_committed().error().code == ErrorCode::not_found);  // nothing older was kept
+}
+
+TEST_CASE("a commit refused by the fault hook leaves no trace, before or after its files are written") {
+  for (std::string fail_at : {"commit.files", "commit"}) {
+    CAPTURE(fail_at);
+    TempDir dir;
+    bool failing = false;
+    StoreOptions options;
+    options.retention.keep_last = 1;
+    options.file_blob_min_bytes = 1024;  // fragments as files, optimizer state inside RocksDB
+    options.fault_hook = [&](std::string_view name) -> Status {
+      if (failing && name == fail_at) return make_error(ErrorCode::io, "injected: disk full");
+      return Status::success();
+    };
+    auto version = [](uint64_t number, uint64_t seed) {
+      VersionData data = make_version(number, {seed, seed + 1}, 2048);
+      data.optimizer_state[0] = pattern_blob(seed + 2, 100);
+      return data;
+    };
+    {
+      auto store = open_or_fail(dir.store(), options);
+      REQUIRE(store->commit(version(1, 10)).ok());
+      failing = true;
+      auto refused = store->commit(version(2, 20));
+      REQUIRE(!refused.ok());
+      CHECK(refused.error().code == ErrorCode::io);
+      CHECK(store->list()->size() == 1);
+      CHECK(store->stats()->blobs == 3);
+      CHECK(store->high_water_version() == 1);
+      CHECK(store->latest_committed_version().value() == 1);
+      failing = false;
+    }
+    auto store = open_or_fail(dir.store(), options);
+    CHECK(count_files(dir.store()) == 2);  // files of the refused commit were swept
+    REQUIRE(store->commit(version(2, 20)).ok());
+    check_same(store->latest_committed().value(), version(2, 20));
+    CHECK(store->stats()->blobs == 3);
+  }
+}
+
+TEST_CASE("a second open of a store that is already open is refused") {
+  TempDir dir;
+  auto first = open_or_fail(dir.store());
+  auto second = CheckpointStore::open(dir.store());
+  REQUIRE(!second.ok());
+  CHECK(second.error().code == ErrorCode::io);
+}
+
+}  // namespace
+}  // namespace archipelago::storage
