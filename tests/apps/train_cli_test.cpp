@@ -44,7 +44,7 @@ TEST_CASE("train --json runs a bounded tiny job and prints the summary as the la
   for (std::string mode : {"sync", "ddp"}) {
     auto outcome = run("train --json --run-dir " + (dir / mode).string() + " --set model.preset=tiny --set train.mode=" +
                        mode + " --set train.learners=2 --set train.inner_steps=10 --set train.max_tokens=81920"
-                       " --set train.max_seconds=0 --set inner.batch_size=8 --set data.eval_batches=2"
+                       " --set train.max_seconds=0 --set inner.batch_size=8 --set data.eval_batches=2 --set train.threads=1"
                        " --set data.cache_dir=" + data);
     CAPTURE(outcome.out);
     REQUIRE(outcome.exit_code == 0);
