@@ -48,6 +48,7 @@ Status assign(toml::table& target, const toml::table& defaults, const std::strin
 Status overlay(toml::table& target, const toml::table& defaults, const toml::table& user, const std::string& origin) {
   for (const auto& [section, node] : user) {
     const std::string section_name(section.str());
+    if (section_name == "sites" || section_name == "links") continue;  // the topology: net::parse_sites reads it
     if (!defaults.contains(section_name)) return config_error(origin + ": " + section_name, "unknown section");
     const toml::table* entries = node.as_table();
     if (!entries) return config_error(origin + ": " + section_name, "expected a [section] table");
@@ -87,6 +88,7 @@ struct Reader {
   std::string get_string(const char* path) const { return table.at_path(path).value<std::string>().value(); }
   int64_t get_int(const char* path) const { return table.at_path(path).value<int64_t>().value(); }
   double get_double(const char* path) const { return table.at_path(path).value<double>().value(); }
+  bool get_bool(const char* path) const { return table.at_path(path).value<bool>().value(); }
 };
 
 Status one_of(const std::string& key, const std::string& value, std::initializer_list<const char*> allowed) {
@@ -154,6 +156,29 @@ Expected<Config> to_config(const toml::table& table) {
   c.outer.codec = r.get_string("outer.codec");
   c.outer.delayed_every = static_cast<int>(r.get_int("outer.delayed_every"));
 
+  c.syncer.alpha = r.get_double("outer.alpha");
+  c.syncer.max_staleness = static_cast<int>(r.get_int("outer.max_staleness"));
+  c.syncer.overlap_steps = static_cast<int>(r.get_int("outer.overlap_steps"));
+  c.syncer.grace_gamma = r.get_double("outer.grace_gamma");
+  c.syncer.grace_max_s = r.get_double("outer.grace_max_s");
+  c.detector.heartbeat_s = r.get_double("runtime.heartbeat_s");
+  c.detector.suspect_factor = r.get_double("runtime.suspect_factor");
+  c.detector.min_timeout_s = r.get_double("runtime.suspect_min_s");
+  c.detector.max_timeout_s = r.get_double("runtime.suspect_max_s");
+  c.restart.max_restarts = static_cast<int>(r.get_int("runtime.max_restarts"));
+  c.restart.window_s = r.get_double("runtime.restart_window_s");
+  c.restart.backoff_initial_s = r.get_double("runtime.backoff_initial_s");
+  c.restart.backoff_max_s = r.get_double("runtime.backoff_max_s");
+  c.eval_every_versions = static_cast<int>(r.get_int("runtime.eval_every_versions"));
+  c.progress_interval_s = r.get_double("runtime.progress_interval_s");
+  c.drain_timeout_s = r.get_double("runtime.drain_timeout_s");
+  c.store_sync = r.get_bool("runtime.store_sync");
+  c.keep_versions = static_cast<int>(r.get_int("runtime.keep_versions"));
+  c.faults.kill_learner_every_s = r.get_double("faults.kill_learner_every_s");
+  c.faults.kill_syncer_at_s = r.get_double("faults.kill_syncer_at_s");
+  c.faults.crash_learner_on_start = static_cast<int>(r.get_int("faults.crash_learner_on_start"));
+  c.faults.seed = static_cast<uint64_t>(r.get_int("faults.seed"));
+
   c.data.corpus = r.get_string("data.corpus");
   c.data.split = r.get_string("data.split");
   c.data.heldout_fraction = r.get_double("data.heldout_fraction");
@@ -163,11 +188,20 @@ Expected<Config> to_config(const toml::table& table) {
   c.data.eval_batches = static_cast<int>(r.get_int("data.eval_batches"));
 
   c.log_level = r.get_string("log.level");
+  c.net.heartbeat_interval_s = r.get_double("net.heartbeat_interval_s");
+  c.net.connection_timeout_s = r.get_double("net.connection_timeout_s");
+  c.net.join_timeout_s = r.get_double("net.join_timeout_s");
+  c.net.reconnect_initial_s = r.get_double("net.reconnect_initial_s");
+  c.net.reconnect_max_s = r.get_double("net.reconnect_max_s");
+  c.net.tls = r.get_bool("net.tls");
+  c.net.tls_certificate = r.get_string("net.tls_certificate");
+  c.net.tls_key = r.get_string("net.tls_key");
+  c.net.tls_ca = r.get_string("net.tls_ca");
 
   for (Status status : {
            one_of("model.mlp", c.model.mlp, {"swiglu", "gelu"}),
            at_least("model.z_loss", c.model.z_loss, 0),
-           one_of("train.engine", c.engine, {"reference"}),
+           one_of("train.engine", c.engine, {"reference", "actors"}),
            one_of("train.mode", c.run.mode, {"sync", "decoupled", "async", "ddp"}),
            at_least("train.learners", c.run.learners, 1),
            at_least("train.inner_steps", c.run.inner_steps, 1),
@@ -196,12 +230,38 @@ Expected<Config> to_config(const toml::table& table) {
            at_least("outer.quorum", c.outer.quorum, 1),
            one_of("outer.codec", c.outer.codec, {"fp32", "bf16", "int8", "int4"}),
            at_least("outer.delayed_every", c.outer.delayed_every, 1),
+           in_open_range("outer.alpha", c.syncer.alpha, -1e-12, 1),
+           at_least("outer.max_staleness", c.syncer.max_staleness, 0),
+           at_least("outer.overlap_steps", c.syncer.overlap_steps, 1),
+           at_least("outer.grace_gamma", c.syncer.grace_gamma, 0),
+           at_least("outer.grace_max_s", c.syncer.grace_max_s, 0),
+           in_open_range("runtime.heartbeat_s", c.detector.heartbeat_s, 0, 60),
+           at_least("runtime.suspect_factor", c.detector.suspect_factor, 1),
+           in_open_range("runtime.suspect_min_s", c.detector.min_timeout_s, 0, 3600),
+           at_least("runtime.suspect_max_s", c.detector.max_timeout_s, c.detector.min_timeout_s),
+           at_least("runtime.max_restarts", c.restart.max_restarts, 0),
+           in_open_range("runtime.restart_window_s", c.restart.window_s, 0, 1e9),
+           at_least("runtime.backoff_initial_s", c.restart.backoff_initial_s, 0),
+           at_least("runtime.backoff_max_s", c.restart.backoff_max_s, c.restart.backoff_initial_s),
+           at_least("runtime.eval_every_versions", c.eval_every_versions, 1),
+           in_open_range("runtime.progress_interval_s", c.progress_interval_s, 0, 3600),
+           at_least("runtime.drain_timeout_s", c.drain_timeout_s, 0),
+           at_least("runtime.keep_versions", c.keep_versions, 0),
+           at_least("faults.kill_learner_every_s", c.faults.kill_learner_every_s, 0),
+           at_least("faults.kill_syncer_at_s", c.faults.kill_syncer_at_s, 0),
+           at_least("faults.crash_learner_on_start", c.faults.crash_learner_on_start, -1),
+           at_least("faults.seed", static_cast<double>(r.get_int("faults.seed")), 0),
            one_of("data.split", c.data.split, {"tail", "documents"}),
            in_open_range("data.heldout_fraction", c.data.heldout_fraction, 0, 1),
            one_of("data.sharding", c.data.sharding, {"iid", "noniid"}),
            at_least("data.chunk_bytes", static_cast<double>(c.data.chunk_bytes), 1),
            at_least("data.eval_batches", c.data.eval_batches, 1),
            one_of("log.level", c.log_level, {"trace", "debug", "info", "warn", "error", "off"}),
+           in_open_range("net.heartbeat_interval_s", c.net.heartbeat_interval_s, 0, 3600),
+           at_least("net.connection_timeout_s", c.net.connection_timeout_s, c.net.heartbeat_interval_s),
+           in_open_range("net.join_timeout_s", c.net.join_timeout_s, 0, 3600),
+           in_open_range("net.reconnect_initial_s", c.net.reconnect_initial_s, 0, 3600),
+           at_least("net.reconnect_max_s", c.net.reconnect_max_s, c.net.reconnect_initial_s),
        }) {
     if (!status) return status.error();
   }
@@ -213,6 +273,27 @@ Expected<Config> to_config(const toml::table& table) {
 }
 
 }  // namespace
+
+actors::RuntimeOptions to_runtime_options(const Config& c, const std::string& run_dir, bool resume) {
+  actors::RuntimeOptions o;
+  o.setup = training::ReferenceSetup{c.model, c.inner, c.outer, c.data, c.run};
+  o.syncer.alpha = c.syncer.alpha;
+  o.syncer.max_staleness = c.syncer.max_staleness;
+  o.syncer.overlap_steps = c.syncer.overlap_steps;
+  o.syncer.grace_gamma = c.syncer.grace_gamma;
+  o.syncer.grace_max_s = c.syncer.grace_max_s;
+  o.detector = c.detector;
+  o.restart = c.restart;
+  o.faults = c.faults;
+  o.eval_every_versions = c.eval_every_versions;
+  o.progress_interval_s = c.progress_interval_s;
+  o.drain_timeout_s = c.drain_timeout_s;
+  o.store_sync = c.store_sync;
+  o.keep_versions = static_cast<uint32_t>(c.keep_versions);
+  o.run_dir = run_dir;
+  o.resume = resume;
+  return o;
+}
 
 const std::string& default_config_text() {
   static const std::string text(kDefaultConfigToml);

@@ -10,9 +10,21 @@
 #include <vector>
 
 #include "common/error.hpp"
+#include "actors/runtime_options.hpp"
 #include "training/options.hpp"
 
 namespace archipelago::apps {
+
+// [net]: how coordinator and node processes connect (mapped onto actors::TransportOptions).
+struct NetOptions {
+  double heartbeat_interval_s = 0.5;
+  double connection_timeout_s = 3.0;
+  double join_timeout_s = 10.0;
+  double reconnect_initial_s = 0.2;
+  double reconnect_max_s = 5.0;
+  bool tls = false;
+  std::string tls_certificate, tls_key, tls_ca;
+};
 
 struct Config {
   training::ModelConfig model;
@@ -20,8 +32,19 @@ struct Config {
   training::OuterOptions outer;
   training::DataOptions data;
   training::RunOptions run;
-  std::string engine = "reference";
+  // Actor-runtime sections ([outer] extras, [runtime], [faults]); plain structs, no CAF.
+  actors::SyncerOptions syncer;
+  actors::DetectorOptions detector;
+  actors::RestartOptions restart;
+  actors::FaultOptions faults;
+  int eval_every_versions = 8;
+  double progress_interval_s = 2.0;
+  double drain_timeout_s = 20.0;
+  bool store_sync = true;
+  int keep_versions = 20;
+  std::string engine = "actors";
   std::string log_level = "info";
+  NetOptions net;
   std::string toml;  // the effective configuration, as TOML, for the run directory
 };
 
@@ -31,5 +54,8 @@ const std::string& default_config_text();
 // `file_text`: the contents of --config (nullopt for none); `origin` names it in errors.
 Expected<Config> load_config(const std::optional<std::string>& file_text, const std::string& origin,
                              const std::vector<std::string>& overrides);
+
+// The actor runtime's options for a run of `c` in `run_dir`.
+actors::RuntimeOptions to_runtime_options(const Config& c, const std::string& run_dir, bool resume);
 
 }  // namespace archipelago::apps

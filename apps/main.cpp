@@ -2,6 +2,8 @@
 // This file only parses arguments and hands over to one command.
 #include <CLI/CLI.hpp>
 
+#include "apps/coordinator_command.hpp"
+#include "apps/node_command.hpp"
 #include "apps/train_command.hpp"
 
 int main(int argc, char** argv) {
@@ -16,15 +18,60 @@ int main(int argc, char** argv) {
   train_command->add_option("--set", train.overrides, "override one key: section.key=value (repeatable)")
       ->allow_extra_args(false);
   train_command->add_option_function<std::string>("--engine", [&](const std::string& v) { train.engine = v; },
-                                                  "reference (sequential, no actors)");
+                                                  "actors (default: the actor runtime) | reference (sequential, no actors)");
   train_command->add_option_function<std::string>("--device", [&](const std::string& v) { train.device = v; },
                                                   "cpu | cuda | cuda:N");
   train_command->add_option_function<std::string>("--corpus", [&](const std::string& v) { train.corpus = v; },
                                                   "\"kjv\" or a UTF-8 text file or directory");
   train_command->add_option("--run-dir", train.run_dir, "run directory (default archipelago-runs/<run-id>)");
+  train_command->add_option("--resume", train.resume_dir,
+                            "continue the run in this directory from its latest committed version")
+      ->check(CLI::ExistingDirectory);
   train_command->add_flag("--json", train.json, "print a one-line JSON summary as the last line of stdout");
+
+  archipelago::apps::CoordinatorArguments coordinator;
+  auto* coordinator_command =
+      app.add_subcommand("coordinator", "run the coordinator of a multi-site run (syncer, monitor, store, evaluator)");
+  coordinator_command->add_option_function<std::string>("--config", [&](const std::string& v) { coordinator.config_file = v; },
+                                                        "TOML file overriding config/default.toml; may hold [sites] and [links]")
+      ->check(CLI::ExistingFile);
+  coordinator_command->add_option("--set", coordinator.overrides, "override one key: section.key=value (repeatable)")
+      ->allow_extra_args(false);
+  coordinator_command->add_option("--listen", coordinator.listen, "HOST:PORT to accept nodes on (default 127.0.0.1:4242)");
+  coordinator_command->add_option("--run-dir", coordinator.run_dir, "run directory: RocksDB store and logs; reusing it resumes")
+      ->required();
+  coordinator_command->add_option_function<std::string>("--token-file", [&](const std::string& v) { coordinator.token_file = v; },
+                                                        "file holding the join secret (else $ARCHIPELAGO_TOKEN_FILE)");
+  coordinator_command->add_option_function<std::string>("--site", [&](const std::string& v) { coordinator.site = v; },
+                                                        "this process's site (default: the [sites] coordinator, else local)");
+  coordinator_command->add_flag("--json", coordinator.json, "print a one-line JSON summary as the last line of stdout");
+
+  archipelago::apps::NodeArguments node;
+  auto* node_command = app.add_subcommand("node", "run a node: learners that join a coordinator and train");
+  node_command->add_option("--coordinator", node.coordinator, "HOST:PORT of the coordinator")->required();
+  node_command->add_option("--learners", node.learners, "learners on this node (default 1)")->check(CLI::PositiveNumber);
+  node_command->add_option("--site", node.site, "this node's site, as named in [sites] (default local)");
+  node_command->add_option_function<std::string>("--name", [&](const std::string& v) { node.name = v; },
+                                                 "node name in logs and link accounting (default host:pid)");
+  node_command->add_option_function<std::string>("--device", [&](const std::string& v) { node.device = v; },
+                                                 "cpu | cuda | cuda:N");
+  node_command->add_option_function<std::string>("--token-file", [&](const std::string& v) { node.token_file = v; },
+                                                 "file holding the join secret (else $ARCHIPELAGO_TOKEN_FILE)");
+  node_command->add_option_function<std::string>("--config", [&](const std::string& v) { node.config_file = v; },
+                                                 "local TOML ([net]: timeouts, TLS files)")
+      ->check(CLI::ExistingFile);
+  node_command->add_option("--set", node.overrides,
+                           "section.key=value (repeatable), applied locally and over the coordinator's configuration")
+      ->allow_extra_args(false);
+  node_command->add_option_function<std::string>("--log-file", [&](const std::string& v) { node.log_file = v; },
+                                                 "also append logs to this file");
+  node_command->add_option("--give-up-after", node.give_up_after_s,
+                           "exit with an error after this many seconds without the coordinator (default 0: never)");
+  node_command->add_flag("--json", node.json, "print a one-line JSON summary as the last line of stdout");
 
   CLI11_PARSE(app, argc, argv);
   if (train_command->parsed()) return archipelago::apps::run_train(train);
+  if (coordinator_command->parsed()) return archipelago::apps::run_coordinator(coordinator);
+  if (node_command->parsed()) return archipelago::apps::run_node(node);
   return 2;
 }

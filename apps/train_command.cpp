@@ -13,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "actors/cluster.hpp"
 #include "apps/config.hpp"
 #include "common/log.hpp"
 #include "training/blas_check.hpp"
@@ -81,6 +82,47 @@ class ProgressPrinter {
   bool header_printed_ = false;
 };
 
+json to_json(const actors::ProgressSample& p) {
+  auto number = [](double v) { return std::isnan(v) ? json(nullptr) : json(v); };
+  return {{"elapsed_s", p.elapsed_s}, {"version", p.version}, {"tokens", p.tokens}, {"tokens_per_s", p.tokens_per_s},
+          {"train_loss", number(p.train_loss)}, {"heldout_loss", number(p.heldout_loss)},
+          {"heldout_version", p.heldout_version}, {"alive", p.alive}, {"learners", p.total}, {"goodput", p.goodput},
+          {"bytes_sent", p.bytes_sent}, {"bytes_ddp_equivalent", p.bytes_ddp_equivalent}, {"restarts", p.restarts},
+          {"rejected_updates", p.rejected}};
+}
+
+// Live progress of the actor runtime: a table row per sample on a terminal, key=value lines otherwise.
+class ClusterProgressPrinter {
+ public:
+  ClusterProgressPrinter() : tty_(isatty(STDOUT_FILENO)) {}
+
+  void print(const actors::ProgressSample& p) {
+    if (tty_) {
+      if (rows_ % 20 == 0) {
+        std::printf("%8s %8s %9s %10s %9s %9s %7s %8s %16s\n", "elapsed", "version", "tok/s", "train", "held-out",
+                    "alive", "goodput", "restarts", "MB sent / DP eq.");
+      }
+      std::printf("%7.1fs %8llu %9.0f %10.4f %9.4f %6d/%-2d %7.2f %8lld %7.1f / %-8.1f\n", p.elapsed_s,
+                  static_cast<unsigned long long>(p.version), p.tokens_per_s, p.train_loss, p.heldout_loss, p.alive,
+                  p.total, p.goodput, static_cast<long long>(p.restarts), p.bytes_sent / 1e6,
+                  p.bytes_ddp_equivalent / 1e6);
+      ++rows_;
+    } else {
+      std::printf("progress elapsed_s=%.1f version=%llu tokens=%lld tokens_per_s=%.0f train_loss=%.4f heldout_loss=%.4f "
+                  "alive=%d/%d goodput=%.3f restarts=%lld rejected=%lld mb_sent=%.1f mb_ddp_equivalent=%.1f\n",
+                  p.elapsed_s, static_cast<unsigned long long>(p.version), static_cast<long long>(p.tokens),
+                  p.tokens_per_s, p.train_loss, p.heldout_loss, p.alive, p.total, p.goodput,
+                  static_cast<long long>(p.restarts), static_cast<long long>(p.rejected), p.bytes_sent / 1e6,
+                  p.bytes_ddp_equivalent / 1e6);
+    }
+    std::fflush(stdout);
+  }
+
+ private:
+  bool tty_;
+  int rows_ = 0;
+};
+
 void print_summary_table(const json& s) {
   std::printf("\nrun %s finished\n", s["run_id"].get<std::string>().c_str());
   auto row = [](const char* name, const std::string& value) { std::printf("  %-24s %s\n", name, value.c_str()); };
@@ -100,6 +142,16 @@ void print_summary_table(const json& s) {
   row("tokens / s", num(s["tokens_per_s"].get<double>(), "%.0f"));
   row("MB sent", num(s["bytes_sent"].get<int64_t>() / 1e6, "%.1f"));
   row("MB data-parallel equiv.", num(s["bytes_ddp_equivalent"].get<int64_t>() / 1e6, "%.1f"));
+  if (s.contains("versions_committed")) {
+    row("versions committed", std::to_string(s["versions_committed"].get<int64_t>()));
+    row("goodput", num(s["goodput"].get<double>(), "%.3f") + "  (badput: restart " +
+                       num(s["badput"]["restart"].get<double>(), "%.3f") + ", recovery " +
+                       num(s["badput"]["recovery"].get<double>(), "%.3f") + ", discarded " +
+                       num(s["badput"]["discarded"].get<double>(), "%.3f") + ", waiting " +
+                       num(s["badput"]["waiting"].get<double>(), "%.3f") + ")");
+    row("learner restarts", std::to_string(s["restarts"].get<int64_t>()));
+    row("rejected updates", std::to_string(s["rejected_updates"].get<int64_t>()));
+  }
   row("run directory", s["run_dir"].get<std::string>());
 }
 
@@ -108,14 +160,17 @@ void print_summary_table(const json& s) {
 int run_train(const TrainArguments& arguments) {
   std::optional<std::string> file_text;
   std::string origin = "config";
-  if (arguments.config_file) {
-    auto text = read_text(*arguments.config_file);
+  std::optional<std::string> config_file = arguments.config_file;
+  const bool resume = !arguments.resume_dir.empty();
+  if (resume && !config_file) config_file = (fs::path(arguments.resume_dir) / "config.toml").string();
+  if (config_file) {
+    auto text = read_text(*config_file);
     if (!text) {
       std::fprintf(stderr, "archipelago: %s\n", text.error().reason.c_str());
       return 2;
     }
     file_text = *text;
-    origin = *arguments.config_file;
+    origin = *config_file;
   }
   std::vector<std::string> overrides = arguments.overrides;
   if (arguments.engine) overrides.push_back("train.engine=" + *arguments.engine);
@@ -128,7 +183,13 @@ int run_train(const TrainArguments& arguments) {
   }
 
   const std::string run_id = new_run_id();
-  const fs::path run_dir = arguments.run_dir.empty() ? fs::path("archipelago-runs") / run_id : fs::path(arguments.run_dir);
+  if (resume && config->engine != "actors") {
+    std::fprintf(stderr, "archipelago: --resume needs train.engine = \"actors\"\n");
+    return 2;
+  }
+  const fs::path run_dir = resume ? fs::path(arguments.resume_dir)
+                           : arguments.run_dir.empty() ? fs::path("archipelago-runs") / run_id
+                                                       : fs::path(arguments.run_dir);
   std::error_code ec;
   fs::create_directories(run_dir, ec);
   if (ec) {
@@ -137,7 +198,7 @@ int run_train(const TrainArguments& arguments) {
   }
   init_logging({run_id, config->log_level, (run_dir / "archipelago.log").string()});
   auto log = component_logger("train");
-  std::ofstream(run_dir / "config.toml") << config->toml;
+  if (!resume) std::ofstream(run_dir / "config.toml") << config->toml;
 
   const int threads = training::set_compute_threads(config->run.threads);
   auto blas = training::check_blas();
@@ -153,7 +214,50 @@ int run_train(const TrainArguments& arguments) {
   log->info("corpus: {} bytes in {} documents", corpus->text.size(), corpus->documents.size());
   auto shared_corpus = std::make_shared<const training::Corpus>(std::move(*corpus));
 
-  std::ofstream metrics(run_dir / "metrics.jsonl");
+  std::ofstream metrics(run_dir / "metrics.jsonl", std::ios::app);
+  if (config->engine == "actors") {
+    auto cluster = actors::LocalCluster::start(to_runtime_options(*config, run_dir.string(), resume), shared_corpus);
+    if (!cluster) {
+      log->error("{}", cluster.error().reason);
+      return cluster.error().code == ErrorCode::invalid_argument || cluster.error().code == ErrorCode::conflict ||
+                     cluster.error().code == ErrorCode::not_found
+                 ? 2
+                 : 1;
+    }
+    ClusterProgressPrinter cluster_printer;
+    auto outcome = (*cluster)->run([&](const actors::ProgressSample& p) {
+      cluster_printer.print(p);
+      metrics << to_json(p).dump() << "\n" << std::flush;
+    });
+    cluster->reset();  // stops every actor before the summary is written
+    if (!outcome) {
+      log->error("{}", outcome.error().reason);
+      return 1;
+    }
+    const auto& r = *outcome;
+    json summary = {
+        {"run_id", run_id}, {"run_dir", run_dir.string()}, {"engine", config->engine}, {"mode", r.mode},
+        {"model", config->model.preset}, {"parameters", r.parameters}, {"learners", r.learners},
+        {"inner_steps", r.inner_steps}, {"rounds", r.versions_committed}, {"steps", r.steps}, {"tokens", r.tokens},
+        {"initial_heldout_loss", r.initial_heldout_loss}, {"heldout_loss", r.heldout_loss},
+        {"train_loss", r.train_loss}, {"wall_s", r.wall_s},
+        {"tokens_per_s", r.wall_s > 0 ? r.tokens / r.wall_s : 0.0}, {"bytes_sent", r.bytes_sent},
+        {"bytes_ddp_equivalent", r.bytes_ddp_equivalent}, {"blas", blas.library}, {"blas_gflops", blas.gflops},
+        {"device", config->run.device}, {"precision", config->inner.precision},
+        {"versions_committed", r.versions_committed}, {"start_version", r.start_version},
+        {"final_version", r.final_version}, {"goodput", r.goodput.goodput},
+        {"badput", to_json(r.goodput)["badput"]}, {"restarts", r.restarts},
+        {"infrastructure_restarts", r.infrastructure_restarts}, {"rejected_updates", r.rejected_updates},
+        {"rejected_by_reason", r.details["syncer"].value("rejected", json::object())},
+        {"kill_to_merge_s", r.kill_to_merge_s}, {"links_bytes", r.details["links_bytes"]},
+    };
+    std::ofstream(run_dir / "summary.json") << summary.dump(2) << "\n";
+    std::ofstream(run_dir / "actors.json") << r.details.dump(2) << "\n";
+    print_summary_table(summary);
+    if (arguments.json) std::printf("%s\n", summary.dump().c_str());
+    std::fflush(stdout);
+    return 0;
+  }
   ProgressPrinter printer;
   training::ReferenceSetup setup{config->model, config->inner, config->outer, config->data, config->run};
   auto result = training::run_reference(setup, shared_corpus, [&](const training::ProgressPoint& point) {

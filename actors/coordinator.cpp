@@ -1,0 +1,316 @@
+#include "actors/coordinator.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <set>
+#include <thread>
+
+#include <caf/all.hpp>
+#include <caf/io/all.hpp>
+#include <caf/openssl/all.hpp>
+
+#include "actors/evaluator.hpp"
+#include "actors/failure_monitor.hpp"
+#include "actors/gateway.hpp"
+#include "actors/run_setup.hpp"
+#include "actors/store_actor.hpp"
+#include "actors/supervisor.hpp"
+#include "actors/syncer.hpp"
+#include "actors/wire.hpp"
+#include "common/log.hpp"
+#include "net/link_stats.hpp"
+#include "storage/checkpoint_store.hpp"
+
+namespace archipelago::actors {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+nlohmann::json field(const nlohmann::json& j, const std::string& key) {
+  if (j.is_object()) {
+    auto it = j.find(key);
+    if (it != j.end() && !it->is_null()) return *it;
+  }
+  return nlohmann::json::object();
+}
+
+// j[key] when it is a number, else `otherwise` (NaN travels as null in JSON).
+double number(const nlohmann::json& j, const std::string& key, double otherwise) {
+  if (!j.is_object()) return otherwise;
+  auto it = j.find(key);
+  return it != j.end() && it->is_number() ? it->get<double>() : otherwise;
+}
+
+int64_t tokens_merged(const nlohmann::json& syncer) {
+  int64_t total = 0;
+  const auto learners = field(syncer, "learners");  // a named copy: items() must not outlive it
+  for (const auto& [id, record] : learners.items()) total += record.value("tokens_merged", int64_t{0});
+  return total;
+}
+
+}  // namespace
+
+struct Coordinator::Impl {
+  CoordinatorOptions options;
+  std::shared_ptr<const RuntimeOptions> runtime;
+  RunSetup setup;
+  std::shared_ptr<storage::CheckpointStore> store;
+  caf::actor_system_config config;
+  std::unique_ptr<caf::actor_system> system;
+  caf::actor root, gateway;
+  uint16_t port = 0;
+  Clock::time_point started;
+  std::optional<uint64_t> resumed_from;
+  double initial_heldout_loss = std::nan("");
+  std::shared_ptr<net::LinkStats> stats;
+  std::shared_ptr<RemoteCounters> counters = std::make_shared<RemoteCounters>();
+  std::shared_ptr<spdlog::logger> log = component_logger("coordinator");
+
+  ~Impl() { shutdown(); }
+
+  void shutdown() {
+    if (!system) return;
+    if (gateway) caf::anon_send_exit(gateway, caf::exit_reason::user_shutdown);
+    if (root) caf::anon_send_exit(root, caf::exit_reason::user_shutdown);
+    gateway = root = caf::actor{};
+    system->await_all_actors_done();
+    for (auto name : {caf::atom("root"), syncer_name(), store_name(), monitor_name(), evaluator_name(),
+                      caf::atom("gateway")}) {
+      system->registry().erase(name);
+    }
+    system.reset();
+  }
+
+  Expected<nlohmann::json> query(caf::atom_value name, const std::string& command = "status",
+                                 std::vector<std::string> args = {}, double timeout_s = 5) {
+    auto target = system->registry().get<caf::actor>(name);
+    if (!target) return make_error(ErrorCode::unavailable, "no actor registered as " + caf::to_string(name));
+    caf::scoped_actor self{*system};
+    Expected<nlohmann::json> result = make_error(ErrorCode::unavailable, "no answer");
+    self->request(target, std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000)), admin_atom::value,
+                  admin_request("coordinator", command, std::move(args)))
+        .receive([&](WireBytes& bytes) { result = read_admin_reply(std::move(bytes)); },
+                 [&](caf::error& error) {
+                   result = make_error(ErrorCode::unavailable, caf::to_string(name) + ": " + system->render(error));
+                 });
+    return result;
+  }
+
+  nlohmann::json status(caf::atom_value name) {
+    auto j = query(name);
+    return j && j->is_object() ? *j : nlohmann::json::object();
+  }
+
+  double elapsed_s() const { return std::chrono::duration<double>(Clock::now() - started).count(); }
+};
+
+Coordinator::Coordinator(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Coordinator::~Coordinator() = default;
+uint16_t Coordinator::port() const { return impl_->port; }
+
+Expected<std::unique_ptr<Coordinator>> Coordinator::start(CoordinatorOptions options,
+                                                          std::shared_ptr<const training::Corpus> corpus) {
+  auto impl = std::make_unique<Impl>();
+  auto& runtime = options.runtime;
+  if (runtime.run_dir.empty()) return make_error(ErrorCode::invalid_argument, "the coordinator needs --run-dir");
+  if (!options.secret) return make_error(ErrorCode::invalid_argument, "the coordinator needs a join token");
+  if (runtime.setup.run.max_tokens <= 0 && runtime.setup.run.max_seconds <= 0) {
+    impl->log->info("no train.max_seconds / train.max_tokens: running until SIGTERM");
+  }
+  runtime.syncer.auth_token = std::string(options.secret->bytes());
+  auto setup = prepare_run(runtime, *corpus);
+  if (!setup) return setup.error();
+  impl->setup = std::move(*setup);
+
+  std::error_code ec;
+  std::filesystem::create_directories(runtime.run_dir, ec);
+  storage::StoreOptions store_options;
+  store_options.sync = runtime.store_sync;
+  store_options.retention.keep_last = runtime.keep_versions;
+  auto store = storage::CheckpointStore::open((std::filesystem::path(runtime.run_dir) / "store").string(), store_options);
+  if (!store) return store.error();
+  impl->store = std::shared_ptr<storage::CheckpointStore>(std::move(*store));
+  auto latest = impl->store->latest_committed();
+  if (latest) {
+    impl->resumed_from = latest->version;
+    runtime.resume = true;
+  }
+  auto loss = heldout_loss(runtime, impl->setup, latest ? &*latest : nullptr);
+  if (!loss) return make_error(loss.error().code, "run directory " + runtime.run_dir + ": " + loss.error().reason);
+  impl->initial_heldout_loss = *loss;
+
+  impl->runtime = std::make_shared<const RuntimeOptions>(runtime);
+  impl->stats = std::make_shared<net::LinkStats>(options.site);
+  impl->config.set("scheduler.max-threads", std::min<size_t>(std::max(1u, std::thread::hardware_concurrency()), 2));
+  impl->config.set("logger.file-verbosity", caf::atom("quiet"));
+  impl->config.set("logger.console-verbosity", caf::atom("quiet"));
+  if (auto status = configure_transport(impl->config, options.transport); !status) return status.error();
+  impl->system = std::make_unique<caf::actor_system>(impl->config);
+  impl->started = Clock::now();
+
+  // Root supervisor: store, monitor, syncer, evaluator — a local cluster's tree without learners.
+  SupervisorSpec root{"root_supervisor", caf::atom("root"), impl->runtime, {}};
+  auto store_handle = impl->store;
+  auto opts = impl->runtime;
+  auto initial = impl->setup.initial_fragments;
+  auto heldout = impl->setup.heldout;
+  auto layout = impl->setup.layout;
+  root.children.push_back({store_name(), "checkpoint_store", 0,
+                           [=](caf::actor_system& s, const ChildContext&) { return spawn_store_actor(s, store_handle); }});
+  root.children.push_back({monitor_name(), "failure_monitor", 0,
+                           [=](caf::actor_system& s, const ChildContext&) { return spawn_failure_monitor(s, opts); }});
+  root.children.push_back({syncer_name(), "syncer", 0, [=](caf::actor_system& s, const ChildContext&) {
+                             return spawn_syncer(s, SyncerSpec{opts, initial});
+                           }});
+  root.children.push_back({evaluator_name(), "evaluator", 0, [=](caf::actor_system& s, const ChildContext&) {
+                             return spawn_evaluator(s, EvaluatorSpec{opts, heldout, layout});
+                           }});
+  impl->root = spawn_supervisor(*impl->system, std::move(root));
+  impl->system->registry().put(caf::atom("root"), impl->root);
+
+  GatewaySpec gateway{options.secret, options.config_toml, options.topology_toml, options.topology, options.site,
+                      runtime.setup.run.learners, impl->stats, impl->counters};
+  impl->gateway = spawn_gateway(*impl->system, std::move(gateway));
+  impl->system->registry().put(caf::atom("gateway"), impl->gateway);
+  const char* host = options.listen.host.c_str();
+  auto port = options.transport.tls
+                  ? caf::openssl::publish(impl->gateway, options.listen.port, host, true)
+                  : impl->system->middleman().publish(impl->gateway, options.listen.port, host, true);
+  if (!port) {
+    return make_error(ErrorCode::unavailable, "cannot listen on " + options.listen.host + ":" +
+                                                  std::to_string(options.listen.port) + ": " +
+                                                  impl->system->render(port.error()));
+  }
+  impl->port = *port;
+  impl->options = std::move(options);
+  impl->log->info("coordinator listening on {}:{}{} (site {}), {} learner slot(s), {} parameters, {}", impl->options.listen.host,
+                  impl->port, impl->options.transport.tls ? " (TLS)" : "", impl->options.site,
+                  runtime.setup.run.learners, impl->setup.layout->parameter_count,
+                  impl->resumed_from ? "resuming from committed version " + std::to_string(*impl->resumed_from)
+                                     : std::string("fresh run"));
+  return std::unique_ptr<Coordinator>(new Coordinator(std::move(impl)));
+}
+
+Expected<nlohmann::json> Coordinator::run(const std::function<bool()>& stop_requested,
+                                          const std::function<void(const nlohmann::json&)>& progress) {
+  auto& impl = *impl_;
+  const auto& run = impl.runtime->setup.run;
+  const double max_seconds = run.max_seconds;
+  std::string stopped_by;
+  double next_progress = 0;
+  nlohmann::json syncer = nlohmann::json::object();
+  std::optional<uint64_t> start_version;
+  int64_t start_tokens = 0;
+  double first_commit_s = -1;  // monotonic_seconds() when this process first saw a new committed version
+  while (true) {
+    const double now = impl.elapsed_s();
+    auto s = impl.status(syncer_name());
+    if (!s.empty()) syncer = s;
+    if (!start_version && syncer.value("phase", "") == "ready") {
+      start_version = syncer.value("version", uint64_t{0});
+      start_tokens = tokens_merged(syncer);
+    }
+    if (start_version && first_commit_s < 0 && syncer.value("version", uint64_t{0}) > *start_version) {
+      first_commit_s = monotonic_seconds();
+    }
+    if (stop_requested()) stopped_by = "signal";
+    else if (max_seconds > 0 && now >= max_seconds) stopped_by = "max_seconds";
+    else if (run.max_tokens > 0 && tokens_merged(syncer) >= run.max_tokens) stopped_by = "max_tokens";
+    if (now >= next_progress || !stopped_by.empty()) {
+      next_progress = now + impl.runtime->progress_interval_s;
+      auto monitor = impl.status(monitor_name());
+      auto evaluator = impl.status(evaluator_name());
+      auto gateway = impl.status(caf::atom("gateway"));
+      nlohmann::json p = {{"elapsed_s", now}, {"version", syncer.value("version", uint64_t{0})},
+                          {"tokens", tokens_merged(syncer)}, {"alive", monitor.value("alive", 0)},
+                          {"nodes", field(gateway, "nodes").size()},
+                          {"heldout_loss", number(evaluator, "scored_version", 0) > 0 ? number(evaluator, "heldout_loss", std::nan("")) : std::nan("")},
+                          {"bytes_cross_site", impl.stats->snapshot().cross_site().bytes_sent +
+                                                   impl.stats->snapshot().cross_site().bytes_received}};
+      if (progress) progress(p);
+    }
+    if (!stopped_by.empty()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  impl.log->info("stopping ({}): telling the nodes, draining", stopped_by);
+
+  // Nodes finish their in-flight updates and leave; commit what arrives, within the drain timeout.
+  caf::anon_send(impl.gateway, stop_atom::value);
+  const auto drain_until = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(
+                                              (impl.runtime->drain_timeout_s + 2) * 1000));
+  while (Clock::now() < drain_until) {
+    auto gateway = impl.status(caf::atom("gateway"));
+    if (!gateway.empty() && field(gateway, "nodes").empty()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  const auto settle_until = Clock::now() + std::chrono::seconds(15);
+  while (Clock::now() < settle_until) {
+    auto s = impl.status(syncer_name());
+    if (!s.empty()) syncer = s;
+    if (s.value("pending", int64_t{1}) == 0 && !s.value("commit_in_flight", true) && s.value("phase", "") == "ready") break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  const uint64_t final_version = syncer.value("version", uint64_t{0});
+  auto final_eval = impl.query(evaluator_name(), "evaluate", {std::to_string(final_version)}, 300);
+  if (!final_eval) return make_error(ErrorCode::unavailable, "final evaluation failed: " + final_eval.error().reason);
+
+  // Links: bytes per remote node as this process counted them, and the data-parallel comparison.
+  const auto snapshot = impl.stats->snapshot();
+  nlohmann::json links = nlohmann::json::array();
+  std::set<std::string> sites{impl.options.site};
+  auto remote = impl.counters->to_json();
+  for (const auto& peer : snapshot.peers) {
+    sites.insert(peer.site);
+    nlohmann::json link = {{"node", peer.node}, {"site", peer.site}, {"bytes_sent", peer.counters.bytes_sent},
+                           {"bytes_received", peer.counters.bytes_received},
+                           {"cross_site", peer.site != impl.options.site}};
+    link.update(field(field(remote, "link_messages"), peer.node));
+    links.push_back(link);
+  }
+  const auto cross = snapshot.cross_site();
+  const uint64_t bytes_cross_site = cross.bytes_sent + cross.bytes_received;
+  const int64_t tokens = tokens_merged(syncer) - start_tokens;
+  nlohmann::json efficiency = nullptr;
+  net::DataParallelBaseline baseline{static_cast<uint64_t>(impl.setup.layout->parameter_count), 4,
+                                     static_cast<uint32_t>(sites.size()),
+                                     static_cast<uint64_t>(impl.setup.tokens_per_learner_step * run.learners)};
+  if (auto e = net::compare_to_data_parallel(bytes_cross_site, tokens > 0 ? tokens : 0, baseline)) {
+    efficiency = {{"cross_site_bytes_per_token", e->cross_site_bytes_per_token},
+                  {"data_parallel_bytes_per_token", e->data_parallel_bytes_per_token},
+                  {"fraction_of_data_parallel", e->fraction_of_data_parallel}};
+  }
+  nlohmann::json learners = nlohmann::json::object();
+  const auto syncer_learners = field(syncer, "learners");
+  for (const auto& [id, r] : syncer_learners.items()) {
+    learners[id] = {{"joins", r.value("joins", 0)}, {"active", r.value("active", false)},
+                    {"contributions_merged", r.value("contributions_merged", 0)},
+                    {"first_merge_after_join_s", r.value("first_merge_after_join_s", -1.0)},
+                    {"joined_s", r.value("joined_s", -1.0)}};
+  }
+  std::vector<int64_t> fragment_numel;
+  for (const auto& f : impl.setup.layout->plan.fragments) fragment_numel.push_back(f.numel);
+  const uint64_t first_version = start_version.value_or(final_version);
+  nlohmann::json summary = {
+      {"role", "coordinator"}, {"run_dir", impl.runtime->run_dir}, {"listen", impl.options.listen.host + ":" + std::to_string(impl.port)},
+      {"tls", impl.options.transport.tls}, {"site", impl.options.site}, {"mode", run.mode},
+      {"parameters", impl.setup.layout->parameter_count}, {"fragment_numel", fragment_numel},
+      {"codec", impl.runtime->setup.outer.codec}, {"learner_slots", run.learners},
+      {"start_version", first_version}, {"final_version", final_version},
+      {"versions_committed", static_cast<int64_t>(final_version) - static_cast<int64_t>(first_version)},
+      {"resumed_from_version", impl.resumed_from ? nlohmann::json(*impl.resumed_from) : nlohmann::json(nullptr)},
+      {"learners_seen", remote.value("learners_seen", 0)}, {"learners", learners},
+      {"tokens", tokens}, {"initial_heldout_loss", impl.initial_heldout_loss},
+      {"heldout_loss", number(*final_eval, "heldout_loss", std::nan(""))}, {"wall_s", impl.elapsed_s()},
+      {"bytes_cross_site", bytes_cross_site}, {"bytes_links_total", snapshot.total().bytes_sent + snapshot.total().bytes_received},
+      {"links", links}, {"cross_site_vs_data_parallel", efficiency},
+      {"joins_accepted", remote["joins_accepted"]}, {"joins_refused", remote["joins_refused"]},
+      {"rejected_foreign", remote["rejected_foreign"]}, {"rejected_updates", syncer.value("rejected_total", int64_t{0})},
+      {"rejected_by_reason", field(syncer, "rejected")}, {"stopped_by", stopped_by},
+      {"first_commit_s", first_commit_s},
+  };
+  return summary;
+}
+
+}  // namespace archipelago::actors

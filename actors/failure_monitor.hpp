@@ -1,0 +1,25 @@
+// The failure monitor: liveness of every learner from its heartbeats and from CAF down signals.
+//
+// Per learner id it keeps the current incarnation's actor (CAF-monitored from its first heartbeat),
+// a HeartbeatHistory and a state:
+//     alive ──silence > suspect_timeout(history)──> dead      (policy.hpp: adaptive timeout)
+//     alive ──down_msg (non-normal exit)─────────> dead
+//     alive ──Leave{"finished"} / normal exit───> finished
+//     dead/finished ──heartbeat from a new incarnation──> alive
+// A death is reported once, as Leave{learnerId, "dead: <reason>"}, to the syncer (quorum shrinks)
+// and to the learner supervisor (which kills a frozen learner and restarts it). Checks run on a
+// 100 ms tick. Status: (admin_atom, AdminRequest "status") -> per-learner state, step, tokens/s.
+#pragma once
+
+#include <memory>
+
+#include <caf/actor.hpp>
+#include <caf/actor_system.hpp>
+
+#include "actors/runtime_options.hpp"
+
+namespace archipelago::actors {
+
+caf::actor spawn_failure_monitor(caf::actor_system& system, std::shared_ptr<const RuntimeOptions> options);
+
+}  // namespace archipelago::actors

@@ -1,0 +1,335 @@
+#include "actors/gateway.hpp"
+
+#include <set>
+#include <tuple>
+#include <vector>
+
+#include <caf/all.hpp>
+
+#include "actors/remote_protocol.hpp"
+#include "actors/shaped_link.hpp"
+#include "actors/wire.hpp"
+#include "common/log.hpp"
+#include "messages/envelope.hpp"
+
+namespace archipelago::actors {
+namespace {
+
+using namespace archipelago::messages;
+
+// Decodes `bytes` in place for a look at the header; the result must not outlive the call's use.
+Expected<DecodedEnvelope> peek(const WireBytes& bytes) {
+  DecodeLimits limits;
+  limits.check_finite = false;  // the role actor checks payloads; this is routing only
+  std::shared_ptr<const void> borrowed(std::shared_ptr<const void>{}, bytes.data());
+  return decode(ByteView{reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), borrowed}, limits);
+}
+
+bool is_role(caf::atom_value role) {
+  return role == syncer_name() || role == store_name() || role == monitor_name();
+}
+
+// ---- downlink: one per learner incarnation and role ----------------------------------------------
+
+struct DownlinkSpec {
+  caf::atom_value role;
+  caf::actor learner;
+  caf::actor watcher;
+  std::string node, site;
+  std::shared_ptr<ShapedLink> link;
+  std::shared_ptr<net::LinkStats> stats;
+  std::shared_ptr<RemoteCounters> counters;
+};
+
+caf::behavior downlink_behavior(caf::event_based_actor* self, DownlinkSpec spec) {
+  self->monitor(spec.learner);
+  // The learner is gone (its process died, or it finished): so is its downlink, for the same reason.
+  self->set_down_handler([=](caf::down_msg& down) { self->quit(down.reason); });
+  return {
+      [=](WireBytes& bytes) {
+        const bool fragment_start = [&] {
+          auto envelope = peek(bytes);
+          if (!envelope) return false;
+          auto* global = std::get_if<GlobalFragment>(&envelope->body);
+          return global && global->chunk.chunk_index == 0;
+        }();
+        {
+          std::lock_guard lock(spec.counters->mutex);
+          auto& tally = spec.counters->tallies[spec.node];
+          tally.messages_sent += 1;
+          tally.global_fragments_sent += fragment_start ? 1 : 0;
+        }
+        auto watcher = spec.watcher;
+        auto role = spec.role;
+        auto learner = spec.learner;
+        auto stats = spec.stats;
+        auto node = spec.node;
+        auto site = spec.site;
+        // Counted when the link releases the bytes onto the transport, as the far side counts them.
+        spec.link->send(std::move(bytes), [watcher, role, learner, stats, node, site](WireBytes&& b) {
+          stats->record_sent(node, site, b.size());
+          caf::anon_send(watcher, deliver_atom::value, role, learner, std::move(b));
+        });
+      },
+  };
+}
+
+// ---- link: one per admitted node session -----------------------------------------------------------
+
+struct LinkSpec {
+  std::string node, site;
+  int first = 0, count = 0;
+  caf::actor watcher;
+  net::LinkSpec downlink;
+  std::shared_ptr<net::LinkStats> stats;
+  std::shared_ptr<RemoteCounters> counters;
+};
+
+struct LinkState {
+  LinkSpec spec;
+  std::shared_ptr<ShapedLink> downlink;
+  std::map<std::pair<caf::atom_value, caf::actor_addr>, caf::actor> downlinks;
+  std::shared_ptr<std::vector<caf::actor>> live = std::make_shared<std::vector<caf::actor>>();
+  int64_t foreign = 0;
+  std::shared_ptr<spdlog::logger> log = component_logger("gateway");
+  const char* name = "node_link";
+};
+
+using LinkActor = caf::stateful_actor<LinkState>;
+
+void on_up(LinkActor* self, caf::atom_value role, const caf::actor& learner, WireBytes&& bytes) {
+  auto& st = self->state;
+  const auto size = bytes.size();
+  st.spec.stats->record_received(st.spec.node, st.spec.site, size);
+  auto envelope = peek(bytes);
+  if (!envelope || !is_role(role) || !learner) {
+    st.log->warn("node {}: dropped a malformed message ({})", st.spec.node,
+                 envelope ? "unknown role or sender" : envelope.error().to_string());
+    return;
+  }
+  const int index = learner_index(envelope->sender_id);
+  if (index < st.spec.first || index >= st.spec.first + st.spec.count) {
+    // Only learners of the slot range this session was admitted with may speak through it.
+    st.spec.counters->rejected_foreign += 1;
+    if (st.foreign++ < 5) {
+      st.log->warn("node {}: rejected a {} from '{}': not a learner admitted for this node (slots {}..{})",
+                   st.spec.node, message_name(envelope->body), envelope->sender_id, st.spec.first,
+                   st.spec.first + st.spec.count - 1);
+    }
+    return;
+  }
+  {
+    std::lock_guard lock(st.spec.counters->mutex);
+    auto& tally = st.spec.counters->tallies[st.spec.node];
+    tally.messages_received += 1;
+    if (auto* update = std::get_if<FragmentUpdate>(&envelope->body); update && update->chunk.chunk_index == 0) {
+      tally.updates_received += 1;
+    }
+    if (std::holds_alternative<Join>(envelope->body) && role == syncer_name()) {
+      st.spec.counters->learners_joined.insert(envelope->sender_id);
+    }
+  }
+  auto key = std::make_pair(role, learner.address());
+  auto it = st.downlinks.find(key);
+  if (it == st.downlinks.end()) {
+    auto downlink = self->spawn(downlink_behavior, DownlinkSpec{role, learner, st.spec.watcher, st.spec.node,
+                                                                st.spec.site, st.downlink, st.spec.stats,
+                                                                st.spec.counters});
+    it = st.downlinks.emplace(key, downlink).first;
+    st.live->push_back(downlink);
+  }
+  auto target = self->system().registry().get<caf::actor>(role);
+  if (!target) return;  // restarting (root supervisor): the learner retries
+  caf::send_as(it->second, target, std::move(bytes));
+}
+
+caf::behavior link_behavior(LinkActor* self, LinkSpec spec) {
+  auto& st = self->state;
+  st.spec = std::move(spec);
+  st.downlink = std::make_shared<ShapedLink>(st.spec.downlink);
+  self->monitor(st.spec.watcher);
+  auto live = st.live;
+  auto downlink = st.downlink;
+  self->attach_functor([live, downlink](const caf::error& reason) {
+    downlink->stop();
+    // Downlinks end with the session, abnormally: the monitor declares the node's learners dead.
+    for (auto& d : *live) caf::anon_send_exit(d, caf::exit_reason::remote_link_unreachable);
+  });
+  self->set_down_handler([=](caf::down_msg& down) {
+    auto& st = self->state;
+    if (down.source != st.spec.watcher.address()) return;
+    st.log->warn("node {} (site {}) is gone: {}", st.spec.node, st.spec.site, self->system().render(down.reason));
+    self->quit(down.reason ? down.reason : caf::error{caf::exit_reason::remote_link_unreachable});
+  });
+  return {
+      [=](up_atom, caf::atom_value role, caf::actor& learner, WireBytes& bytes) {
+        on_up(self, role, learner, std::move(bytes));
+      },
+      [=](stop_atom) { self->send(self->state.spec.watcher, stop_atom::value); },
+  };
+}
+
+// ---- gateway ---------------------------------------------------------------------------------------
+
+using JoinReply = std::tuple<WireBytes, std::string, std::string, std::string, int32_t, caf::actor>;
+
+struct Session {
+  std::string node, site;
+  int first = 0, count = 0;
+};
+
+struct GatewayState {
+  GatewaySpec spec;
+  std::vector<bool> taken;                       // per learner slot
+  std::map<caf::actor_addr, Session> sessions;   // link -> what it holds
+  std::vector<caf::actor> links;
+  std::shared_ptr<std::vector<caf::actor>> all_links;  // ended with the gateway
+  std::map<std::string, int> last_first;         // node name -> first slot it held
+  Outbox outbox{"gateway"};
+  std::shared_ptr<spdlog::logger> log = component_logger("gateway");
+  const char* name = "gateway";
+};
+
+using GatewayActor = caf::stateful_actor<GatewayState>;
+
+JoinReply refuse(GatewayActor* self, const std::string& reason) {
+  auto bytes = self->state.outbox.wrap(Welcome{0, 0, false, reason});
+  return JoinReply{bytes ? std::move(*bytes) : WireBytes{}, "", "", "", -1, caf::actor{}};
+}
+
+JoinReply on_node_join(GatewayActor* self, WireBytes&& bytes, int32_t learners, int32_t preferred,
+                       const caf::actor& watcher) {
+  auto& st = self->state;
+  auto envelope = unwrap(std::move(bytes));
+  const Join* join = envelope ? std::get_if<Join>(&envelope->body) : nullptr;
+  if (!join || !watcher) {
+    st.spec.counters->joins_refused_other += 1;
+    st.log->warn("refused a node: malformed join request");
+    return refuse(self, "malformed join request");
+  }
+  const auto decision = net::verify_join(*st.spec.secret, join->auth_token);
+  if (!decision.accepted()) {
+    (decision.outcome == net::JoinOutcome::missing_token ? st.spec.counters->joins_refused_missing_token
+                                                          : st.spec.counters->joins_refused_wrong_token) += 1;
+    st.log->error("refused node '{}' (site {}): {} ({} refused so far)", join->node, join->site, decision.reason,
+                  st.spec.counters->joins_refused_wrong_token + st.spec.counters->joins_refused_missing_token);
+    return refuse(self, "unauthenticated: " + decision.reason);
+  }
+  const int total = static_cast<int>(st.taken.size());
+  if (learners < 1 || learners > total) {
+    st.spec.counters->joins_refused_other += 1;
+    return refuse(self, "a node must host 1.." + std::to_string(total) + " learners (train.learners = " +
+                            std::to_string(total) + "), not " + std::to_string(learners));
+  }
+  auto range_free = [&](int first) {
+    if (first < 0 || first + learners > total) return false;
+    for (int i = first; i < first + learners; ++i) {
+      if (st.taken[i]) return false;
+    }
+    return true;
+  };
+  int first = -1;
+  if (range_free(preferred)) {
+    first = preferred;  // a node that already runs learners keeps their slots
+  } else if (auto it = st.last_first.find(join->node); it != st.last_first.end() && range_free(it->second)) {
+    first = it->second;
+  } else {
+    for (int f = 0; f + learners <= total && first < 0; ++f) {
+      if (range_free(f)) first = f;
+    }
+  }
+  if (first < 0) {
+    st.spec.counters->joins_refused_other += 1;
+    int used = 0;
+    for (bool t : st.taken) used += t;
+    st.log->warn("refused node '{}': no {} free learner slots ({} of {} in use)", join->node, learners, used, total);
+    return refuse(self, "no " + std::to_string(learners) + " free learner slots (train.learners = " +
+                            std::to_string(total) + ", " + std::to_string(used) + " in use)");
+  }
+  const auto downlink = st.spec.topology ? st.spec.topology->link(st.spec.site, join->site) : net::LinkSpec{};
+  auto link = self->spawn(link_behavior, LinkSpec{join->node, join->site, first, learners, watcher, downlink,
+                                                  st.spec.stats, st.spec.counters});
+  self->monitor(link);
+  for (int i = first; i < first + learners; ++i) st.taken[i] = true;
+  st.sessions[link.address()] = Session{join->node, join->site, first, learners};
+  st.links.push_back(link);
+  st.all_links->push_back(link);
+  st.last_first[join->node] = first;
+  {
+    std::lock_guard lock(st.spec.counters->mutex);
+    st.spec.counters->sites[join->node] = join->site;
+  }
+  st.spec.counters->joins_accepted += 1;
+  st.log->info("admitted node '{}' (site {}, device {}) with learners {}..{}", join->node, join->site, join->device,
+               first, first + learners - 1);
+  auto welcome = st.outbox.wrap(Welcome{0, 0, true, ""});
+  return JoinReply{welcome ? std::move(*welcome) : WireBytes{}, st.spec.config_toml, st.spec.topology_toml,
+                   st.spec.site, first, link};
+}
+
+caf::behavior gateway_behavior(GatewayActor* self, GatewaySpec spec) {
+  auto& st = self->state;
+  st.spec = std::move(spec);
+  st.taken.assign(st.spec.learner_slots, false);
+  auto links = std::make_shared<std::vector<caf::actor>>();
+  self->attach_functor([=](const caf::error&) {
+    for (auto& link : *links) caf::anon_send_exit(link, caf::exit_reason::user_shutdown);
+  });
+  st.all_links = links;
+  self->set_down_handler([=](caf::down_msg& down) {
+    auto& st = self->state;
+    auto it = st.sessions.find(down.source);
+    if (it == st.sessions.end()) return;
+    for (int i = it->second.first; i < it->second.first + it->second.count; ++i) st.taken[i] = false;
+    st.log->info("node '{}' released learners {}..{}", it->second.node, it->second.first,
+                 it->second.first + it->second.count - 1);
+    st.sessions.erase(it);
+    st.links.erase(std::remove_if(st.links.begin(), st.links.end(),
+                                  [&](const caf::actor& l) { return l.address() == down.source; }),
+                   st.links.end());
+  });
+  return {
+      [=](nodejoin_atom, WireBytes& bytes, int32_t learners, int32_t preferred, caf::actor& watcher) -> JoinReply {
+        return on_node_join(self, std::move(bytes), learners, preferred, watcher);
+      },
+      [=](stop_atom) {
+        for (auto& link : self->state.links) self->send(link, stop_atom::value);
+      },
+      [=](admin_atom, WireBytes& bytes) -> WireBytes {
+        auto& st = self->state;
+        auto request = read_admin_request(std::move(bytes));
+        nlohmann::json nodes = nlohmann::json::array();
+        for (const auto& [addr, s] : st.sessions) {
+          nodes.push_back({{"node", s.node}, {"site", s.site}, {"first_learner", s.first}, {"learners", s.count}});
+        }
+        nlohmann::json j = st.spec.counters->to_json();
+        j["nodes"] = nodes;
+        j["learner_slots"] = st.taken.size();
+        return admin_reply("gateway", request ? request->request_id : 0, true, "ok", j);
+      },
+  };
+}
+
+}  // namespace
+
+nlohmann::json RemoteCounters::to_json() {
+  std::lock_guard lock(mutex);
+  nlohmann::json links = nlohmann::json::object();
+  for (const auto& [node, t] : tallies) {
+    links[node] = {{"updates_received", t.updates_received}, {"global_fragments_sent", t.global_fragments_sent},
+                   {"messages_received", t.messages_received}, {"messages_sent", t.messages_sent}};
+  }
+  return {{"joins_accepted", joins_accepted.load()},
+          {"joins_refused", {{"wrong_token", joins_refused_wrong_token.load()},
+                             {"missing_token", joins_refused_missing_token.load()},
+                             {"other", joins_refused_other.load()}}},
+          {"rejected_foreign", rejected_foreign.load()},
+          {"learners_seen", learners_joined.size()},
+          {"link_messages", links}};
+}
+
+caf::actor spawn_gateway(caf::actor_system& system, GatewaySpec spec) {
+  return system.spawn(gateway_behavior, std::move(spec));
+}
+
+}  // namespace archipelago::actors

@@ -1,0 +1,78 @@
+// The coordinator's published entry actor and its per-node links (coordinator side of
+// actors/remote_protocol.hpp).
+//
+// gateway: answers a node's `nodejoin` request. It checks the node's token in constant time
+// (net::verify_join), refuses with a reason and a counter otherwise, and admits the node to a
+// contiguous range of learner slots (train.learners in all): the one the node asks for (the range
+// its running learners had before the coordinator restarted) if free, else the range this node name
+// held before if free, else the lowest free one. It spawns a `link` for the session and answers with the run's
+// configuration, the site topology and the link's handle. A slot range is free again when its
+// link ends.
+//
+//   link (one per admitted node session; ends when the node's watcher is down, i.e. the node
+//   process died, froze past the connection timeout, or left):
+//     (up, role, learner, bytes) -> counts the bytes on the node's link (net::LinkStats), rejects
+//        envelopes whose sender is not a learner of the admitted range, then re-sends them to the
+//        role's current actor *as* that learner's downlink for the role
+//     (stop)                     -> tells the node the run is over
+//   downlink (one per learner incarnation and role): every reply or broadcast of the role actor
+//     goes through the link's downlink ShapedLink to the node's watcher; it ends with its learner
+//     (same exit reason, so the failure monitor sees a dead learner at once) or with its link.
+//
+// Status: (admin_atom, AdminRequest "status") -> nodes, slots, join and reject counters.
+#pragma once
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+
+#include <caf/actor.hpp>
+#include <caf/actor_system.hpp>
+#include <nlohmann/json.hpp>
+
+#include "net/auth.hpp"
+#include "net/link_stats.hpp"
+#include "net/sites.hpp"
+
+namespace archipelago::actors {
+
+// Message counts per node link, for the expected-bytes check (whole tensors, counted at chunk 0).
+struct LinkTally {
+  int64_t updates_received = 0;          // FragmentUpdate tensors from the node's learners
+  int64_t global_fragments_sent = 0;     // GlobalFragment tensors to them (broadcasts and state fetches)
+  int64_t messages_received = 0;
+  int64_t messages_sent = 0;
+};
+
+// Shared between the gateway, its links and the coordinator driver (any thread).
+struct RemoteCounters {
+  std::atomic<int64_t> joins_accepted{0};
+  std::atomic<int64_t> joins_refused_wrong_token{0};
+  std::atomic<int64_t> joins_refused_missing_token{0};
+  std::atomic<int64_t> joins_refused_other{0};
+  std::atomic<int64_t> rejected_foreign{0};  // envelopes from a learner id outside the session's range
+  std::mutex mutex;
+  std::map<std::string, LinkTally> tallies;  // node name -> counts (guarded by mutex)
+  std::map<std::string, std::string> sites;  // node name -> site (guarded by mutex)
+  std::set<std::string> learners_joined;     // learner ids that joined the syncer (guarded by mutex)
+
+  nlohmann::json to_json();
+};
+
+struct GatewaySpec {
+  std::shared_ptr<const net::Secret> secret;
+  std::string config_toml;     // the run's effective configuration, sent to every node
+  std::string topology_toml;   // [sites]/[links] text ("" when none)
+  std::shared_ptr<const net::SiteTopology> topology;  // null when none
+  std::string site;            // the coordinator's site
+  int learner_slots = 0;       // train.learners
+  std::shared_ptr<net::LinkStats> stats;
+  std::shared_ptr<RemoteCounters> counters;
+};
+
+caf::actor spawn_gateway(caf::actor_system& system, GatewaySpec spec);
+
+}  // namespace archipelago::actors

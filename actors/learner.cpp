@@ -1,0 +1,458 @@
+#include "actors/learner.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include <caf/all.hpp>
+
+#include "actors/policy.hpp"
+#include "actors/wire.hpp"
+#include "common/log.hpp"
+#include "messages/error_feedback.hpp"
+#include "training/outer.hpp"
+#include "training/replica.hpp"
+
+namespace archipelago::actors {
+namespace {
+
+using namespace archipelago::messages;
+using Clock = std::chrono::steady_clock;
+
+enum class Phase { init, joining, fetching, training, waiting, draining, finished };
+const char* phase_name(Phase p) {
+  static const char* names[] = {"init", "joining", "fetching", "training", "waiting", "draining", "finished"};
+  return names[static_cast<int>(p)];
+}
+
+struct FragmentSlot {
+  std::vector<float> global;      // last received global θ_p
+  uint64_t version = 0;           // its version (0: none yet)
+  bool outstanding = false;       // an update is in flight and no newer global arrived since
+  uint64_t outstanding_base = 0;
+  int64_t outstanding_step = 0;
+  int64_t steps_since = 0;        // inner steps since the last update of this fragment
+  int64_t tokens_since = 0;
+  double loss_sum = 0;
+  ErrorFeedback feedback;
+};
+
+struct LearnerState {
+  LearnerSpec spec;
+  std::string id;
+  Phase phase = Phase::init;
+  std::unique_ptr<training::Replica> replica;
+  std::vector<training::DataCursor> cursors;
+  Codec codec = Codec::fp32;
+  bool staggered = true;
+  std::vector<FragmentSlot> fragments;
+  TensorInbox inbox;
+  Outbox outbox{""};
+  caf::actor syncer;               // the syncer that welcomed us (empty: not joined)
+  bool connected = false;
+  uint64_t welcome_version = 0;
+  Clock::time_point join_sent{};
+  Clock::time_point fetch_sent{};
+  int64_t step = 0;
+  int64_t steps_this_incarnation = 0;
+  double compute_s = 0, wait_s = 0, recovery_s = 0;
+  double tokens_per_s = 0;         // tokens per compute second, this incarnation
+  int64_t tokens_this_incarnation = 0;
+  Clock::time_point started = Clock::now();
+  Clock::time_point last_beat{};
+  Clock::time_point wait_started{};
+  Clock::time_point drain_started{};
+  std::shared_ptr<spdlog::logger> log = component_logger("learner");
+  const char* name = "learner";
+};
+
+using LearnerActor = caf::stateful_actor<LearnerState>;
+
+double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+std::chrono::milliseconds millis(double s) { return std::chrono::milliseconds(static_cast<int64_t>(s * 1000)); }
+const RuntimeOptions& opts(LearnerActor* self) { return *self->state.spec.options; }
+const std::string& mode(LearnerActor* self) { return opts(self).setup.run.mode; }
+caf::actor lookup(LearnerActor* self, caf::atom_value name) { return self->system().registry().get<caf::actor>(name); }
+
+void send_to(LearnerActor* self, const caf::actor& to, Message body) {
+  if (!to) return;
+  auto bytes = self->state.outbox.wrap(std::move(body));
+  if (bytes) self->send(to, std::move(*bytes));
+}
+
+void send_heartbeat(LearnerActor* self) {
+  auto& st = self->state;
+  st.last_beat = Clock::now();
+  Heartbeat beat{st.id, static_cast<uint64_t>(st.step), st.tokens_per_s};
+  send_to(self, lookup(self, monitor_name()), beat);
+  send_to(self, st.spec.supervisor, beat);
+}
+
+void send_join(LearnerActor* self) {
+  auto& st = self->state;
+  auto syncer = lookup(self, syncer_name());
+  st.join_sent = Clock::now();
+  send_to(self, syncer, Join{st.id, "local", "local", opts(self).setup.run.device, st.tokens_per_s,
+                             opts(self).syncer.auth_token});
+}
+
+void send_fetch(LearnerActor* self) {
+  auto& st = self->state;
+  st.fetch_sent = Clock::now();
+  send_to(self, lookup(self, store_name()), Join{st.id, "local", "local", opts(self).setup.run.device, 0,
+                                                 opts(self).syncer.auth_token});
+}
+
+// Writes a global fragment into the replica: replace (α = 0) or α·local + (1−α)·global.
+void install_fragment(LearnerActor* self, int p) {
+  auto& st = self->state;
+  const auto& layout = *st.spec.layout;
+  const double alpha = opts(self).syncer.alpha;
+  const auto& values = st.fragments[p].global;
+  size_t position = 0;
+  for (int index : layout.plan.fragments[p].parameters) {
+    const auto& info = layout.parameters[index];
+    if (alpha == 0) {
+      st.replica->write_range(info.offset, info.numel, values.data() + position);
+    } else {
+      std::vector<float> local(info.numel);
+      st.replica->read_range(info.offset, info.numel, local.data());
+      for (int64_t i = 0; i < info.numel; ++i) {
+        local[i] = static_cast<float>(alpha * local[i] + (1 - alpha) * values[position + i]);
+      }
+      st.replica->write_range(info.offset, info.numel, local.data());
+    }
+    position += info.numel;
+  }
+}
+
+void start_training(LearnerActor* self) {
+  auto& st = self->state;
+  st.phase = Phase::training;
+  self->send(self, step_atom::value);
+}
+
+void send_update(LearnerActor* self, int p, const std::vector<float>& flat) {
+  auto& st = self->state;
+  auto& slot = st.fragments[p];
+  if (!st.connected || slot.steps_since == 0) return;
+  const auto& layout = *st.spec.layout;
+  auto local = training::gather_fragment(layout.plan, layout.parameters, p, flat.data());
+  std::vector<float> delta(local.size());
+  training::pseudo_gradient(slot.global.data(), local.data(), static_cast<int64_t>(local.size()), delta.data());
+  std::vector<uint8_t> encoded;
+  Status status = slot.feedback.encode(st.codec, delta.data(), delta.size(), encoded);
+  if (!status) {
+    // A NaN/Inf local model: the update is dropped here (the syncer would refuse it anyway).
+    st.log->error("{}: cannot encode the update of fragment {}: {}", st.id, p, status.error().to_string());
+    return;
+  }
+  const float loss = static_cast<float>(slot.loss_sum / std::max<int64_t>(1, slot.steps_since));
+  auto messages = st.outbox.wrap_tensor(st.codec, delta.size(), encoded, [&](TensorChunk chunk) -> Message {
+    return FragmentUpdate{st.id, static_cast<uint32_t>(p), slot.version, static_cast<uint32_t>(slot.steps_since),
+                          static_cast<uint64_t>(slot.tokens_since), std::isfinite(loss) ? loss : 0.0f,
+                          std::move(chunk)};
+  });
+  if (!messages) return;
+  for (auto& m : *messages) self->send(st.syncer, std::move(m));
+  slot.outstanding = true;
+  slot.outstanding_base = slot.version;
+  slot.outstanding_step = st.step;
+  slot.steps_since = 0;
+  slot.tokens_since = 0;
+  slot.loss_sum = 0;
+}
+
+bool any_outstanding(LearnerActor* self) {
+  for (const auto& f : self->state.fragments) {
+    if (f.outstanding) return true;
+  }
+  return false;
+}
+
+void finish(LearnerActor* self, const std::string& why) {
+  auto& st = self->state;
+  st.phase = Phase::finished;
+  send_heartbeat(self);
+  send_to(self, st.syncer, Leave{st.id, "finished"});
+  send_to(self, lookup(self, monitor_name()), Leave{st.id, "finished"});
+  st.log->info("{} finished at step {} ({}); compute {:.1f} s, waiting {:.1f} s", st.id, st.step, why, st.compute_s,
+               st.wait_s);
+  self->quit();
+}
+
+// Draining: every fragment with unsent steps goes out once its previous update was answered.
+void drain(LearnerActor* self) {
+  auto& st = self->state;
+  bool pending_work = false;
+  std::vector<float> flat;
+  for (size_t p = 0; p < st.fragments.size(); ++p) {
+    auto& slot = st.fragments[p];
+    if (slot.steps_since == 0) continue;
+    pending_work = true;
+    if (slot.outstanding || !st.connected) continue;
+    if (flat.empty()) flat = st.replica->read_parameters();
+    send_update(self, static_cast<int>(p), flat);
+  }
+  const bool timed_out = seconds(Clock::now() - st.drain_started) > opts(self).drain_timeout_s;
+  if ((!pending_work && !any_outstanding(self)) || timed_out) finish(self, timed_out ? "drain timeout" : "budget spent");
+}
+
+void begin_drain(LearnerActor* self) {
+  auto& st = self->state;
+  st.phase = Phase::draining;
+  st.drain_started = Clock::now();
+  drain(self);
+}
+
+bool budget_spent(LearnerActor* self) {
+  const auto& spec = self->state.spec;
+  return (spec.step_limit > 0 && self->state.step >= spec.step_limit) || Clock::now() >= spec.deadline;
+}
+
+void run_step(LearnerActor* self) {
+  auto& st = self->state;
+  if (st.phase != Phase::training) return;
+  if (budget_spent(self)) {
+    begin_drain(self);
+    return;
+  }
+  const auto begin = Clock::now();
+  training::StepStats stats;
+  if (st.cursors.size() == 1) {
+    stats = st.replica->step(st.cursors[0].next());
+  } else {
+    std::vector<training::Batch> batches;
+    for (auto& cursor : st.cursors) batches.push_back(cursor.next());
+    stats = st.replica->step_averaged(batches);
+  }
+  const double elapsed = seconds(Clock::now() - begin);
+  st.compute_s += elapsed;
+  st.tokens_this_incarnation += stats.tokens;
+  if (st.compute_s > 0) st.tokens_per_s = st.tokens_this_incarnation / st.compute_s;  // per compute second
+  st.step += 1;
+  st.steps_this_incarnation += 1;
+  if (st.steps_this_incarnation == 1) st.recovery_s = seconds(begin - st.started);
+  for (auto& slot : st.fragments) {
+    slot.steps_since += 1;
+    slot.tokens_since += stats.tokens;
+    slot.loss_sum += stats.cross_entropy;
+  }
+  if (seconds(Clock::now() - st.last_beat) >= opts(self).detector.heartbeat_s) send_heartbeat(self);
+
+  const auto& run = opts(self).setup.run;
+  const int P = static_cast<int>(st.fragments.size());
+  std::vector<float> flat;
+  for (int p = 0; p < P; ++p) {
+    auto& slot = st.fragments[p];
+    if (!fragment_due(st.step, p, P, run.inner_steps, st.staggered)) continue;
+    // An update unanswered for 3 periods was lost (e.g. the syncer restarted): send again.
+    if (slot.outstanding && st.step - slot.outstanding_step >= 3 * run.inner_steps) slot.outstanding = false;
+    if (slot.outstanding || !st.connected) continue;
+    if (flat.empty()) flat = st.replica->read_parameters();
+    send_update(self, p, flat);
+  }
+  if (mode(self) == "sync" && st.step % run.inner_steps == 0 && any_outstanding(self)) {
+    st.phase = Phase::waiting;
+    st.wait_started = Clock::now();
+    return;
+  }
+  self->send(self, step_atom::value);
+}
+
+void on_global(LearnerActor* self, const std::string& from, const GlobalFragment& fragment) {
+  auto& st = self->state;
+  const int p = static_cast<int>(fragment.fragment_id);
+  if (p >= static_cast<int>(st.fragments.size())) return;
+  auto added = st.inbox.add(from + "/" + std::to_string(p) + "/" + std::to_string(fragment.version), fragment.chunk);
+  if (!added) {
+    st.log->warn("{}: dropped a bad global fragment {}: {}", st.id, p, added.error().to_string());
+    return;
+  }
+  if (!added->complete) return;
+  auto& slot = st.fragments[p];
+  if (fragment.version <= slot.version) return;
+  if (static_cast<int64_t>(added->values.size()) != st.spec.layout->plan.fragments[p].numel) return;
+  slot.global = std::move(added->values);
+  slot.version = fragment.version;
+  if (slot.outstanding && fragment.version > slot.outstanding_base) slot.outstanding = false;
+
+  if (st.phase == Phase::fetching) {
+    const bool complete = std::all_of(st.fragments.begin(), st.fragments.end(), [](const auto& f) { return f.version > 0; });
+    if (!complete) return;
+    for (int q = 0; q < static_cast<int>(st.fragments.size()); ++q) {
+      install_fragment(self, q);
+      st.fragments[q].feedback.reset();
+      st.fragments[q].steps_since = st.fragments[q].tokens_since = 0;
+      st.fragments[q].loss_sum = 0;
+    }
+    st.log->info("{} (incarnation {}) starts at step {} from version {}", st.id, st.spec.incarnation, st.step,
+                 st.welcome_version);
+    start_training(self);
+    return;
+  }
+  if (st.phase == Phase::init || st.phase == Phase::joining) return;
+  // ddp: the global model is this learner's own model of a moment ago; installing it would undo
+  // the steps taken since, so only the copy (the base of the next update) moves.
+  if (mode(self) != "ddp") install_fragment(self, p);
+  if (st.phase == Phase::waiting && !any_outstanding(self)) {
+    st.wait_s += seconds(Clock::now() - st.wait_started);
+    start_training(self);
+  } else if (st.phase == Phase::draining) {
+    drain(self);
+  }
+}
+
+void on_welcome(LearnerActor* self, const std::string& from, const Welcome& welcome) {
+  auto& st = self->state;
+  if (from == "store") {
+    if (st.phase != Phase::fetching) return;
+    if (!welcome.accepted) return;  // nothing committed yet: the beat timer fetches again
+    st.welcome_version = std::max(st.welcome_version, welcome.version);
+    return;
+  }
+  if (!welcome.accepted) {
+    if (welcome.reason.rfind("unauthenticated", 0) == 0) {
+      st.log->error("{}: refused by the syncer: {}", st.id, welcome.reason);
+      self->quit(caf::exit_reason::unhandled_exception);
+      return;
+    }
+    st.connected = false;  // rejoin on the next beat
+    return;
+  }
+  auto sender = caf::actor_cast<caf::actor>(self->current_sender());
+  if (!sender) return;
+  if (st.syncer != sender) self->monitor(sender);
+  st.syncer = sender;
+  st.connected = true;
+  for (auto& slot : st.fragments) slot.outstanding = false;  // a new syncer knows nothing in flight
+  if (st.phase == Phase::joining) {
+    st.welcome_version = welcome.version;
+    st.phase = Phase::fetching;
+    send_fetch(self);
+  } else if (st.phase == Phase::waiting) {
+    // Sync mode: what we waited for died with the old syncer; train on, the next round resends.
+    st.phase = Phase::training;
+    self->send(self, step_atom::value);
+  }
+}
+
+void on_beat(LearnerActor* self) {
+  auto& st = self->state;
+  const auto now = Clock::now();
+  const double retry = std::max(1.0, 5 * opts(self).detector.heartbeat_s);
+  if ((st.phase == Phase::joining || !st.connected) && st.phase != Phase::init && seconds(now - st.join_sent) > retry) {
+    send_join(self);
+  }
+  if (st.phase == Phase::fetching && seconds(now - st.fetch_sent) > retry) send_fetch(self);
+  if (st.phase == Phase::draining) drain(self);
+  if (st.phase == Phase::finished) return;
+  if (seconds(now - st.last_beat) >= opts(self).detector.heartbeat_s) send_heartbeat(self);
+  self->delayed_send(self, millis(opts(self).detector.heartbeat_s), beat_atom::value);
+}
+
+Status initialize(LearnerActor* self) {
+  auto& st = self->state;
+  const auto& setup = opts(self).setup;
+  auto codec = parse_codec(setup.outer.codec);
+  if (!codec) return codec.error();
+  st.codec = *codec;
+  st.staggered = setup.run.mode == "decoupled" || setup.run.mode == "async";
+  auto replica = training::Replica::create(setup.model, setup.inner, setup.run.device, setup.run.seed);
+  if (!replica) return replica.error();
+  st.replica = std::move(*replica);
+  if (setup.run.mode == "sync" || setup.run.mode == "ddp") {
+    // Rounds are aligned across learners: a restarted learner redoes its interrupted round.
+    st.spec.start_step -= st.spec.start_step % setup.run.inner_steps;
+  }
+  auto text = std::shared_ptr<const std::string>(st.spec.corpus, &st.spec.corpus->text);
+  for (size_t s = 0; s < st.spec.shards.size(); ++s) {
+    // ddp: worker s of the data-parallel step reads shard s; otherwise learner `index` reads its own.
+    const int stream = st.spec.shards.size() == 1 ? st.spec.index : static_cast<int>(s);
+    st.cursors.emplace_back(text, st.spec.shards[s], setup.inner.batch_size, setup.model.seq_len, setup.run.seed,
+                            stream, static_cast<uint64_t>(st.spec.start_step));
+    if (st.cursors.back().empty()) return make_error(ErrorCode::invalid_argument, "empty data shard");
+  }
+  st.fragments.resize(st.spec.layout->plan.fragments.size());
+  st.step = st.spec.start_step;
+  return {};
+}
+
+caf::behavior learner_behavior(LearnerActor* self, LearnerSpec spec) {
+  auto& st = self->state;
+  st.spec = std::move(spec);
+  st.id = learner_id(st.spec.index);
+  st.outbox = Outbox(st.id);
+  self->set_down_handler([=](caf::down_msg& down) {
+    auto& st = self->state;
+    if (st.syncer && down.source == st.syncer.address()) {
+      st.log->warn("{}: the syncer is down; training on, rejoining when a syncer is back", st.id);
+      st.syncer = caf::actor{};
+      st.connected = false;
+    }
+  });
+  self->send(self, init_atom::value);
+  return {
+      [=](init_atom) {
+        auto& st = self->state;
+        if (st.spec.crash_on_start) {
+          st.log->error("{}: injected start-up crash", st.id);
+          self->quit(caf::exit_reason::unhandled_exception);
+          return;
+        }
+        Status ready = initialize(self);
+        if (!ready) {
+          st.log->error("{}: cannot start: {}", st.id, ready.error().to_string());
+          self->quit(caf::exit_reason::unhandled_exception);
+          return;
+        }
+        st.phase = Phase::joining;
+        send_join(self);
+        send_heartbeat(self);
+        self->delayed_send(self, millis(opts(self).detector.heartbeat_s), beat_atom::value);
+      },
+      [=](step_atom) { run_step(self); },
+      [=](stop_atom) {
+        // Asked to stop (its node is leaving): the budget ends now; in-flight work drains first.
+        auto& st = self->state;
+        st.spec.deadline = Clock::now();
+        if (st.phase == Phase::waiting) {
+          begin_drain(self);
+        } else if (st.phase == Phase::init || st.phase == Phase::joining || st.phase == Phase::fetching) {
+          finish(self, "stopped before training");
+        }
+      },
+      [=](beat_atom) { on_beat(self); },
+      [=](WireBytes& bytes) {
+        auto& st = self->state;
+        auto envelope = unwrap(std::move(bytes));
+        if (!envelope) {
+          st.log->warn("{}: dropped a malformed message: {}", st.id, envelope.error().to_string());
+          return;
+        }
+        if (auto* global = std::get_if<GlobalFragment>(&envelope->body)) {
+          on_global(self, envelope->sender_id, *global);
+        } else if (auto* welcome = std::get_if<Welcome>(&envelope->body)) {
+          on_welcome(self, envelope->sender_id, *welcome);
+        }
+      },
+      [=](admin_atom, WireBytes& bytes) -> WireBytes {
+        auto& st = self->state;
+        auto request = read_admin_request(std::move(bytes));
+        std::vector<uint64_t> versions;
+        for (const auto& f : st.fragments) versions.push_back(f.version);
+        nlohmann::json j = {{"id", st.id}, {"incarnation", st.spec.incarnation}, {"phase", phase_name(st.phase)},
+                            {"step", st.step}, {"connected", st.connected}, {"welcome_version", st.welcome_version},
+                            {"fragment_versions", versions}, {"compute_s", st.compute_s}, {"wait_s", st.wait_s},
+                            {"recovery_s", st.recovery_s}, {"tokens_per_s", st.tokens_per_s}};
+        return admin_reply(st.id, request ? request->request_id : 0, true, "ok", j);
+      },
+  };
+}
+
+}  // namespace
+
+caf::actor spawn_learner(caf::actor_system& system, LearnerSpec spec) {
+  return system.spawn<caf::detached>(learner_behavior, std::move(spec));
+}
+
+}  // namespace archipelago::actors

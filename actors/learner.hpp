@@ -1,0 +1,57 @@
+// The learner actor: one model replica (training::Replica: parameters + AdamW state), its data
+// cursor(s), and the Streaming/Decoupled DiLoCo inner loop.
+//
+//   init ──Join──> joining ──Welcome(syncer)──> fetching ──Welcome + GlobalFragment*(store)──> training
+//                    ^  (retry every beat)                                                     │ ^
+//                    │                              sync mode: all fragments sent ─> waiting ──┘ │
+//                    └── syncer down / Welcome{refused}: rejoin, but keep training ──────────────┘
+//   training ──step limit or deadline──> draining (last Δ out, wait for their merges) ──> finished (quit normal)
+//
+// Runs detached (its own thread): one inner step per self-sent `step`, so GlobalFragments,
+// heartbeat timers and admin requests are handled between steps, and it never waits for the
+// syncer (except in `sync` mode, which is synchronous DiLoCo by definition). Fragment p is due
+// every H steps with offset p·H/P (decoupled, async; offset 0 in sync/ddp); its update is
+// Δ_p = θ_global,p(last received) − θ_local,p, encoded with the configured codec and per-fragment
+// error feedback, sent as FragmentUpdate chunks. A received GlobalFragment newer than the local
+// copy replaces the local fragment (α = 0) or merges it (α·local + (1−α)·global).
+// Heartbeats (every detector.heartbeat_s, or after each step when steps are slower) go to the
+// failure monitor and to the learner's supervisor (which restarts it at that data position).
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <vector>
+
+#include <caf/actor.hpp>
+#include <caf/actor_system.hpp>
+
+#include "actors/runtime_options.hpp"
+#include "training/corpus.hpp"
+#include "training/fragments.hpp"
+
+namespace archipelago::actors {
+
+struct ModelLayout {
+  std::vector<training::ParameterInfo> parameters;
+  training::FragmentPlan plan;
+  int64_t parameter_count = 0;
+};
+
+struct LearnerSpec {
+  int index = 0;
+  int incarnation = 0;
+  std::shared_ptr<const RuntimeOptions> options;
+  std::shared_ptr<const training::Corpus> corpus;
+  // One shard; in ddp mode one per data-parallel worker (the learner averages their gradients).
+  std::vector<std::vector<training::Span>> shards;
+  std::shared_ptr<const ModelLayout> layout;
+  int64_t start_step = 0;    // data cursor position (inner steps already taken)
+  int64_t step_limit = 0;    // stop after this many steps (0: no limit)
+  std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
+  caf::actor supervisor;     // receives heartbeats too
+  bool crash_on_start = false;  // fault injection: fail during start-up
+};
+
+caf::actor spawn_learner(caf::actor_system& system, LearnerSpec spec);
+
+}  // namespace archipelago::actors

@@ -1,0 +1,429 @@
+#include "actors/node.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <thread>
+
+#include <caf/all.hpp>
+#include <caf/io/all.hpp>
+#include <caf/openssl/all.hpp>
+
+#include "actors/compute_threads.hpp"
+#include "actors/run_setup.hpp"
+#include "actors/shaped_link.hpp"
+#include "actors/supervisor.hpp"
+#include "actors/wire.hpp"
+#include "common/log.hpp"
+#include "net/backoff.hpp"
+#include "net/link_stats.hpp"
+#include "net/sites.hpp"
+
+namespace archipelago::actors {
+namespace {
+
+using namespace archipelago::messages;
+using Clock = std::chrono::steady_clock;
+
+constexpr const char* kCoordinatorPeer = "coordinator";
+
+caf::atom_value role_at(int i) { return i == 0 ? syncer_name() : i == 1 ? store_name() : monitor_name(); }
+
+// Set by a session's watcher, read by the driver thread.
+struct SessionFlags {
+  std::atomic<bool> lost{false};            // the gateway or the link is down
+  std::atomic<bool> stop_requested{false};  // the coordinator ended the run
+};
+
+// ---- facade: what learners see as the syncer / store / monitor ------------------------------------
+
+struct FacadeSpec {
+  caf::atom_value role;
+  caf::actor link;  // the coordinator's link actor of this session
+  std::shared_ptr<ShapedLink> uplink;
+  std::shared_ptr<net::LinkStats> stats;
+  std::string coordinator_site;
+};
+
+caf::behavior facade_behavior(caf::event_based_actor* self, FacadeSpec spec) {
+  return {
+      [=](WireBytes& bytes) {
+        auto learner = caf::actor_cast<caf::actor>(self->current_sender());
+        if (!learner) return;
+        auto link = spec.link;
+        auto role = spec.role;
+        auto stats = spec.stats;
+        auto site = spec.coordinator_site;
+        // Counted when the link releases the bytes onto the transport, as the far side counts them.
+        spec.uplink->send(std::move(bytes), [link, role, learner, stats, site](WireBytes&& b) {
+          stats->record_sent(kCoordinatorPeer, site, b.size());
+          caf::anon_send(link, up_atom::value, role, learner, std::move(b));
+        });
+      },
+  };
+}
+
+// ---- watcher: one per session ---------------------------------------------------------------------
+
+struct WatcherState {
+  caf::actor gateway, link;
+  std::map<caf::atom_value, caf::actor> facades;
+  std::shared_ptr<SessionFlags> flags;
+  std::shared_ptr<net::LinkStats> stats;
+  std::string coordinator_site;
+  const char* name = "node_watcher";
+};
+
+using WatcherActor = caf::stateful_actor<WatcherState>;
+
+caf::behavior watcher_behavior(WatcherActor* self, caf::actor gateway, std::shared_ptr<SessionFlags> flags,
+                               std::shared_ptr<net::LinkStats> stats) {
+  auto& st = self->state;
+  st.gateway = gateway;
+  st.flags = flags;
+  st.stats = std::move(stats);
+  self->monitor(gateway);
+  self->set_down_handler([=](caf::down_msg& down) {
+    auto& st = self->state;
+    if (down.source != st.gateway.address() && (!st.link || down.source != st.link.address())) return;
+    st.flags->lost = true;
+    // The facades are linked: they end too, and learners watching them rejoin later.
+    self->quit(down.reason && down.reason != caf::exit_reason::normal
+                   ? down.reason
+                   : caf::error{caf::exit_reason::remote_link_unreachable});
+  });
+  return {
+      [=](init_atom, caf::actor& link, std::string& coordinator_site, caf::actor& syncer, caf::actor& store,
+          caf::actor& monitor) {
+        auto& st = self->state;
+        st.link = link;
+        st.coordinator_site = coordinator_site;
+        self->monitor(link);
+        st.facades = {{syncer_name(), syncer}, {store_name(), store}, {monitor_name(), monitor}};
+        for (auto& [role, facade] : st.facades) self->link_to(facade);
+      },
+      [=](deliver_atom, caf::atom_value role, caf::actor& learner, WireBytes& bytes) {
+        auto& st = self->state;
+        st.stats->record_received(kCoordinatorPeer, st.coordinator_site, bytes.size());
+        auto it = st.facades.find(role);
+        if (it == st.facades.end() || !learner) return;
+        caf::send_as(it->second, learner, std::move(bytes));
+      },
+      [=](stop_atom) { self->state.flags->stop_requested = true; },
+  };
+}
+
+void wait_for_drain(const std::shared_ptr<ShapedLink>& link, double timeout_s) {
+  const auto until = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
+  while (link && link->pending() > 0 && Clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+}
+
+}  // namespace
+
+struct Node::Impl {
+  NodeOptions options;
+  caf::actor_system_config config;
+  std::unique_ptr<caf::actor_system> system;
+  std::shared_ptr<net::LinkStats> stats;
+  Clock::time_point started = Clock::now();
+  std::shared_ptr<spdlog::logger> log = component_logger("node");
+
+  // The run, once the first join brought its configuration.
+  std::shared_ptr<const RuntimeOptions> runtime;
+  RunSetup setup;
+  int first_learner = -1;
+  caf::actor learner_supervisor;
+  net::LinkSpec uplink_spec;
+  std::string coordinator_site;
+
+  // The current session.
+  caf::actor watcher;
+  std::shared_ptr<SessionFlags> flags;
+  std::shared_ptr<ShapedLink> uplink;
+  std::vector<caf::actor> facades;
+  int64_t sessions = 0;
+
+  ~Impl() { shutdown(); }
+
+  void end_session(caf::exit_reason reason) {
+    for (int i = 0; i < static_cast<int>(facades.size()); ++i) {
+      if (system->registry().get<caf::actor>(role_at(i)) == facades[i]) system->registry().erase(role_at(i));
+    }
+    facades.clear();
+    if (watcher) caf::anon_send_exit(watcher, reason);
+    watcher = caf::actor{};
+    if (uplink) uplink->stop();
+    uplink.reset();
+    flags.reset();
+  }
+
+  void shutdown() {
+    if (!system) return;
+    end_session(caf::exit_reason::user_shutdown);
+    if (learner_supervisor) caf::anon_send_exit(learner_supervisor, caf::exit_reason::user_shutdown);
+    learner_supervisor = caf::actor{};
+    system->await_all_actors_done();
+    system->registry().erase(learner_supervisor_name());
+    if (runtime) {
+      for (int m = 0; m < runtime->setup.run.learners; ++m) system->registry().erase(learner_name(m));
+    }
+    system.reset();
+  }
+
+  nlohmann::json supervisor_status() {
+    if (!learner_supervisor) return nlohmann::json::object();
+    caf::scoped_actor self{*system};
+    nlohmann::json out = nlohmann::json::object();
+    self->request(learner_supervisor, std::chrono::seconds(5), admin_atom::value, admin_request("node", "status"))
+        .receive([&](WireBytes& bytes) {
+                   auto j = read_admin_reply(std::move(bytes));
+                   if (j) out = *j;
+                 },
+                 [&](caf::error&) {});
+    return out;
+  }
+
+  void stop_learners() {
+    for (int i = 0; i < options.learners && first_learner >= 0; ++i) {
+      if (auto learner = system->registry().get<caf::actor>(learner_name(first_learner + i))) {
+        caf::anon_send(learner, stop_atom::value);
+      }
+    }
+  }
+
+  // Outcome of one connection attempt.
+  enum class Attempt { joined, retry, refused };
+
+  Attempt connect(std::string& why) {
+    const auto& target = options.coordinator;
+    auto gateway = options.transport.tls ? caf::openssl::remote_actor(*system, target.host, target.port)
+                                         : system->middleman().remote_actor(target.host, target.port);
+    if (!gateway) {
+      why = "cannot reach the coordinator at " + target.host + ":" + std::to_string(target.port) + ": " +
+            system->render(gateway.error());
+      return Attempt::retry;
+    }
+    auto session_flags = std::make_shared<SessionFlags>();
+    auto session_watcher = system->spawn(watcher_behavior, *gateway, session_flags, stats);
+    Outbox outbox(options.name);
+    auto join = outbox.wrap(Join{"", options.name, options.site, options.device,
+                                 0, std::string(options.secret->bytes())});
+    if (!join) {
+      why = join.error().to_string();
+      return Attempt::retry;
+    }
+    Attempt outcome = Attempt::retry;
+    caf::scoped_actor self{*system};
+    self->request(*gateway, std::chrono::milliseconds(static_cast<int64_t>(options.transport.join_timeout_s * 1000)),
+                  nodejoin_atom::value, std::move(*join), static_cast<int32_t>(options.learners),
+                  static_cast<int32_t>(first_learner), session_watcher)
+        .receive(
+            [&](WireBytes& welcome_bytes, std::string& config_toml, std::string& topology_toml,
+                std::string& coordinator, int32_t first, caf::actor& link) {
+              auto envelope = unwrap(std::move(welcome_bytes));
+              const Welcome* welcome = envelope ? std::get_if<Welcome>(&envelope->body) : nullptr;
+              if (!welcome) {
+                why = "malformed answer from the coordinator";
+                return;
+              }
+              if (!welcome->accepted) {
+                why = "the coordinator refused this node: " + welcome->reason;
+                outcome = welcome->reason.rfind("unauthenticated", 0) == 0 ? Attempt::refused : Attempt::retry;
+                return;
+              }
+              if (!link) {
+                why = "the coordinator admitted this node without a link";
+                return;
+              }
+              if (!runtime) {
+                auto status = begin_run(config_toml, topology_toml, coordinator, first);
+                if (!status) {
+                  why = "cannot start from the coordinator's configuration: " + status.error().reason;
+                  outcome = Attempt::refused;
+                  return;
+                }
+              } else if (first != first_learner) {
+                why = "the coordinator offered learners " + std::to_string(first) + ".. instead of " +
+                      std::to_string(first_learner) + "..; retrying";
+                return;
+              }
+              open_session(session_watcher, session_flags, link);
+              outcome = Attempt::joined;
+            },
+            [&](caf::error& error) { why = "join request failed: " + system->render(error); });
+    if (outcome != Attempt::joined) caf::anon_send_exit(session_watcher, caf::exit_reason::user_shutdown);
+    return outcome;
+  }
+
+  Status begin_run(const std::string& config_toml, const std::string& topology_toml, const std::string& coordinator,
+                   int first) {
+    auto node_config = options.configure(config_toml);
+    if (!node_config) return node_config.error();
+    auto& runtime_options = node_config->runtime;
+    runtime_options.syncer.auth_token = std::string(options.secret->bytes());
+    auto prepared = prepare_run(runtime_options, *node_config->corpus);
+    if (!prepared) return prepared.error();
+    setup = std::move(*prepared);
+    if (first < 0 || first + options.learners > runtime_options.setup.run.learners) {
+      return make_error(ErrorCode::inconsistent, "learner slots out of range");
+    }
+    coordinator_site = coordinator;
+    if (!topology_toml.empty()) {
+      auto topology = net::parse_sites(topology_toml, "the coordinator's [sites]/[links]");
+      if (!topology) return topology.error();
+      uplink_spec = topology->link(options.site, coordinator_site);
+    }
+    runtime = std::make_shared<const RuntimeOptions>(runtime_options);
+    first_learner = first;
+    const int threads = configure_compute_threads(runtime->setup.run.threads, options.learners);
+    LearnerSlots slots;
+    slots.first = first;
+    slots.count = options.learners;
+    if (runtime->setup.run.max_seconds > 0) {
+      slots.deadline = started + std::chrono::milliseconds(static_cast<int64_t>(runtime->setup.run.max_seconds * 1000));
+    }
+    learner_supervisor = spawn_supervisor(*system, learner_supervisor_spec(runtime, node_config->corpus, setup, slots));
+    system->registry().put(learner_supervisor_name(), learner_supervisor);
+    log->info("node '{}' (site {}): learners {}..{} x {} compute thread(s), {} parameters; link to site {}: {} Mbit/s, {} ms",
+              options.name, options.site, first, first + options.learners - 1, threads, setup.layout->parameter_count,
+              coordinator_site, uplink_spec.bandwidth_bits_per_s / 1e6, uplink_spec.latency_s * 1000);
+    return {};
+  }
+
+  void open_session(const caf::actor& session_watcher, std::shared_ptr<SessionFlags> session_flags,
+                    const caf::actor& link) {
+    watcher = session_watcher;
+    flags = std::move(session_flags);
+    uplink = std::make_shared<ShapedLink>(uplink_spec);
+    facades.clear();
+    for (int i = 0; i < 3; ++i) {
+      facades.push_back(system->spawn(facade_behavior, FacadeSpec{role_at(i), link, uplink, stats, coordinator_site}));
+    }
+    caf::anon_send(watcher, init_atom::value, link, coordinator_site, facades[0], facades[1], facades[2]);
+    for (int i = 0; i < 3; ++i) {
+      system->registry().erase(role_at(i));
+      system->registry().put(role_at(i), facades[i]);
+    }
+    sessions += 1;
+  }
+};
+
+Node::Node(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Node::~Node() = default;
+
+Expected<std::unique_ptr<Node>> Node::start(NodeOptions options) {
+  if (!options.secret) return make_error(ErrorCode::invalid_argument, "a node needs a join token");
+  if (options.learners < 1) return make_error(ErrorCode::invalid_argument, "--learners must be at least 1");
+  if (!options.configure) return make_error(ErrorCode::invalid_argument, "a node needs a configure callback");
+  if (options.name.empty()) {
+    char host[256] = {0};
+    gethostname(host, sizeof host - 1);
+    options.name = std::string(host) + ":" + std::to_string(getpid());
+  }
+  auto impl = std::make_unique<Impl>();
+  impl->config.set("scheduler.max-threads", std::min<size_t>(std::max(1u, std::thread::hardware_concurrency()), 2));
+  impl->config.set("logger.file-verbosity", caf::atom("quiet"));
+  impl->config.set("logger.console-verbosity", caf::atom("quiet"));
+  if (auto status = configure_transport(impl->config, options.transport); !status) return status.error();
+  impl->system = std::make_unique<caf::actor_system>(impl->config);
+  impl->stats = std::make_shared<net::LinkStats>(options.site);
+  impl->options = std::move(options);
+  return std::unique_ptr<Node>(new Node(std::move(impl)));
+}
+
+Expected<nlohmann::json> Node::run(const std::function<bool()>& stop_requested,
+                                   const std::function<void(const nlohmann::json&)>& progress) {
+  auto& impl = *impl_;
+  const auto& options = impl.options;
+  net::BackoffOptions backoff_options;
+  backoff_options.initial = std::chrono::milliseconds(static_cast<int64_t>(options.transport.reconnect_initial_s * 1000));
+  backoff_options.max = std::chrono::milliseconds(static_cast<int64_t>(options.transport.reconnect_max_s * 1000));
+  backoff_options.seed = std::hash<std::string>{}(options.name);
+  if (auto status = net::validate(backoff_options); !status) return status.error();
+  net::Backoff backoff(backoff_options);
+  auto next_attempt = Clock::now();
+  auto disconnected_since = Clock::now();
+  std::string stopped_by, last_why;
+  int64_t failed_attempts = 0, reconnects = 0;
+  double next_progress = 0;
+  auto elapsed = [&] { return std::chrono::duration<double>(Clock::now() - impl.started).count(); };
+
+  while (true) {
+    if (stopped_by.empty() && stop_requested()) {
+      stopped_by = "signal";
+      impl.log->info("stopping: learners finish their in-flight updates and leave");
+      impl.stop_learners();
+      if (!impl.learner_supervisor) break;
+    }
+    if (impl.flags && impl.flags->stop_requested && stopped_by.empty()) {
+      stopped_by = "coordinator";
+      impl.log->info("the coordinator ended the run: learners finish their in-flight updates and leave");
+      impl.stop_learners();
+    }
+    if (impl.flags && impl.flags->lost) {
+      impl.end_session(caf::exit_reason::remote_link_unreachable);
+      impl.log->warn("lost the coordinator; learners train on, reconnecting");
+      disconnected_since = Clock::now();
+      next_attempt = Clock::now() + backoff.next_delay();
+    }
+    if (!impl.watcher && Clock::now() >= next_attempt && (stopped_by.empty() || impl.learner_supervisor)) {
+      std::string why;
+      auto attempt = impl.connect(why);
+      if (attempt == Impl::Attempt::refused) {
+        impl.log->error("{}", why);
+        return make_error(ErrorCode::conflict, why);
+      }
+      if (attempt == Impl::Attempt::joined) {
+        if (impl.sessions > 1) reconnects += 1;
+        impl.log->info("joined the coordinator at {}:{} (session {})", options.coordinator.host,
+                       options.coordinator.port, impl.sessions);
+        backoff.reset();
+        failed_attempts = 0;
+      } else {
+        if (failed_attempts++ == 0 || why != last_why) impl.log->warn("{}", why);
+        last_why = why;
+        next_attempt = Clock::now() + backoff.next_delay();
+        const double down_s = std::chrono::duration<double>(Clock::now() - disconnected_since).count();
+        if (options.give_up_after_s > 0 && down_s > options.give_up_after_s) {
+          return make_error(ErrorCode::unavailable, "gave up after " + std::to_string(static_cast<int>(down_s)) +
+                                                        " s without the coordinator: " + why);
+        }
+      }
+    }
+    if (impl.learner_supervisor) {
+      auto status = impl.supervisor_status();
+      if (!status.empty() && status.value("running", 1) == 0 && status.value("restarting", 1) == 0) {
+        if (stopped_by.empty()) stopped_by = "budget";
+        break;
+      }
+      if (progress && elapsed() >= next_progress) {
+        next_progress = elapsed() + (impl.runtime ? impl.runtime->progress_interval_s : 2.0);
+        progress({{"elapsed_s", elapsed()}, {"connected", static_cast<bool>(impl.watcher)},
+                  {"steps", status.value("steps_computed", int64_t{0})}, {"restarts", status.value("restarts", 0)}});
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+
+  // Let the last updates and Leaves out of the emulated link before the process goes.
+  wait_for_drain(impl.uplink, 2.0);
+  auto status = impl.supervisor_status();
+  const auto traffic = impl.stats->snapshot().total();
+  nlohmann::json summary = {
+      {"role", "node"}, {"node", options.name}, {"site", options.site},
+      {"coordinator", options.coordinator.host + ":" + std::to_string(options.coordinator.port)},
+      {"first_learner", impl.first_learner}, {"learners", options.learners},
+      {"steps", status.value("steps_computed", int64_t{0})}, {"restarts", status.value("restarts", 0)},
+      {"finished", status.value("finished", 0)}, {"failed", status.value("failed", 0)},
+      {"sessions", impl.sessions}, {"reconnects", reconnects}, {"bytes_sent", traffic.bytes_sent},
+      {"bytes_received", traffic.bytes_received},
+      {"uplink", {{"bandwidth_mbit", impl.uplink_spec.bandwidth_bits_per_s / 1e6},
+                  {"latency_ms", impl.uplink_spec.latency_s * 1000}}},
+      {"wall_s", elapsed()}, {"stopped_by", stopped_by}};
+  return summary;
+}
+
+}  // namespace archipelago::actors

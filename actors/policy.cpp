@@ -1,0 +1,151 @@
+#include "actors/policy.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+namespace archipelago::actors {
+namespace {
+
+std::string format(const char* fmt, double a, double b = 0, double c = 0) {
+  char buffer[160];
+  std::snprintf(buffer, sizeof buffer, fmt, a, b, c);
+  return buffer;
+}
+
+}  // namespace
+
+int fragment_offset(int fragment, int fragments, int inner_steps, bool staggered) {
+  if (!staggered || fragments <= 1) return 0;
+  return static_cast<int>(static_cast<int64_t>(fragment) * inner_steps / fragments);
+}
+
+bool fragment_due(int64_t step, int fragment, int fragments, int inner_steps, bool staggered) {
+  const int64_t offset = fragment_offset(fragment, fragments, inner_steps, staggered);
+  if (step <= 0 || step < offset) return false;
+  return (step - offset) % inner_steps == 0;  // offset > 0: the first period is shorter
+}
+
+StalenessDecision check_staleness(uint64_t base_version, const std::vector<uint64_t>& commit_versions,
+                                  uint64_t latest_version, int max_staleness) {
+  StalenessDecision d;
+  if (base_version > latest_version) {
+    d.reason = "base version " + std::to_string(base_version) + " is newer than the latest version " +
+               std::to_string(latest_version);
+    return d;
+  }
+  d.staleness = std::count_if(commit_versions.begin(), commit_versions.end(),
+                              [&](uint64_t v) { return v > base_version; });
+  d.accept = d.staleness <= max_staleness;
+  d.reason = "staleness " + std::to_string(d.staleness) + (d.accept ? " <= " : " > ") + "bound " +
+             std::to_string(max_staleness);
+  return d;
+}
+
+double grace_window(const SyncTimings& t, const SyncerOptions& o) {
+  const double room = o.grace_gamma * (o.overlap_steps * t.step_s - t.quorum_s - t.sync_s);
+  return std::clamp(room, 0.0, o.grace_max_s);
+}
+
+MergeDecision decide_merge(const std::string& mode, double now_s, const PendingFragment& p, int quorum,
+                           double grace_s) {
+  MergeDecision d;
+  if (p.contributors == 0) {
+    d.reason = "nothing pending";
+    return d;
+  }
+  if (mode == "async" || mode == "ddp") {
+    d.action = MergeAction::merge_now;
+    d.reason = "per-arrival merge";
+    return d;
+  }
+  if (p.active_learners == 0) {
+    d.action = MergeAction::merge_now;
+    d.reason = "no active learner left to wait for";
+    return d;
+  }
+  if (p.contributors_active >= p.active_learners) {
+    d.action = MergeAction::merge_now;
+    d.reason = "every active learner contributed";
+    return d;
+  }
+  if (mode == "sync") {
+    d.reason = format("sync: %.0f of %.0f active learners contributed", p.contributors_active, p.active_learners);
+    return d;
+  }
+  const int effective = std::max(1, std::min(quorum, p.active_learners));
+  if (p.contributors < effective || p.quorum_reached_s < 0) {
+    d.reason = format("below quorum: %.0f of %.0f", p.contributors, effective);
+    return d;
+  }
+  const double deadline = p.quorum_reached_s + grace_s;
+  if (now_s >= deadline) {
+    d.action = MergeAction::merge_now;
+    d.reason = format("quorum %.0f reached, grace window %.3f s over", effective, grace_s);
+    return d;
+  }
+  d.action = MergeAction::wait_until;
+  d.deadline_s = deadline;
+  d.reason = format("quorum reached, waiting %.3f s more for stragglers", deadline - now_s);
+  return d;
+}
+
+RestartDecision decide_restart(double now_s, const std::vector<double>& recent, const RestartOptions& o) {
+  RestartDecision d;
+  const auto in_window = std::count_if(recent.begin(), recent.end(),
+                                       [&](double t) { return now_s - t <= o.window_s; });
+  if (in_window >= o.max_restarts) {
+    d.reason = format("%.0f restarts within %.1f s (limit %.0f): giving up", static_cast<double>(in_window),
+                      o.window_s, o.max_restarts);
+    return d;
+  }
+  d.restart = true;
+  d.delay_s = std::min(o.backoff_max_s, o.backoff_initial_s * std::pow(2.0, static_cast<double>(in_window)));
+  d.reason = format("restart %.0f within window, backoff %.3f s", static_cast<double>(in_window + 1), d.delay_s);
+  return d;
+}
+
+void observe_heartbeat(HeartbeatHistory& h, double now_s, int64_t step) {
+  if (step >= 0 && step != h.last_step) {
+    if (h.last_step >= 0 && step > h.last_step && h.last_step_s >= 0) {
+      const double per_step = (now_s - h.last_step_s) / static_cast<double>(step - h.last_step);
+      h.step_s = h.step_s == 0 ? per_step : h.step_s + 0.125 * (per_step - h.step_s);
+    }
+    h.last_step = step;
+    h.last_step_s = now_s;
+  }
+  if (h.last_s >= 0) {
+    const double interval = std::max(0.0, now_s - h.last_s);
+    if (h.samples == 0) {
+      h.mean_interval_s = interval;
+      h.deviation_s = interval / 2;
+    } else {
+      constexpr double kGain = 0.125;  // as TCP's RTT estimator
+      h.deviation_s += kGain * (std::abs(interval - h.mean_interval_s) - h.deviation_s);
+      h.mean_interval_s += kGain * (interval - h.mean_interval_s);
+    }
+    ++h.samples;
+  }
+  h.last_s = now_s;
+}
+
+double suspect_timeout(const HeartbeatHistory& h, const DetectorOptions& o) {
+  if (h.step_s <= 0 || h.samples < 3) return o.max_timeout_s;
+  const double basis = std::max(h.mean_interval_s + 4 * h.deviation_s, h.step_s);
+  return std::clamp(o.suspect_factor * basis, o.min_timeout_s, o.max_timeout_s);
+}
+
+LivenessDecision check_liveness(const HeartbeatHistory& h, double now_s, const DetectorOptions& o) {
+  LivenessDecision d;
+  if (h.last_s < 0) {
+    d.reason = "no heartbeat yet";
+    return d;
+  }
+  const double silent = now_s - h.last_s;
+  const double timeout = suspect_timeout(h, o);
+  d.suspected = silent > timeout;
+  d.reason = format("silent %.2f s, timeout %.2f s (mean interval %.3f s)", silent, timeout, h.mean_interval_s);
+  return d;
+}
+
+}  // namespace archipelago::actors

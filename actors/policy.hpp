@@ -1,0 +1,97 @@
+// Decisions of the actor runtime as pure functions of (now, state, options) -> decision + reason.
+//
+// Actors only gather the inputs and act on the answer; every rule lives here so that it is tested
+// without actors (tests/actors/policy_test.cpp): the staggered fragment schedule, the staleness
+// bound, the quorum + adaptive grace window, the restart policy (backoff, intensity) and the
+// failure detector's timeout. Times are seconds on a monotonic clock. Pure; any thread.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "actors/runtime_options.hpp"
+
+namespace archipelago::actors {
+
+// ---- Fragment schedule (Streaming DiLoCo) -------------------------------------------------------
+// Offset of fragment p among P with period H: p·H/P (all zero in sync mode).
+int fragment_offset(int fragment, int fragments, int inner_steps, bool staggered);
+// True when fragment p is due after the learner completed `step` inner steps (step >= 1):
+// step >= offset_p and (step − offset_p) mod H == 0 (so fragment p > 0 first syncs after offset_p steps).
+bool fragment_due(int64_t step, int fragment, int fragments, int inner_steps, bool staggered);
+
+// ---- Staleness ------------------------------------------------------------------------------------
+struct StalenessDecision {
+  bool accept = false;
+  int64_t staleness = 0;  // updates of this fragment committed after the base version
+  std::string reason;
+};
+// `commit_versions`: ascending versions at which this fragment changed (the newest is the current
+// one). A base above the newest known version is rejected (it cannot come from this syncer).
+StalenessDecision check_staleness(uint64_t base_version, const std::vector<uint64_t>& commit_versions,
+                                  uint64_t latest_version, int max_staleness);
+
+// ---- Quorum and grace window ----------------------------------------------------------------------
+// Exponential moving averages the syncer measures (seconds).
+struct SyncTimings {
+  double step_s = 0;    // one inner step of a learner
+  double quorum_s = 0;  // first arrival of a fragment's round -> quorum reached
+  double sync_s = 0;    // merge + commit + broadcast
+};
+// grace = clamp(γ·(τ·step − quorum − sync), 0, grace_max): how long to wait for more contributors
+// after the quorum without making any learner's overlap window (τ steps) run out.
+double grace_window(const SyncTimings& timings, const SyncerOptions& options);
+
+enum class MergeAction { wait, wait_until, merge_now };
+struct MergeDecision {
+  MergeAction action = MergeAction::wait;
+  double deadline_s = 0;  // for wait_until
+  std::string reason;
+};
+struct PendingFragment {
+  int contributors = 0;        // distinct learners with a pending contribution
+  int active_learners = 0;     // learners joined and not dead, failed or finished
+  int contributors_active = 0; // of the contributors, those still active
+  double quorum_reached_s = -1;  // when `contributors` first reached the quorum; < 0: not yet
+};
+// mode "sync": merge once every active learner contributed (or none are left and some pending).
+// "decoupled": quorum K' = min(K, active) (at least 1); merge at once when every active learner
+// contributed, else wait `grace_s` after the quorum was reached. "async"/"ddp": every arrival.
+MergeDecision decide_merge(const std::string& mode, double now_s, const PendingFragment& pending, int quorum,
+                           double grace_s);
+
+// ---- Restart policy (one-for-one supervision) -----------------------------------------------------
+struct RestartDecision {
+  bool restart = false;
+  double delay_s = 0;
+  std::string reason;
+};
+// `recent_restarts`: times of earlier restarts of this child. Gives up when R restarts already
+// happened within the window T; otherwise restarts after backoff_initial · 2^(restarts in window),
+// capped at backoff_max.
+RestartDecision decide_restart(double now_s, const std::vector<double>& recent_restarts, const RestartOptions& options);
+
+// ---- Failure detector -----------------------------------------------------------------------------
+struct HeartbeatHistory {
+  int samples = 0;            // intervals observed
+  double mean_interval_s = 0; // EMA of intervals
+  double deviation_s = 0;     // EMA of |interval − mean|
+  double last_s = -1;         // time of the last heartbeat (< 0: none yet)
+  int64_t last_step = -1;     // inner step reported by the last heartbeat
+  double last_step_s = -1;    // when `last_step` was first reported
+  double step_s = 0;          // EMA of seconds per inner step (0: no step seen yet)
+};
+// Records a heartbeat arriving at `now_s` that reports inner step `step`.
+void observe_heartbeat(HeartbeatHistory& history, double now_s, int64_t step = -1);
+// Silence after which the learner is suspected. A learner beats between inner steps, so one step
+// must always fit: factor · max(mean + 4·deviation, seconds per step), within [min, max]. Before
+// the first inner step (model build, join, state fetch, first step) the maximum applies.
+double suspect_timeout(const HeartbeatHistory& history, const DetectorOptions& options);
+struct LivenessDecision {
+  bool suspected = false;
+  std::string reason;
+};
+LivenessDecision check_liveness(const HeartbeatHistory& history, double now_s, const DetectorOptions& options);
+
+}  // namespace archipelago::actors

@@ -1,0 +1,112 @@
+#include "actors/run_setup.hpp"
+
+#include "actors/supervisor.hpp"
+#include "actors/wire.hpp"
+#include "training/replica.hpp"
+
+namespace archipelago::actors {
+namespace {
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+}  // namespace
+
+Expected<RunSetup> prepare_run(RuntimeOptions& options, const training::Corpus& corpus) {
+  auto& setup = options.setup;
+  const auto& run = setup.run;
+  if (run.mode != "sync" && run.mode != "decoupled" && run.mode != "async") {
+    return make_error(ErrorCode::invalid_argument,
+                      "train.mode: '" + run.mode + "' is not supported across processes (sync | decoupled | async)");
+  }
+  if (run.learners < 1) return make_error(ErrorCode::invalid_argument, "train.learners must be at least 1");
+  auto codec = messages::parse_codec(setup.outer.codec);
+  if (!codec) return codec.error();
+  auto split = training::split_corpus(corpus, setup.data.split, setup.data.heldout_fraction);
+  if (!split) return split.error();
+  auto shards = training::make_shards(corpus, *split, setup.data.sharding, run.learners, setup.data.chunk_bytes, run.seed);
+  if (!shards) return shards.error();
+  RunSetup out;
+  out.heldout = std::make_shared<const std::vector<training::Batch>>(training::heldout_batches(
+      corpus.text, split->heldout, setup.data.eval_batches, setup.inner.batch_size, setup.model.seq_len));
+  if (out.heldout->empty()) return make_error(ErrorCode::invalid_argument, "the held-out split is too small to evaluate");
+  out.shards = std::make_shared<const std::vector<std::vector<training::Span>>>(std::move(*shards));
+  out.tokens_per_learner_step = static_cast<int64_t>(setup.inner.batch_size) * setup.model.seq_len;
+  if (setup.inner.total_steps == 0 && run.max_tokens > 0) {
+    setup.inner.total_steps = run.max_tokens / (out.tokens_per_learner_step * run.learners);
+  }
+  if (run.max_tokens > 0) {
+    out.step_limit = ceil_div(run.max_tokens, out.tokens_per_learner_step * run.learners);
+    if (run.mode == "sync") out.step_limit = ceil_div(out.step_limit, run.inner_steps) * run.inner_steps;
+  }
+  auto replica = training::Replica::create(setup.model, setup.inner, run.device, run.seed);
+  if (!replica) return replica.error();
+  auto layout = std::make_shared<ModelLayout>();
+  layout->parameters = (*replica)->parameters();
+  layout->parameter_count = (*replica)->parameter_count();
+  auto plan = training::plan_fragments(layout->parameters, setup.outer.fragments, setup.outer.fragment_layout);
+  if (!plan) return plan.error();
+  layout->plan = std::move(*plan);
+  const auto theta0 = (*replica)->read_parameters();
+  auto initial = std::make_shared<std::vector<std::vector<float>>>();
+  for (const auto& fragment : layout->plan.fragments) {
+    initial->push_back(training::gather_fragment(layout->plan, layout->parameters, fragment.id, theta0.data()));
+  }
+  out.layout = layout;
+  out.initial_fragments = initial;
+  return out;
+}
+
+Expected<double> heldout_loss(const RuntimeOptions& options, const RunSetup& setup, const storage::VersionData* version) {
+  const auto& s = options.setup;
+  auto replica = training::Replica::create(s.model, s.inner, s.run.device, s.run.seed);
+  if (!replica) return replica.error();
+  if (version) {
+    const auto& layout = *setup.layout;
+    std::vector<float> flat(layout.parameter_count);
+    for (const auto& [fragment, blob] : version->fragments) {
+      if (fragment >= layout.plan.fragments.size() || blob.size() != layout.plan.fragments[fragment].numel * sizeof(float)) {
+        return make_error(ErrorCode::inconsistent, "the stored model does not match this configuration");
+      }
+      auto values = bytes_to_floats(blob);
+      training::scatter_fragment(layout.plan, layout.parameters, static_cast<int>(fragment), values.data(), flat.data());
+    }
+    (*replica)->write_parameters(flat);
+  }
+  return (*replica)->evaluate(*setup.heldout);
+}
+
+SupervisorSpec learner_supervisor_spec(std::shared_ptr<const RuntimeOptions> options,
+                                       std::shared_ptr<const training::Corpus> corpus, const RunSetup& setup,
+                                       const LearnerSlots& slots) {
+  SupervisorSpec spec{"learner_supervisor", learner_supervisor_name(), options, {}};
+  for (int i = 0; i < slots.count; ++i) {
+    const int index = slots.first + i;
+    ChildSpec child;
+    child.name = learner_name(index);
+    child.id = learner_id(index);
+    child.start_step = i < static_cast<int>(slots.start_steps.size()) ? slots.start_steps[i] : 0;
+    auto layout = setup.layout;
+    auto shards = setup.shards;
+    const int64_t step_limit = setup.step_limit;
+    const auto deadline = slots.deadline;
+    child.spawn = [=](caf::actor_system& system, const ChildContext& context) {
+      LearnerSpec learner;
+      learner.index = index;
+      learner.incarnation = context.incarnation;
+      learner.options = options;
+      learner.corpus = corpus;
+      learner.shards = {(*shards)[index]};
+      learner.layout = layout;
+      learner.start_step = context.last_step;
+      learner.step_limit = step_limit;
+      learner.deadline = deadline;
+      learner.supervisor = context.supervisor;
+      learner.crash_on_start = options->faults.crash_learner_on_start == index;
+      return spawn_learner(system, std::move(learner));
+    };
+    spec.children.push_back(std::move(child));
+  }
+  return spec;
+}
+
+}  // namespace archipelago::actors

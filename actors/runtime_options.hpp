@@ -1,0 +1,60 @@
+// Options of the actor runtime: the training option structs plus what only actors need (staleness
+// bound, grace window, failure detector, restart policy, evaluation cadence, fault injection).
+//
+// apps/config.cpp fills this from config/default.toml ([outer], [runtime], [faults] sections).
+// Plain values, no CAF and no torch: tests build them directly. Copy freely, from any thread.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "training/reference_engine.hpp"
+
+namespace archipelago::actors {
+
+struct SyncerOptions {
+  double alpha = 0.0;           // learner merge of a received global fragment: α·local + (1−α)·global
+  int max_staleness = 4;        // updates of fragment p committed since the learner's base, at most
+  int overlap_steps = 2;        // τ: inner steps a fragment's sync may take without stalling anyone
+  double grace_gamma = 0.5;     // γ of the adaptive grace window
+  double grace_max_s = 2.0;     // upper bound of the grace window
+  std::string auth_token = "archipelago-local";  // Join.authToken every learner must present
+};
+
+struct DetectorOptions {
+  double heartbeat_s = 0.2;     // nominal heartbeat interval of a learner
+  double suspect_factor = 3.0;  // timeout = factor · (mean interval + 4 · deviation)
+  double min_timeout_s = 2.0;   // never suspect sooner than this
+  double max_timeout_s = 30.0;  // a learner silent this long is dead whatever its history says
+};
+
+struct RestartOptions {
+  int max_restarts = 5;         // R: restarts within `window_s` before a learner is given up
+  double window_s = 60.0;       // T
+  double backoff_initial_s = 0.05;  // first restart delay; doubles per recent restart
+  double backoff_max_s = 5.0;
+};
+
+struct FaultOptions {
+  double kill_learner_every_s = 0;  // kill a random live learner (exit reason kill) this often; 0 = never
+  double kill_syncer_at_s = 0;      // kill the syncer once at this time; 0 = never
+  int crash_learner_on_start = -1;  // this learner index fails at every start (restart-intensity demo)
+  uint64_t seed = 7;                // of the kill schedule
+};
+
+struct RuntimeOptions {
+  training::ReferenceSetup setup;   // model, inner, outer, data, run
+  SyncerOptions syncer;
+  DetectorOptions detector;
+  RestartOptions restart;
+  FaultOptions faults;
+  int eval_every_versions = 8;      // the evaluator scores every N-th committed version (and the last)
+  double progress_interval_s = 2.0; // how often the controller samples progress
+  double drain_timeout_s = 20.0;    // after the budget, how long learners may wait for their last merges
+  std::string run_dir;              // RocksDB store lives in <run_dir>/store
+  bool resume = false;              // continue from the store's latest committed version
+  bool store_sync = true;           // fsync every commit (tests may turn it off)
+  uint32_t keep_versions = 20;      // store retention: newest N committed versions (0 = all)
+};
+
+}  // namespace archipelago::actors

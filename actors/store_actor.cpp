@@ -1,0 +1,199 @@
+#include "actors/store_actor.hpp"
+
+#include <map>
+
+#include <caf/all.hpp>
+
+#include "actors/wire.hpp"
+#include "common/log.hpp"
+
+namespace archipelago::actors {
+namespace {
+
+using namespace archipelago::messages;
+
+struct StoreState {
+  std::shared_ptr<storage::CheckpointStore> store;
+  Outbox outbox{"store"};
+  uint64_t receiving_version = 0;
+  std::map<std::pair<uint32_t, PersistKind>, Reassembler> streams;
+  storage::VersionData building;
+  int64_t commits = 0;
+  int64_t failed_commits = 0;
+  int64_t bytes_received = 0;  // from the syncer
+  int64_t bytes_served = 0;    // state sent to joining learners and restoring syncers
+  int64_t serves = 0;
+  std::shared_ptr<spdlog::logger> log = component_logger("store");
+  const char* name = "checkpoint_store";
+};
+
+using StoreActor = caf::stateful_actor<StoreState>;
+
+void send_bytes(StoreActor* self, const caf::actor& to, WireBytes bytes) {
+  self->state.bytes_served += static_cast<int64_t>(bytes.size());
+  self->send(to, std::move(bytes));
+}
+
+void reply_persisted(StoreActor* self, const caf::actor& to, uint64_t version, bool ok, const std::string& reason) {
+  auto bytes = self->state.outbox.wrap(Persisted{version, ok, reason});
+  if (bytes) self->send(to, std::move(*bytes));
+}
+
+void on_persist(StoreActor* self, const caf::actor& sender, const Persist& persist) {
+  auto& st = self->state;
+  if (persist.version != st.receiving_version) {
+    st.streams.clear();
+    st.building = storage::VersionData{};
+    st.building.version = persist.version;
+    st.receiving_version = persist.version;
+  }
+  if (persist.manifest_json.empty()) {
+    auto key = std::make_pair(persist.fragment_id, persist.kind);
+    auto it = st.streams.find(key);
+    if (it == st.streams.end()) it = st.streams.emplace(key, Reassembler(kMaxTensorBytes)).first;
+    Status added = it->second.add(persist.chunk);
+    if (!added) {
+      st.log->warn("version {}: bad chunk for fragment {}: {}", persist.version, persist.fragment_id,
+                   added.error().to_string());
+      return;
+    }
+    if (it->second.complete()) {
+      auto bytes = it->second.take();
+      if (!bytes) return;
+      auto& target = persist.kind == PersistKind::parameters ? st.building.fragments : st.building.optimizer_state;
+      target[persist.fragment_id] = std::move(*bytes);
+      st.streams.erase(it);
+    }
+    return;
+  }
+  // End marker: commit what arrived, carrying the fragments the manifest names.
+  auto manifest = nlohmann::json::parse(persist.manifest_json, nullptr, false);
+  storage::VersionData data = std::move(st.building);
+  st.building = storage::VersionData{};
+  st.receiving_version = 0;
+  const bool incomplete = !st.streams.empty();
+  st.streams.clear();
+  if (manifest.is_discarded() || incomplete) {
+    st.failed_commits += 1;
+    reply_persisted(self, sender, persist.version, false, incomplete ? "incomplete tensors" : "manifest is not JSON");
+    return;
+  }
+  data.version = persist.version;
+  data.manifest_json = persist.manifest_json;
+  for (const auto& p : manifest.value("carried", nlohmann::json::array())) {
+    data.carried_fragments.push_back(p.get<uint32_t>());
+  }
+  auto stats = st.store->commit(data);
+  if (!stats) {
+    st.failed_commits += 1;
+    st.log->error("commit of version {} failed: {}", persist.version, stats.error().to_string());
+    reply_persisted(self, sender, persist.version, false, stats.error().to_string());
+    return;
+  }
+  st.commits += 1;
+  reply_persisted(self, sender, persist.version, true, "");
+}
+
+// Sends a stored version as GlobalFragments (to a learner) or as Persist chunks (to the syncer).
+void serve_latest(StoreActor* self, const caf::actor& to, bool as_persist) {
+  auto& st = self->state;
+  auto latest = st.store->latest_committed();
+  if (!latest) {
+    if (as_persist) {
+      reply_persisted(self, to, 0, false, "no committed version: " + latest.error().reason);
+    } else {
+      auto bytes = st.outbox.wrap(Welcome{0, 0, false, "no committed version yet"});
+      if (bytes) send_bytes(self, to, std::move(*bytes));
+    }
+    return;
+  }
+  st.serves += 1;
+  const uint64_t version = latest->version;
+  if (!as_persist) {
+    auto welcome = st.outbox.wrap(Welcome{version, static_cast<uint32_t>(latest->fragments.size()), true, ""});
+    if (welcome) send_bytes(self, to, std::move(*welcome));
+  }
+  auto send_tensor = [&](uint32_t fragment, const storage::Blob& blob, PersistKind kind) {
+    const uint64_t count = blob.size() / sizeof(float);
+    auto messages = st.outbox.wrap_tensor(Codec::fp32, count, blob, [&](TensorChunk chunk) -> Message {
+      if (as_persist) return Persist{version, fragment, kind, std::move(chunk), ""};
+      return GlobalFragment{fragment, version, std::move(chunk)};
+    });
+    if (!messages) {
+      st.log->error("cannot serve fragment {} of version {}: {}", fragment, version, messages.error().to_string());
+      return;
+    }
+    for (auto& m : *messages) send_bytes(self, to, std::move(m));
+  };
+  for (const auto& [fragment, blob] : latest->fragments) {
+    send_tensor(fragment, blob, PersistKind::parameters);
+    if (as_persist) {
+      auto it = latest->optimizer_state.find(fragment);
+      if (it != latest->optimizer_state.end()) send_tensor(fragment, it->second, PersistKind::outer_momentum);
+    }
+  }
+  if (as_persist) {
+    TensorChunk empty;
+    empty.checksum = chunk_checksum(nullptr, 0);
+    auto marker = st.outbox.wrap(Persist{version, 0, PersistKind::parameters, empty,
+                                         latest->manifest_json.empty() ? "{}" : latest->manifest_json});
+    if (marker) send_bytes(self, to, std::move(*marker));
+  }
+}
+
+caf::behavior store_behavior(StoreActor* self, std::shared_ptr<storage::CheckpointStore> store) {
+  self->state.store = std::move(store);
+  return {
+      [=](WireBytes& bytes) {
+        auto& st = self->state;
+        st.bytes_received += static_cast<int64_t>(bytes.size());
+        auto sender = caf::actor_cast<caf::actor>(self->current_sender());
+        auto envelope = unwrap(std::move(bytes));
+        if (!envelope) {
+          st.log->warn("dropped a malformed message: {}", envelope.error().to_string());
+          return;
+        }
+        if (auto* persist = std::get_if<Persist>(&envelope->body)) {
+          on_persist(self, sender, *persist);
+        } else if (std::get_if<Join>(&envelope->body)) {
+          serve_latest(self, sender, false);
+        } else if (auto* request = std::get_if<AdminRequest>(&envelope->body); request && request->command == "restore") {
+          serve_latest(self, sender, true);
+        } else {
+          st.log->warn("ignored a {} message", message_name(envelope->body));
+        }
+      },
+      [=](admin_atom, WireBytes& bytes) -> WireBytes {
+        auto& st = self->state;
+        auto request = read_admin_request(std::move(bytes));
+        if (request && request->command == "versions") {
+          // Every stored version with a digest of its parameters (tests: committed versions never change).
+          nlohmann::json versions = nlohmann::json::array();
+          auto list = st.store->list();
+          for (const auto& info : list ? *list : std::vector<storage::VersionInfo>{}) {
+            auto data = st.store->get(info.version);
+            if (!data) continue;
+            uint64_t digest = 0;
+            for (const auto& [fragment, blob] : data->fragments) {
+              digest = digest * 1000003u ^ chunk_checksum(blob.data(), blob.size()) ^ fragment;
+            }
+            versions.push_back({{"version", info.version}, {"digest", digest}});
+          }
+          return admin_reply("store", request->request_id, true, "ok", {{"versions", versions}});
+        }
+        auto latest = st.store->latest_committed_version();
+        nlohmann::json j = {{"commits", st.commits}, {"failed_commits", st.failed_commits},
+                            {"bytes_received", st.bytes_received}, {"bytes_served", st.bytes_served},
+                            {"serves", st.serves}, {"latest_version", latest ? *latest : 0}};
+        return admin_reply("store", request ? request->request_id : 0, true, "ok", j);
+      },
+  };
+}
+
+}  // namespace
+
+caf::actor spawn_store_actor(caf::actor_system& system, std::shared_ptr<storage::CheckpointStore> store) {
+  return system.spawn<caf::detached>(store_behavior, std::move(store));
+}
+
+}  // namespace archipelago::actors

@@ -1,0 +1,206 @@
+#include "actors/supervisor.hpp"
+
+#include <chrono>
+#include <map>
+
+#include <caf/all.hpp>
+
+#include "actors/policy.hpp"
+#include "actors/wire.hpp"
+#include "common/log.hpp"
+
+namespace archipelago::actors {
+namespace {
+
+using namespace archipelago::messages;
+using Clock = std::chrono::steady_clock;
+
+enum class ChildState { running, restarting, finished, failed };
+const char* state_name(ChildState s) {
+  static const char* names[] = {"running", "restarting", "finished", "failed"};
+  return names[static_cast<int>(s)];
+}
+
+struct Child {
+  ChildSpec spec;
+  caf::actor handle;
+  ChildState state = ChildState::running;
+  int incarnation = 0;
+  std::vector<double> restart_times;
+  int64_t restarts = 0;
+  int64_t start_step = 0;      // data position of the current incarnation
+  int64_t last_step = 0;
+  int64_t steps_computed = 0;  // over finished incarnations
+  double died_s = -1;
+  double spawned_s = 0;
+  bool awaiting_progress = false;
+  double downtime_s = 0;       // death -> respawn, summed
+  double recovery_s = 0;       // respawn -> first new step, summed (restarts only)
+  double failed_s = -1;
+  std::string last_reason;
+};
+
+struct SupervisorState {
+  SupervisorSpec spec;
+  std::vector<Child> children;
+  std::shared_ptr<std::vector<caf::actor>> live = std::make_shared<std::vector<caf::actor>>();
+  Clock::time_point started = Clock::now();
+  std::shared_ptr<spdlog::logger> log;
+  const char* name = "supervisor";
+  double now() const { return monotonic_seconds(); }
+};
+
+using SupervisorActor = caf::stateful_actor<SupervisorState>;
+
+void refresh_live(SupervisorActor* self) {
+  auto& st = self->state;
+  st.live->clear();
+  for (const auto& c : st.children) {
+    if (c.handle) st.live->push_back(c.handle);
+  }
+}
+
+void start_child(SupervisorActor* self, int index) {
+  auto& st = self->state;
+  auto& child = st.children[index];
+  ChildContext context{index, child.incarnation, child.last_step, caf::actor_cast<caf::actor>(self)};
+  child.handle = child.spec.spawn(self->system(), context);
+  child.state = ChildState::running;
+  child.start_step = child.last_step;
+  child.spawned_s = st.now();
+  self->monitor(child.handle);
+  // CAF 0.17's registry never overwrites a name (it emplaces): drop the dead incarnation first.
+  self->system().registry().erase(child.spec.name);
+  self->system().registry().put(child.spec.name, child.handle);
+  refresh_live(self);
+}
+
+void on_down(SupervisorActor* self, const caf::down_msg& down) {
+  auto& st = self->state;
+  for (size_t i = 0; i < st.children.size(); ++i) {
+    auto& child = st.children[i];
+    if (!child.handle || child.handle.address() != down.source) continue;
+    child.handle = caf::actor{};
+    child.steps_computed += std::max<int64_t>(0, child.last_step - child.start_step);
+    child.awaiting_progress = false;
+    refresh_live(self);
+    if (!down.reason || down.reason == caf::exit_reason::normal) {
+      child.state = ChildState::finished;
+      st.log->info("{} finished", child.spec.id);
+      return;
+    }
+    child.last_reason = self->system().render(down.reason);
+    child.died_s = st.now();
+    auto decision = decide_restart(st.now(), child.restart_times, st.spec.options->restart);
+    if (!decision.restart) {
+      child.state = ChildState::failed;
+      child.failed_s = st.now();
+      st.log->error("{} exited ({}); {}: the run continues without it", child.spec.id, child.last_reason,
+                    decision.reason);
+      return;
+    }
+    child.state = ChildState::restarting;
+    child.restart_times.push_back(st.now());
+    st.log->warn("{} exited ({}); {}", child.spec.id, child.last_reason, decision.reason);
+    self->delayed_send(self, std::chrono::milliseconds(static_cast<int64_t>(decision.delay_s * 1000)),
+                       restart_atom::value, static_cast<int>(i));
+    return;
+  }
+}
+
+nlohmann::json status_json(SupervisorActor* self) {
+  auto& st = self->state;
+  nlohmann::json children = nlohmann::json::object();
+  int64_t restarts = 0;
+  int running = 0, finished = 0, failed = 0, restarting = 0;
+  double downtime = 0, recovery = 0, failed_idle = 0;
+  int64_t steps = 0;
+  for (const auto& c : st.children) {
+    restarts += c.restarts;
+    running += c.state == ChildState::running;
+    finished += c.state == ChildState::finished;
+    failed += c.state == ChildState::failed;
+    restarting += c.state == ChildState::restarting;
+    const double down_now = c.state == ChildState::restarting && c.died_s >= 0 ? st.now() - c.died_s : 0;
+    downtime += c.downtime_s + down_now;
+    recovery += c.recovery_s;
+    if (c.failed_s >= 0) failed_idle += st.now() - c.died_s;
+    const int64_t computed = c.steps_computed + (c.handle ? std::max<int64_t>(0, c.last_step - c.start_step) : 0);
+    steps += computed;
+    children[c.spec.id] = {{"state", state_name(c.state)}, {"incarnation", c.incarnation}, {"restarts", c.restarts},
+                           {"last_step", c.last_step}, {"steps_computed", computed},
+                           {"downtime_s", c.downtime_s + down_now}, {"recovery_s", c.recovery_s},
+                           {"last_reason", c.last_reason}};
+  }
+  return {{"name", st.spec.name}, {"children", children}, {"restarts", restarts}, {"running", running},
+          {"finished", finished}, {"failed", failed}, {"restarting", restarting}, {"downtime_s", downtime},
+          {"recovery_s", recovery}, {"failed_idle_s", failed_idle}, {"steps_computed", steps}};
+}
+
+caf::behavior supervisor_behavior(SupervisorActor* self, SupervisorSpec spec) {
+  auto& st = self->state;
+  st.log = component_logger(spec.name);
+  st.spec = std::move(spec);
+  for (const auto& child_spec : st.spec.children) {
+    Child child;
+    child.spec = child_spec;
+    child.last_step = child_spec.start_step;
+    st.children.push_back(std::move(child));
+  }
+  // Children go down with their supervisor, for the same reason.
+  auto live = st.live;
+  self->attach_functor([live](const caf::error& reason) {
+    for (auto& child : *live) caf::anon_send_exit(child, caf::exit_reason::user_shutdown);
+  });
+  self->set_down_handler([=](caf::down_msg& down) { on_down(self, down); });
+  for (size_t i = 0; i < st.children.size(); ++i) start_child(self, static_cast<int>(i));
+  return {
+      [=](restart_atom, int index) {
+        auto& st = self->state;
+        if (index < 0 || index >= static_cast<int>(st.children.size())) return;
+        auto& child = st.children[index];
+        if (child.state != ChildState::restarting) return;
+        child.incarnation += 1;
+        child.restarts += 1;
+        child.downtime_s += st.now() - child.died_s;
+        child.awaiting_progress = true;
+        start_child(self, index);
+        st.log->info("{} restarted (incarnation {}) at step {}", child.spec.id, child.incarnation, child.last_step);
+      },
+      [=](WireBytes& bytes) {
+        auto& st = self->state;
+        auto envelope = unwrap(std::move(bytes));
+        if (!envelope) return;
+        if (auto* beat = std::get_if<Heartbeat>(&envelope->body)) {
+          auto sender = self->current_sender();
+          for (auto& c : st.children) {
+            if (c.spec.id != beat->learner_id || !c.handle || caf::actor_cast<caf::actor>(sender) != c.handle) continue;
+            c.last_step = static_cast<int64_t>(beat->step);
+            if (c.awaiting_progress && c.last_step > c.start_step) {
+              c.awaiting_progress = false;
+              c.recovery_s += st.now() - c.spawned_s;
+            }
+          }
+        } else if (auto* leave = std::get_if<Leave>(&envelope->body)) {
+          // The monitor declared a child dead: make sure it is (a frozen learner), the down restarts it.
+          for (auto& c : st.children) {
+            if (c.spec.id == leave->learner_id && c.handle && leave->reason.rfind("dead", 0) == 0) {
+              self->send_exit(c.handle, caf::exit_reason::kill);
+            }
+          }
+        }
+      },
+      [=](admin_atom, WireBytes& bytes) -> WireBytes {
+        auto request = read_admin_request(std::move(bytes));
+        return admin_reply(self->state.spec.name, request ? request->request_id : 0, true, "ok", status_json(self));
+      },
+  };
+}
+
+}  // namespace
+
+caf::actor spawn_supervisor(caf::actor_system& system, SupervisorSpec spec) {
+  return system.spawn(supervisor_behavior, std::move(spec));
+}
+
+}  // namespace archipelago::actors

@@ -1,0 +1,312 @@
+#include "actors/syncer.hpp"
+
+#include <chrono>
+#include <deque>
+#include <map>
+#include <optional>
+
+#include <caf/all.hpp>
+
+#include "actors/syncer_core.hpp"
+#include "actors/wire.hpp"
+#include "common/log.hpp"
+
+namespace archipelago::actors {
+namespace {
+
+using namespace archipelago::messages;
+using Clock = std::chrono::steady_clock;
+
+constexpr auto kTick = std::chrono::milliseconds(50);
+constexpr double kCommitTimeoutS = 30;
+constexpr double kRestoreRetryS = 3;
+
+enum class Phase { restoring, initializing, ready };
+
+struct SyncerState {
+  SyncerSpec spec;
+  std::unique_ptr<SyncerCore> core;
+  Phase phase = Phase::restoring;
+  Outbox outbox{"syncer"};
+  TensorInbox inbox;                       // learner updates, key "learner/fragment"
+  TensorInbox restore_inbox;               // the store's replay, key "fragment/kind"
+  std::vector<std::vector<float>> restore_parameters, restore_momentum;
+  double restore_requested_s = -1;
+  std::deque<std::pair<WireBytes, caf::actor>> deferred;  // arrived before the state was ready, with sender
+  std::optional<StagedCommit> staged;
+  std::map<std::string, caf::actor> learner_handles;
+  int64_t bytes_to_store = 0;
+  Clock::time_point started = Clock::now();
+  std::shared_ptr<spdlog::logger> log = component_logger("syncer");
+  const char* name = "syncer";
+
+  double now() const { return monotonic_seconds(); }
+};
+
+using SyncerActor = caf::stateful_actor<SyncerState>;
+
+caf::actor lookup(SyncerActor* self, caf::atom_value name) { return self->system().registry().get<caf::actor>(name); }
+
+void handle(SyncerActor* self, WireBytes&& bytes, const caf::actor& sender);
+
+void request_restore(SyncerActor* self) {
+  auto& st = self->state;
+  auto store = lookup(self, store_name());
+  st.restore_requested_s = st.now();
+  if (!store) return;  // retried on the next tick
+  st.restore_parameters.assign(st.core->fragment_count(), {});
+  st.restore_momentum.assign(st.core->fragment_count(), {});
+  st.restore_inbox.clear();
+  auto bytes = st.outbox.wrap(AdminRequest{0, "restore", {}});
+  if (bytes) self->send(store, std::move(*bytes));
+}
+
+void send_persist(SyncerActor* self, const StagedCommit& commit) {
+  auto& st = self->state;
+  auto store = lookup(self, store_name());
+  if (!store) return;  // the commit times out and is rolled back
+  auto send_tensor = [&](int fragment, const std::vector<float>& values, PersistKind kind) {
+    auto encoded = float_bytes(values);
+    auto messages = st.outbox.wrap_tensor(Codec::fp32, values.size(), encoded, [&](TensorChunk chunk) -> Message {
+      return Persist{commit.version, static_cast<uint32_t>(fragment), kind, std::move(chunk), ""};
+    });
+    if (!messages) return;
+    for (auto& m : *messages) {
+      st.bytes_to_store += static_cast<int64_t>(m.size());
+      self->send(store, std::move(m));
+    }
+  };
+  for (int p : commit.fragments) {
+    send_tensor(p, st.core->fragment(p).parameters, PersistKind::parameters);
+    send_tensor(p, st.core->fragment(p).momentum, PersistKind::outer_momentum);
+  }
+  nlohmann::json manifest = commit.manifest;
+  manifest["bytes_from_learners"] = st.core->bytes_from_learners;
+  manifest["bytes_to_learners"] = st.core->bytes_to_learners;
+  if (manifest.contains("accounting")) {
+    manifest["accounting"]["bytes_from_learners"] = st.core->bytes_from_learners;
+    manifest["accounting"]["bytes_to_learners"] = st.core->bytes_to_learners;
+  }
+  TensorChunk empty;
+  empty.checksum = chunk_checksum(nullptr, 0);
+  auto marker = st.outbox.wrap(Persist{commit.version, 0, PersistKind::parameters, empty, manifest.dump()});
+  if (marker) self->send(store, std::move(*marker));
+}
+
+void broadcast(SyncerActor* self, const StagedCommit& commit) {
+  auto& st = self->state;
+  std::vector<caf::actor> recipients;
+  int learners = 0;
+  for (const auto& [id, handle] : st.learner_handles) {
+    auto it = st.core->learners().find(id);
+    if (it != st.core->learners().end() && it->second.active && handle) {
+      recipients.push_back(handle);
+      ++learners;
+    }
+  }
+  if (auto evaluator = lookup(self, evaluator_name())) recipients.push_back(evaluator);
+  for (int p : commit.fragments) {
+    const auto& values = st.core->fragment(p).parameters;
+    auto encoded = float_bytes(values);
+    auto messages = st.outbox.wrap_tensor(Codec::fp32, values.size(), encoded, [&](TensorChunk chunk) -> Message {
+      return GlobalFragment{static_cast<uint32_t>(p), commit.version, std::move(chunk)};
+    });
+    if (!messages) continue;
+    for (auto& m : *messages) {
+      st.core->bytes_to_learners += static_cast<int64_t>(m.size()) * learners;
+      for (const auto& r : recipients) self->send(r, m);
+    }
+  }
+}
+
+void try_merge(SyncerActor* self) {
+  auto& st = self->state;
+  if (st.phase != Phase::ready || st.core->commit_in_flight()) return;
+  double deadline = -1;
+  auto ready = st.core->ready_fragments(st.now(), &deadline);
+  if (ready.empty()) return;
+  auto staged = st.core->stage(ready, st.now());
+  if (!staged) {
+    st.log->error("merge failed: {}", staged.error().to_string());
+    return;
+  }
+  st.staged = std::move(*staged);
+  send_persist(self, *st.staged);
+}
+
+void finish_restore(SyncerActor* self, const Persist& marker) {
+  auto& st = self->state;
+  auto manifest = nlohmann::json::parse(marker.manifest_json, nullptr, false);
+  if (manifest.is_discarded()) manifest = nlohmann::json::object();
+  Status restored = st.core->restore(marker.version, std::move(st.restore_parameters), std::move(st.restore_momentum),
+                                     manifest);
+  if (!restored) {
+    st.log->error("cannot restore version {}: {}; retrying", marker.version, restored.error().to_string());
+    request_restore(self);
+    return;
+  }
+  st.log->info("restored committed version {} from the checkpoint store", marker.version);
+  st.phase = Phase::ready;
+}
+
+void on_persisted(SyncerActor* self, const Persisted& persisted) {
+  auto& st = self->state;
+  if (st.phase == Phase::restoring) {
+    // Nothing stored yet: commit version 1 (the initial parameters).
+    st.log->info("no committed version in the store ({}): committing the initial parameters", persisted.reason);
+    st.phase = Phase::initializing;
+    st.staged = st.core->stage_initial(st.now());
+    send_persist(self, *st.staged);
+    return;
+  }
+  if (!st.staged || st.staged->version != persisted.version) return;  // a late answer to a timed-out commit
+  StagedCommit commit = std::move(*st.staged);
+  st.staged.reset();
+  if (!persisted.ok) {
+    st.core->commit_failed(commit, persisted.reason);
+    if (st.phase == Phase::initializing) {
+      st.phase = Phase::restoring;
+      request_restore(self);
+    }
+    return;
+  }
+  st.core->commit_succeeded(commit, st.now());
+  if (st.phase == Phase::initializing) {
+    st.phase = Phase::ready;
+    st.log->info("committed version 1 (initial parameters)");
+  } else {
+    broadcast(self, commit);
+  }
+}
+
+void on_update(SyncerActor* self, const caf::actor& sender, const DecodedEnvelope& envelope,
+               const FragmentUpdate& update) {
+  auto& st = self->state;
+  if (auto reject = st.core->screen(envelope.sender_id, envelope.sequence, update)) {
+    st.core->count_reject(*reject, update.learner_id);
+    st.log->warn("rejected a fragment update from {} (fragment {}): {}", update.learner_id, update.fragment_id,
+                 to_string(*reject));
+    if (*reject == RejectReason::unknown_learner) {
+      // Tell it to join (again): e.g. it was declared dead while it was only slow.
+      auto bytes = st.outbox.wrap(Welcome{st.core->latest_version(), 0, false, "not joined: send Join first"});
+      if (sender && bytes) self->send(sender, std::move(*bytes));
+    }
+    return;
+  }
+  const std::string key = update.learner_id + "/" + std::to_string(update.fragment_id);
+  auto added = st.inbox.add(key, update.chunk);
+  if (!added) {
+    const auto reason = added.error().code == ErrorCode::non_finite ? RejectReason::non_finite : RejectReason::malformed;
+    st.core->count_reject(reason, update.learner_id);
+    st.log->warn("rejected an update from {}: {}", update.learner_id, added.error().to_string());
+    return;
+  }
+  if (!added->complete) return;
+  UpdateHeader header{update.learner_id, update.fragment_id, update.base_version, update.inner_steps, update.tokens,
+                      update.train_loss};
+  if (st.core->accept(header, std::move(added->values), st.now())) return;
+  try_merge(self);
+}
+
+void handle(SyncerActor* self, WireBytes&& bytes, const caf::actor& sender) {
+  auto& st = self->state;
+  const auto size = static_cast<int64_t>(bytes.size());
+  if (st.phase != Phase::ready) {
+    auto peek = unwrap(WireBytes(bytes));
+    const bool restore_stream = peek && (std::holds_alternative<Persist>(peek->body) ||
+                                         std::holds_alternative<Persisted>(peek->body));
+    if (!restore_stream) {
+      st.deferred.emplace_back(std::move(bytes), sender);
+      return;
+    }
+  }
+  auto envelope = unwrap(std::move(bytes));
+  if (!envelope) {
+    const auto reason = envelope.error().code == ErrorCode::non_finite ? RejectReason::non_finite : RejectReason::malformed;
+    st.core->count_reject(reason, "");
+    st.log->warn("rejected a message: {}", envelope.error().to_string());
+    return;
+  }
+  std::visit(
+      [&](const auto& body) {
+        using T = std::decay_t<decltype(body)>;
+        if constexpr (std::is_same_v<T, Join>) {
+          auto welcome = st.core->join(body, st.now());
+          if (welcome.accepted) {
+            st.learner_handles[body.learner_id] = sender;
+            st.log->info("{} joined at version {}", body.learner_id, welcome.version);
+          } else {
+            st.log->warn("refused {}: {}", body.learner_id, welcome.reason);
+          }
+          auto reply = st.outbox.wrap(welcome);
+          if (reply && sender) self->send(sender, std::move(*reply));
+        } else if constexpr (std::is_same_v<T, FragmentUpdate>) {
+          st.core->bytes_from_learners += size;
+          on_update(self, sender, *envelope, body);
+        } else if constexpr (std::is_same_v<T, Leave>) {
+          st.core->leave(body.learner_id, body.reason == "finished", body.reason, st.now());
+          try_merge(self);
+        } else if constexpr (std::is_same_v<T, Persisted>) {
+          on_persisted(self, body);
+          try_merge(self);
+        } else if constexpr (std::is_same_v<T, Persist>) {
+          if (st.phase != Phase::restoring) return;
+          if (!body.manifest_json.empty()) {
+            finish_restore(self, body);
+            return;
+          }
+          const bool params = body.kind == PersistKind::parameters;
+          if (body.fragment_id >= static_cast<uint32_t>(st.core->fragment_count())) return;
+          auto added = st.restore_inbox.add(std::to_string(body.fragment_id) + (params ? "/p" : "/m"), body.chunk);
+          if (added && added->complete) {
+            (params ? st.restore_parameters : st.restore_momentum)[body.fragment_id] = std::move(added->values);
+          }
+        } else {
+          st.log->warn("ignored a {} message from {}", message_name(envelope->body), envelope->sender_id);
+        }
+      },
+      envelope->body);
+  if (st.phase == Phase::ready && !st.deferred.empty()) {
+    auto deferred = std::move(st.deferred);
+    st.deferred.clear();
+    for (auto& [m, from] : deferred) handle(self, std::move(m), from);
+  }
+}
+
+caf::behavior syncer_behavior(SyncerActor* self, SyncerSpec spec) {
+  auto& st = self->state;
+  st.spec = spec;
+  st.core = std::make_unique<SyncerCore>(*spec.options, *spec.initial_fragments);
+  request_restore(self);
+  self->send(self, tick_atom::value);
+  return {
+      [=](WireBytes& bytes) { handle(self, std::move(bytes), caf::actor_cast<caf::actor>(self->current_sender())); },
+      [=](tick_atom) {
+        auto& st = self->state;
+        if (st.phase == Phase::restoring && st.now() - st.restore_requested_s > kRestoreRetryS) request_restore(self);
+        if (st.staged && st.now() - st.staged->started_s > kCommitTimeoutS) {
+          st.core->commit_failed(*st.staged, "the checkpoint store did not answer");
+          st.staged.reset();
+        }
+        try_merge(self);
+        self->delayed_send(self, kTick, tick_atom::value);
+      },
+      [=](admin_atom, WireBytes& bytes) -> WireBytes {
+        auto& st = self->state;
+        auto request = read_admin_request(std::move(bytes));
+        auto status = st.core->status(st.now());
+        status["phase"] = st.phase == Phase::ready ? "ready" : st.phase == Phase::restoring ? "restoring" : "initializing";
+        status["bytes_to_store"] = st.bytes_to_store;
+        status["deferred"] = st.deferred.size();
+        return admin_reply("syncer", request ? request->request_id : 0, true, "ok", status);
+      },
+  };
+}
+
+}  // namespace
+
+caf::actor spawn_syncer(caf::actor_system& system, SyncerSpec spec) {
+  return system.spawn(syncer_behavior, std::move(spec));
+}
+
+}  // namespace archipelago::actors

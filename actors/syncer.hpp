@@ -1,0 +1,38 @@
+// The syncer actor (outer optimizer): wraps SyncerCore (actors/syncer_core.hpp) with messaging.
+//
+//   restoring ──Persist* + manifest──────────────> ready
+//       │  (store: AdminRequest "restore")           ^
+//       └──Persisted{ok=false}: nothing stored──> initializing ──Persisted{v=1, ok}
+//                                             (commits version 1 = initial θ)
+// ready:
+//   Join            -> Welcome{latest committed version} (the state itself comes from the store)
+//   FragmentUpdate* -> screened (unknown learner, duplicate sequence, wrong shape), reassembled,
+//                      decoded (NaN/Inf refused), staleness-checked, queued as pending
+//   tick (50 ms)    -> ready_fragments(): merge + outer step -> Persist* to the store
+//   Persisted{ok}   -> commit_succeeded, then GlobalFragment* broadcast to active learners and the
+//                      evaluator (announce only after commit); {!ok} -> roll back, contributions lost
+//   Leave           -> learner dead (from the monitor) or finished: the quorum shrinks
+// Messages other than the restore stream are deferred while restoring/initializing. Every reject
+// is counted by class and logged; nothing a learner sends can stop the syncer. Runs on the
+// cooperative scheduler (merges of a small model take milliseconds).
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include <caf/actor.hpp>
+#include <caf/actor_system.hpp>
+
+#include "actors/runtime_options.hpp"
+
+namespace archipelago::actors {
+
+struct SyncerSpec {
+  std::shared_ptr<const RuntimeOptions> options;
+  // θ of every fragment for a fresh run (version 1); ignored when the store has a version.
+  std::shared_ptr<const std::vector<std::vector<float>>> initial_fragments;
+};
+
+caf::actor spawn_syncer(caf::actor_system& system, SyncerSpec spec);
+
+}  // namespace archipelago::actors

@@ -1,0 +1,184 @@
+// The outer optimizer's state and rules, without actors: what the syncer actor (actors/syncer.hpp)
+// wraps with messaging. Kept apart so it can be unit-tested and, later, sharded by fragment.
+//
+// State per fragment p: global parameters θ_p, outer momentum, the version at which θ_p last
+// changed, the versions of its recent commits (for staleness) and the pending contributions
+// (pseudo-gradients Δ = θ_p(base) − θ_local,p from learners). In decoupled mode a merge of k of
+// the n expected learners (active ∪ contributors) is scaled by k/n, so a round merged in pieces
+// moves θ as far as one merged at once. A global `version` counts commits:
+// one commit carries every fragment that was ready to merge at that moment (in sync mode with one
+// fragment that is one version per round).
+//
+// Invariants: θ only changes through stage() → commit_succeeded(); at most one commit is in flight;
+// committed versions are strictly increasing; a rejected update changes nothing but a counter.
+// Not thread-safe: owned by one syncer actor.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "actors/policy.hpp"
+#include "actors/runtime_options.hpp"
+#include "common/error.hpp"
+#include "messages/message_types.hpp"
+#include "training/outer.hpp"
+
+namespace archipelago::actors {
+
+// Why an update was refused; each class has its own counter.
+enum class RejectReason { stale, duplicate, unknown_learner, wrong_shape, non_finite, malformed, unauthenticated };
+const char* to_string(RejectReason reason);
+
+struct RejectCounters {
+  std::map<std::string, int64_t> by_reason;  // reason name -> count
+  int64_t total() const;
+};
+
+struct LearnerRecord {
+  std::string id;
+  bool active = false;            // joined and not dead / finished since
+  bool finished = false;
+  uint64_t last_sequence = 0;     // of the current incarnation (reset by Join)
+  uint64_t joined_version = 0;    // committed version when it last joined
+  double joined_s = -1;
+  double first_merge_after_join_s = -1;  // first commit carrying its work after its last join
+  int64_t joins = 0;
+  int64_t contributions_merged = 0;
+  int64_t contributions_rejected = 0;
+  double step_equivalents_merged = 0;    // Σ inner steps × fragment share over merged contributions
+  double step_equivalents_rejected = 0;
+  int64_t steps_merged_fragment0 = 0;    // data position hint for --resume
+  int64_t tokens_merged = 0;
+};
+
+struct PendingContribution {
+  int learner = -1;
+  int fragment = 0;
+  std::string learner_id;
+  uint64_t base_version = 0;
+  int64_t steps = 0;
+  int64_t tokens = 0;
+  float train_loss = 0;
+  int64_t staleness = 0;
+  double arrived_s = 0;
+  std::vector<float> delta;
+};
+
+struct FragmentState {
+  int64_t numel = 0;
+  std::vector<float> parameters;
+  std::vector<float> momentum;
+  uint64_t version = 0;                  // version at which θ_p last changed
+  std::vector<uint64_t> commit_versions; // recent versions at which θ_p changed, ascending
+  std::vector<PendingContribution> pending;
+  double first_arrival_s = -1;
+  double quorum_reached_s = -1;
+};
+
+// One commit being made durable: new θ/momentum of the merged fragments and what to restore on failure.
+struct StagedCommit {
+  uint64_t version = 0;
+  std::vector<int> fragments;
+  std::vector<std::vector<float>> previous_parameters;
+  std::vector<std::vector<float>> previous_momentum;
+  std::vector<PendingContribution> merged;  // deltas dropped; for accounting
+  nlohmann::json manifest;
+  double started_s = 0;
+};
+
+// What an accepted update header must carry (one whole, reassembled tensor).
+struct UpdateHeader {
+  std::string learner_id;
+  uint32_t fragment = 0;
+  uint64_t base_version = 0;
+  uint32_t inner_steps = 0;
+  uint64_t tokens = 0;
+  float train_loss = 0;
+};
+
+class SyncerCore {
+ public:
+  // `initial`: θ of every fragment (the state of version 1 in a fresh run).
+  SyncerCore(RuntimeOptions options, std::vector<std::vector<float>> initial);
+
+  const std::string& mode() const { return mode_; }
+  int fragment_count() const { return static_cast<int>(fragments_.size()); }
+  int64_t fragment_numel(int p) const { return fragments_[p].numel; }
+  uint64_t latest_version() const { return latest_version_; }
+  bool commit_in_flight() const { return in_flight_; }
+  const FragmentState& fragment(int p) const { return fragments_[p]; }
+
+  // ---- restoring -------------------------------------------------------------------------------
+  // Version 1 of a fresh run: the initial parameters, zero momentum.
+  StagedCommit stage_initial(double now_s);
+  // Loads a committed version (from the checkpoint store). `manifest` restores counters.
+  Status restore(uint64_t version, std::vector<std::vector<float>> parameters,
+                 std::vector<std::vector<float>> momentum, const nlohmann::json& manifest);
+
+  // ---- learners --------------------------------------------------------------------------------
+  messages::Welcome join(const messages::Join& join, double now_s);
+  void leave(const std::string& learner_id, bool finished, const std::string& reason, double now_s);
+  // Envelope-level checks before a chunk is reassembled: known learner, fresh sequence, shape.
+  // Returns the reject reason or nothing.
+  std::optional<RejectReason> screen(const std::string& sender_id, uint64_t sequence,
+                                     const messages::FragmentUpdate& update);
+  // A whole update. Rejects stale / duplicate (same learner and base already pending).
+  std::optional<RejectReason> accept(const UpdateHeader& header, std::vector<float> delta, double now_s);
+  // Counts a rejection (from screen, accept or decoding) for `learner_id` (may be unknown).
+  void count_reject(RejectReason reason, const std::string& learner_id, double step_equivalents = 0);
+
+  // ---- merging ---------------------------------------------------------------------------------
+  // Fragments whose merge is due now; `next_deadline_s` (< 0: none) says when to look again.
+  std::vector<int> ready_fragments(double now_s, double* next_deadline_s);
+  // Merges and outer-steps the fragments, returns the commit to persist. Requires !commit_in_flight().
+  Expected<StagedCommit> stage(const std::vector<int>& fragments, double now_s);
+  void commit_succeeded(const StagedCommit& commit, double now_s);
+  void commit_failed(const StagedCommit& commit, const std::string& reason);
+
+  // ---- reporting -------------------------------------------------------------------------------
+  nlohmann::json status(double now_s) const;
+  const std::map<std::string, LearnerRecord>& learners() const { return learners_; }
+  const RejectCounters& rejects() const { return rejects_; }
+  const SyncTimings& timings() const { return timings_; }
+  double grace_s() const { return grace_window(timings_, options_.syncer); }
+  int active_learners() const;
+
+  // Bytes on the learner links, counted by the syncer actor and persisted with every manifest.
+  int64_t bytes_from_learners = 0;
+  int64_t bytes_to_learners = 0;
+
+ private:
+  // Credits merged contributions to their learners' counters.
+  void credit(std::map<std::string, LearnerRecord>& learners, const std::vector<PendingContribution>& merged,
+              double now_s) const;
+  nlohmann::json accounting_json(const std::map<std::string, LearnerRecord>& learners) const;
+  nlohmann::json accounting_json() const { return accounting_json(learners_); }
+  void restore_accounting(const nlohmann::json& accounting);
+
+  RuntimeOptions options_;
+  std::string mode_;
+  training::MergeRule merge_rule_ = training::MergeRule::token_weighted;
+  std::vector<FragmentState> fragments_;
+  int64_t total_numel_ = 0;
+  std::vector<std::unique_ptr<training::DelayedNesterovOuter>> delayed_;  // async + delayed_nesterov
+  std::map<std::string, LearnerRecord> learners_;
+  std::map<std::string, double> last_arrival_;  // "learner/fragment" -> time, for step-time estimates
+  RejectCounters rejects_;
+  SyncTimings timings_;
+  uint64_t latest_version_ = 0;
+  uint64_t last_attempted_version_ = 0;  // a timed-out commit may still land: never reuse its number
+  bool in_flight_ = false;
+  int64_t commits_ = 0;
+  int64_t merges_ = 0;
+  double loss_sum_ = 0;   // train loss of merged contributions since the last status
+  int64_t loss_count_ = 0;
+  double last_train_loss_ = 0;
+};
+
+}  // namespace archipelago::actors

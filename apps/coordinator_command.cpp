@@ -1,0 +1,158 @@
+#include "apps/coordinator_command.hpp"
+
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <toml++/toml.h>
+
+#include "actors/coordinator.hpp"
+#include "common/log.hpp"
+#include "net/auth.hpp"
+#include "training/corpus.hpp"
+
+namespace archipelago::apps {
+namespace fs = std::filesystem;
+
+namespace {
+
+volatile std::sig_atomic_t stop_flag = 0;
+void on_stop_signal(int) { stop_flag = 1; }
+
+Expected<std::string> read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return make_error(ErrorCode::not_found, "cannot read config file " + path);
+  std::ostringstream out;
+  out << in.rdbuf();
+  return out.str();
+}
+
+}  // namespace
+
+void install_stop_signals() {
+  struct sigaction action {};
+  action.sa_handler = on_stop_signal;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGTERM, &action, nullptr);
+  sigaction(SIGINT, &action, nullptr);
+}
+
+bool stop_signal_received() { return stop_flag != 0; }
+
+actors::TransportOptions transport_options(const NetOptions& net) {
+  actors::TransportOptions t;
+  t.heartbeat_interval_s = net.heartbeat_interval_s;
+  t.connection_timeout_s = net.connection_timeout_s;
+  t.join_timeout_s = net.join_timeout_s;
+  t.reconnect_initial_s = net.reconnect_initial_s;
+  t.reconnect_max_s = net.reconnect_max_s;
+  t.tls = net.tls;
+  t.tls_certificate = net.tls_certificate;
+  t.tls_key = net.tls_key;
+  t.tls_ca = net.tls_ca;
+  return t;
+}
+
+Expected<std::shared_ptr<const net::SiteTopology>> topology_of(const std::string& text, const std::string& origin) {
+  try {
+    if (!toml::parse(std::string_view(text)).contains("sites")) return std::shared_ptr<const net::SiteTopology>{};
+  } catch (const toml::parse_error& e) {
+    return make_error(ErrorCode::invalid_argument, origin + ": " + std::string(e.description()));
+  }
+  auto topology = net::parse_sites(text, origin);
+  if (!topology) return topology.error();
+  return std::make_shared<const net::SiteTopology>(std::move(*topology));
+}
+
+int run_coordinator(const CoordinatorArguments& arguments) {
+  auto fail = [](int code, const std::string& message) {
+    std::fprintf(stderr, "archipelago coordinator: %s\n", message.c_str());
+    return code;
+  };
+  std::optional<std::string> file_text;
+  std::string origin = "config";
+  if (arguments.config_file) {
+    auto text = read_text(*arguments.config_file);
+    if (!text) return fail(2, text.error().reason);
+    file_text = *text;
+    origin = *arguments.config_file;
+  }
+  auto config = load_config(file_text, origin, arguments.overrides);
+  if (!config) return fail(2, "invalid configuration: " + config.error().reason);
+  auto topology = topology_of(file_text.value_or(""), origin);
+  if (!topology) return fail(2, "invalid [sites]/[links]: " + topology.error().reason);
+  std::string site = arguments.site.value_or("");
+  if (site.empty()) site = *topology && (*topology)->coordinator() ? (*topology)->coordinator()->name : "local";
+  if (*topology && !(*topology)->find(site)) return fail(2, "--site " + site + " is not a site of " + origin);
+  auto listen = actors::parse_host_port(arguments.listen);
+  if (!listen) return fail(2, "--listen " + listen.error().reason);
+  auto secret = net::load_token(arguments.token_file);
+  if (!secret) return fail(2, secret.error().reason);
+  if (arguments.run_dir.empty()) return fail(2, "--run-dir is required (the same directory resumes the run)");
+
+  std::error_code ec;
+  fs::create_directories(arguments.run_dir, ec);
+  if (ec) return fail(1, "cannot create run directory " + arguments.run_dir + ": " + ec.message());
+  init_logging({"coordinator", config->log_level, (fs::path(arguments.run_dir) / "coordinator.log").string()});
+  auto log = component_logger("coordinator");
+  if (!fs::exists(fs::path(arguments.run_dir) / "config.toml")) {
+    std::ofstream(fs::path(arguments.run_dir) / "config.toml") << config->toml;
+  }
+  auto corpus = training::load_corpus(config->data);
+  if (!corpus) return fail(1, "corpus: " + corpus.error().reason);
+
+  actors::CoordinatorOptions options;
+  options.runtime = to_runtime_options(*config, arguments.run_dir, false);
+  options.secret = std::make_shared<const net::Secret>(std::move(*secret));
+  options.listen = *listen;
+  options.site = site;
+  options.transport = transport_options(config->net);
+  options.config_toml = config->toml;
+  if (*topology) {
+    // Nodes get the topology tables only, never the rest of this file.
+    auto table = toml::parse(std::string_view(*file_text));
+    toml::table sites;
+    sites.insert("sites", *table.get("sites"));
+    if (auto* links = table.get("links")) sites.insert("links", *links);
+    std::ostringstream out;
+    out << sites;
+    options.topology_toml = out.str();
+  }
+  options.topology = *topology;
+  install_stop_signals();
+  auto coordinator = actors::Coordinator::start(std::move(options), std::make_shared<const training::Corpus>(std::move(*corpus)));
+  if (!coordinator) {
+    const auto code = coordinator.error().code;
+    return fail(code == ErrorCode::invalid_argument || code == ErrorCode::not_found ? 2 : 1, coordinator.error().reason);
+  }
+  std::printf("coordinator listening on %s:%u\n", listen->host.c_str(), (*coordinator)->port());
+  std::fflush(stdout);
+  auto summary = (*coordinator)->run(stop_signal_received, [](const nlohmann::json& p) {
+    std::printf("progress elapsed_s=%.1f version=%llu tokens=%lld alive=%d nodes=%zu heldout_loss=%s bytes_cross_site=%lld\n",
+                p.value("elapsed_s", 0.0), static_cast<unsigned long long>(p.value("version", uint64_t{0})),
+                static_cast<long long>(p.value("tokens", int64_t{0})), p.value("alive", 0),
+                p.value("nodes", size_t{0}), p["heldout_loss"].is_number() ? p["heldout_loss"].dump().c_str() : "-",
+                static_cast<long long>(p.value("bytes_cross_site", int64_t{0})));
+    std::fflush(stdout);
+  });
+  coordinator->reset();
+  if (!summary) {
+    log->error("{}", summary.error().reason);
+    return 1;
+  }
+  std::ofstream(fs::path(arguments.run_dir) / "summary.json") << summary->dump(2) << "\n";
+  std::printf("coordinator stopped (%s): versions %llu -> %llu, held-out loss %.4f -> %.4f, %lld cross-site bytes\n",
+              (*summary)["stopped_by"].get<std::string>().c_str(),
+              static_cast<unsigned long long>((*summary)["start_version"].get<uint64_t>()),
+              static_cast<unsigned long long>((*summary)["final_version"].get<uint64_t>()),
+              (*summary)["initial_heldout_loss"].is_number() ? (*summary)["initial_heldout_loss"].get<double>() : 0.0,
+              (*summary)["heldout_loss"].is_number() ? (*summary)["heldout_loss"].get<double>() : 0.0,
+              static_cast<long long>((*summary)["bytes_cross_site"].get<uint64_t>()));
+  if (arguments.json) std::printf("%s\n", summary->dump().c_str());
+  std::fflush(stdout);
+  return 0;
+}
+
+}  // namespace archipelago::apps

@@ -1,0 +1,83 @@
+#include "apps/node_command.hpp"
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "actors/node.hpp"
+#include "apps/config.hpp"
+#include "apps/coordinator_command.hpp"
+#include "common/log.hpp"
+#include "net/auth.hpp"
+#include "training/corpus.hpp"
+
+namespace archipelago::apps {
+
+int run_node(const NodeArguments& arguments) {
+  auto fail = [](int code, const std::string& message) {
+    std::fprintf(stderr, "archipelago node: %s\n", message.c_str());
+    return code;
+  };
+  std::optional<std::string> file_text;
+  std::string origin = "config";
+  if (arguments.config_file) {
+    std::ifstream in(*arguments.config_file, std::ios::binary);
+    if (!in) return fail(2, "cannot read config file " + *arguments.config_file);
+    std::ostringstream out;
+    out << in.rdbuf();
+    file_text = out.str();
+    origin = *arguments.config_file;
+  }
+  std::vector<std::string> overrides = arguments.overrides;
+  if (arguments.device) overrides.push_back("train.device=" + *arguments.device);
+  auto local = load_config(file_text, origin, overrides);
+  if (!local) return fail(2, "invalid configuration: " + local.error().reason);
+  auto coordinator = actors::parse_host_port(arguments.coordinator);
+  if (!coordinator) return fail(2, "--coordinator " + coordinator.error().reason);
+  auto secret = net::load_token(arguments.token_file);
+  if (!secret) return fail(2, secret.error().reason);
+  init_logging({"node", local->log_level, arguments.log_file.value_or("")});
+  auto log = component_logger("node");
+
+  actors::NodeOptions options;
+  options.coordinator = *coordinator;
+  options.name = arguments.name.value_or("");
+  options.site = arguments.site;
+  options.learners = arguments.learners;
+  options.device = local->run.device;
+  options.secret = std::make_shared<const net::Secret>(std::move(*secret));
+  options.transport = transport_options(local->net);
+  options.give_up_after_s = arguments.give_up_after_s;
+  // The run's configuration comes from the coordinator; this node's --set / --device apply on top.
+  options.configure = [overrides](const std::string& config_toml) -> Expected<actors::NodeConfig> {
+    auto config = load_config(config_toml, "the coordinator's configuration", overrides);
+    if (!config) return config.error();
+    auto corpus = training::load_corpus(config->data);
+    if (!corpus) return make_error(corpus.error().code, "corpus: " + corpus.error().reason);
+    return actors::NodeConfig{to_runtime_options(*config, "", false),
+                              std::make_shared<const training::Corpus>(std::move(*corpus))};
+  };
+  install_stop_signals();
+  auto node = actors::Node::start(std::move(options));
+  if (!node) return fail(2, node.error().reason);
+  auto summary = (*node)->run(stop_signal_received, [](const nlohmann::json& p) {
+    std::printf("progress elapsed_s=%.1f connected=%s steps=%lld restarts=%d\n", p.value("elapsed_s", 0.0),
+                p.value("connected", false) ? "true" : "false", static_cast<long long>(p.value("steps", int64_t{0})),
+                p.value("restarts", 0));
+    std::fflush(stdout);
+  });
+  node->reset();
+  if (!summary) {
+    const bool refused = summary.error().code == ErrorCode::conflict;
+    return fail(refused ? 3 : 1, summary.error().reason);
+  }
+  std::printf("node stopped (%s): %lld steps, %lld bytes sent, %lld received\n",
+              (*summary)["stopped_by"].get<std::string>().c_str(), static_cast<long long>((*summary)["steps"].get<int64_t>()),
+              static_cast<long long>((*summary)["bytes_sent"].get<uint64_t>()),
+              static_cast<long long>((*summary)["bytes_received"].get<uint64_t>()));
+  if (arguments.json) std::printf("%s\n", summary->dump().c_str());
+  std::fflush(stdout);
+  return 0;
+}
+
+}  // namespace archipelago::apps

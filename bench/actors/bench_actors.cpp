@@ -1,0 +1,156 @@
+// Benchmarks of the actor runtime (see README.md for the numbers and the commands):
+//   overhead  tokens/s of one learner inside the runtime vs the bare inner loop (same model, data)
+//   compare   decoupled M=4 vs sync M=4 vs ddp at equal tokens: held-out loss and bytes
+//   goodput   decoupled M=4 with a learner killed every K seconds: goodput, kill -> first merge
+// Usage: bench_actors MODE [preset] [seconds-or-steps] [extra]; prints one JSON line per result.
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "actors/cluster.hpp"
+#include "actors/compute_threads.hpp"
+#include "common/log.hpp"
+#include "training/replica.hpp"
+
+using namespace archipelago;
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+std::shared_ptr<const training::Corpus> corpus() {
+  training::DataOptions data;
+  auto loaded = training::load_corpus(data);
+  if (!loaded) {
+    std::fprintf(stderr, "corpus: %s\n", loaded.error().to_string().c_str());
+    std::exit(1);
+  }
+  return std::make_shared<const training::Corpus>(std::move(*loaded));
+}
+
+actors::RuntimeOptions base_options(const std::string& name, const std::string& preset, const std::string& mode,
+                                    int learners) {
+  actors::RuntimeOptions o;
+  auto& s = o.setup;
+  s.model = *training::model_preset(preset);
+  s.run.mode = mode;
+  s.run.learners = learners;
+  s.outer.fragments = 4;
+  o.eval_every_versions = 1000000;  // final evaluation only: the benchmark measures training
+  o.progress_interval_s = 5;
+  o.run_dir = (std::filesystem::temp_directory_path() / ("archipelago-bench-" + name)).string();
+  std::filesystem::remove_all(o.run_dir);
+  return o;
+}
+
+json run_cluster(actors::RuntimeOptions options, const std::shared_ptr<const training::Corpus>& text) {
+  auto cluster = actors::LocalCluster::start(options, text);
+  if (!cluster) {
+    std::fprintf(stderr, "start: %s\n", cluster.error().to_string().c_str());
+    std::exit(1);
+  }
+  double first_tokens_s = -1, last_s = 0;
+  int64_t first_tokens = 0, last_tokens = 0;
+  auto result = (*cluster)->run([&](const actors::ProgressSample& p) {
+    std::fprintf(stderr, "  %.0fs version %llu tokens %lld alive %d/%d goodput %.3f\n", p.elapsed_s,
+                 static_cast<unsigned long long>(p.version), static_cast<long long>(p.tokens), p.alive, p.total,
+                 p.goodput);
+    if (p.tokens > 0 && first_tokens_s < 0) {
+      first_tokens_s = p.elapsed_s;
+      first_tokens = p.tokens;
+    }
+    last_s = p.elapsed_s;
+    last_tokens = p.tokens;
+  });
+  if (!result) {
+    std::fprintf(stderr, "run: %s\n", result.error().to_string().c_str());
+    std::exit(1);
+  }
+  const auto& r = *result;
+  const double steady = last_s > first_tokens_s && first_tokens_s >= 0 ? (last_tokens - first_tokens) / (last_s - first_tokens_s) : 0;
+  return {{"mode", r.mode}, {"learners", r.learners}, {"inner_steps", r.inner_steps}, {"tokens", r.tokens},
+          {"steps", r.steps}, {"wall_s", r.wall_s}, {"tokens_per_s_wall", r.tokens / r.wall_s},
+          {"tokens_per_s_steady", steady}, {"initial_heldout_loss", r.initial_heldout_loss},
+          {"heldout_loss", r.heldout_loss}, {"versions_committed", r.versions_committed},
+          {"bytes_sent", r.bytes_sent}, {"bytes_ddp_equivalent", r.bytes_ddp_equivalent},
+          {"goodput", actors::to_json(r.goodput)}, {"restarts", r.restarts},
+          {"rejected_updates", r.rejected_updates}, {"kill_to_merge_s", r.kill_to_merge_s},
+          {"learner_compute_s", r.details["learner_supervisor"]}};
+}
+
+// The bare inner loop: one replica, learner 0's cursor, no actors.
+json bare_loop(const std::string& preset, int64_t steps, int threads, const std::shared_ptr<const training::Corpus>& text) {
+  training::ReferenceSetup s;
+  s.model = *training::model_preset(preset);
+  auto split = training::split_corpus(*text, s.data.split, s.data.heldout_fraction);
+  auto shards = training::make_shards(*text, *split, s.data.sharding, 1, s.data.chunk_bytes, s.run.seed);
+  actors::configure_compute_threads(threads, 1);  // exactly what the runtime does for one learner
+  auto replica = training::Replica::create(s.model, s.inner, "cpu", s.run.seed);
+  training::DataCursor cursor(std::shared_ptr<const std::string>(text, &text->text), (*shards)[0], s.inner.batch_size,
+                              s.model.seq_len, s.run.seed, 0);
+  (*replica)->step(cursor.next());  // warm-up
+  const auto begin = Clock::now();
+  int64_t tokens = 0;
+  for (int64_t i = 0; i < steps; ++i) tokens += (*replica)->step(cursor.next()).tokens;
+  const double wall = std::chrono::duration<double>(Clock::now() - begin).count();
+  return {{"bare_tokens_per_s", tokens / wall}, {"steps", steps}, {"wall_s", wall}};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string mode = argc > 1 ? argv[1] : "overhead";
+  const std::string preset = argc > 2 ? argv[2] : "small";
+  init_logging({"bench", "warn", ""});
+  auto text = corpus();
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+
+  if (mode == "overhead") {
+    const int64_t steps = argc > 3 ? std::atoll(argv[3]) : 100;
+    // On its own thread, as a detached learner runs (the main thread's malloc arena is slower here).
+    json bare;
+    std::thread([&] { bare = bare_loop(preset, steps, cores, text); }).join();
+    auto o = base_options("overhead", preset, "decoupled", 1);
+    o.setup.run.inner_steps = 25;
+    o.setup.run.max_tokens = steps * o.setup.inner.batch_size * o.setup.model.seq_len;
+    o.setup.run.threads = cores;
+    auto runtime = run_cluster(o, text);
+    // The learner's own rate: its steps over the time the learner slot existed (compute + syncing).
+    json out = {{"bench", "overhead"}, {"preset", preset}, {"bare", bare}, {"runtime", runtime}};
+    out["ratio_steady"] = runtime["tokens_per_s_steady"].get<double>() / bare["bare_tokens_per_s"].get<double>();
+    out["ratio_wall"] = runtime["tokens_per_s_wall"].get<double>() / bare["bare_tokens_per_s"].get<double>();
+    std::printf("%s\n", out.dump().c_str());
+  } else if (mode == "compare") {
+    const int64_t steps = argc > 3 ? std::atoll(argv[3]) : 200;
+    const int inner_steps = argc > 4 ? std::atoi(argv[4]) : 25;
+    for (const std::string m : {"decoupled", "sync", "ddp"}) {
+      auto o = base_options("compare-" + m, preset, m, 4);
+      o.setup.run.inner_steps = inner_steps;
+      o.setup.run.max_tokens = steps * 4 * o.setup.inner.batch_size * o.setup.model.seq_len;
+      std::fprintf(stderr, "%s ...\n", m.c_str());
+      auto r = run_cluster(o, text);
+      r.erase("learner_compute_s");
+      std::printf("%s\n", json({{"bench", "compare"}, {"preset", preset}, {"result", r}}).dump().c_str());
+      std::fflush(stdout);
+    }
+  } else if (mode == "goodput") {
+    const double seconds = argc > 3 ? std::atof(argv[3]) : 300;
+    const double every = argc > 4 ? std::atof(argv[4]) : 30;
+    auto o = base_options("goodput", preset, "decoupled", 4);
+    o.setup.run.inner_steps = 25;
+    o.setup.run.max_seconds = seconds;
+    o.faults.kill_learner_every_s = every;
+    auto r = run_cluster(o, text);
+    std::printf("%s\n", json({{"bench", "goodput"}, {"preset", preset}, {"seconds", seconds}, {"kill_every_s", every},
+                              {"result", r}}).dump().c_str());
+  } else {
+    std::fprintf(stderr, "usage: bench_actors overhead|compare|goodput [preset] [steps|seconds] [H|kill-every]\n");
+    return 2;
+  }
+  return 0;
+}

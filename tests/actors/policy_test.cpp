@@ -1,0 +1,144 @@
+// Pure decision rules of the actor runtime (actors/policy.hpp, actors/accounting.hpp), table-driven.
+#include <doctest/doctest.h>
+
+#include "actors/accounting.hpp"
+#include "actors/policy.hpp"
+
+using namespace archipelago::actors;
+
+TEST_CASE("policy: the fragment schedule staggers fragments by H/P") {
+  // P = 4, H = 8: offsets 0, 2, 4, 6.
+  CHECK(fragment_offset(0, 4, 8, true) == 0);
+  CHECK(fragment_offset(3, 4, 8, true) == 6);
+  CHECK(fragment_offset(3, 4, 8, false) == 0);
+  struct Row { int64_t step; int fragment; bool due; };
+  for (Row r : {Row{8, 0, true}, Row{16, 0, true}, Row{2, 1, true}, Row{10, 1, true}, Row{6, 3, true},
+                Row{14, 3, true}, Row{4, 0, false}, Row{8, 1, false}, Row{1, 3, false}, Row{0, 0, false}}) {
+    CAPTURE(r.step);
+    CAPTURE(r.fragment);
+    CHECK(fragment_due(r.step, r.fragment, 4, 8, true) == r.due);
+  }
+  // Unstaggered (sync): every fragment at multiples of H only.
+  for (int p = 0; p < 4; ++p) {
+    CHECK(fragment_due(8, p, 4, 8, false));
+    CHECK_FALSE(fragment_due(6, p, 4, 8, false));
+  }
+  // Over a long run every fragment is due exactly once per H steps.
+  for (int p = 0; p < 4; ++p) {
+    int count = 0;
+    for (int64_t s = 1; s <= 80; ++s) count += fragment_due(s, p, 4, 8, true);
+    CHECK(count == 10);
+  }
+}
+
+TEST_CASE("policy: staleness counts commits of the fragment after the base") {
+  std::vector<uint64_t> commits{3, 7, 9, 12};
+  auto fresh = check_staleness(12, commits, 12, 2);
+  CHECK(fresh.accept);
+  CHECK(fresh.staleness == 0);
+  auto two = check_staleness(7, commits, 13, 2);
+  CHECK(two.accept);
+  CHECK(two.staleness == 2);
+  auto three = check_staleness(3, commits, 13, 2);
+  CHECK_FALSE(three.accept);
+  CHECK(three.staleness == 3);
+  CHECK(three.reason.find("staleness 3") != std::string::npos);
+  auto future = check_staleness(20, commits, 13, 2);
+  CHECK_FALSE(future.accept);
+  CHECK(future.reason.find("newer") != std::string::npos);
+}
+
+TEST_CASE("policy: quorum and grace window") {
+  SyncerOptions options;
+  options.overlap_steps = 2;
+  options.grace_gamma = 0.5;
+  options.grace_max_s = 1.0;
+  CHECK(grace_window({0.5, 0.1, 0.1}, options) == doctest::Approx(0.4));  // 0.5·(1.0 − 0.2)
+  CHECK(grace_window({0.01, 0.5, 0.5}, options) == 0);                    // no room: merge at once
+  CHECK(grace_window({10, 0, 0}, options) == doctest::Approx(1.0));       // capped
+
+  PendingFragment none{0, 3, 0, -1};
+  CHECK(decide_merge("decoupled", 1, none, 2, 0.5).action == MergeAction::wait);
+  PendingFragment one{1, 3, 1, -1};
+  CHECK(decide_merge("decoupled", 1, one, 2, 0.5).action == MergeAction::wait);  // below quorum 2
+  PendingFragment two{2, 3, 2, 1.0};
+  auto waiting = decide_merge("decoupled", 1.2, two, 2, 0.5);
+  CHECK(waiting.action == MergeAction::wait_until);
+  CHECK(waiting.deadline_s == doctest::Approx(1.5));
+  CHECK(decide_merge("decoupled", 1.6, two, 2, 0.5).action == MergeAction::merge_now);
+  PendingFragment all{3, 3, 3, 1.0};
+  CHECK(decide_merge("decoupled", 1.0, all, 2, 0.5).action == MergeAction::merge_now);
+  // The quorum shrinks with the active learners: K = 2 but only one learner is left.
+  PendingFragment alone{1, 1, 1, 1.0};
+  CHECK(decide_merge("decoupled", 1.0, alone, 2, 0.5).action == MergeAction::merge_now);
+  // Sync waits for every active learner, whatever K says.
+  PendingFragment sync_two{2, 3, 2, 1.0};
+  CHECK(decide_merge("sync", 100, sync_two, 1, 0).action == MergeAction::wait);
+  CHECK(decide_merge("sync", 100, all, 1, 0).action == MergeAction::merge_now);
+  // Contributions from learners that died: nobody left to wait for.
+  PendingFragment orphan{2, 0, 0, -1};
+  CHECK(decide_merge("sync", 0, orphan, 1, 0).action == MergeAction::merge_now);
+  CHECK(decide_merge("async", 0, one, 4, 1).action == MergeAction::merge_now);
+}
+
+TEST_CASE("policy: restarts back off exponentially and stop at the intensity limit") {
+  RestartOptions o;
+  o.max_restarts = 3;
+  o.window_s = 10;
+  o.backoff_initial_s = 0.1;
+  o.backoff_max_s = 0.3;
+  auto first = decide_restart(100, {}, o);
+  CHECK(first.restart);
+  CHECK(first.delay_s == doctest::Approx(0.1));
+  auto second = decide_restart(100, {99}, o);
+  CHECK(second.delay_s == doctest::Approx(0.2));
+  auto third = decide_restart(100, {98, 99}, o);
+  CHECK(third.delay_s == doctest::Approx(0.3));  // capped
+  auto give_up = decide_restart(100, {97, 98, 99}, o);
+  CHECK_FALSE(give_up.restart);
+  CHECK(give_up.reason.find("giving up") != std::string::npos);
+  // Old restarts fall out of the window.
+  CHECK(decide_restart(100, {80, 85, 99}, o).restart);
+}
+
+TEST_CASE("policy: the failure detector adapts to each learner's heartbeat history") {
+  DetectorOptions o;
+  o.heartbeat_s = 0.2;
+  o.suspect_factor = 3;
+  o.min_timeout_s = 0.5;
+  o.max_timeout_s = 30;
+  HeartbeatHistory fast, slow, starting;
+  CHECK(suspect_timeout(fast, o) == doctest::Approx(30));  // no step yet: start-up gets the maximum
+  for (int i = 0; i <= 20; ++i) observe_heartbeat(fast, i * 0.1, i);
+  for (int i = 0; i <= 20; ++i) observe_heartbeat(slow, i * 2.0, i);
+  CHECK(suspect_timeout(fast, o) < 1.0);
+  CHECK(suspect_timeout(slow, o) > 5.0);  // a learner with 2 s steps is not declared dead after 2.4 s
+  CHECK_FALSE(check_liveness(slow, 40 + 4.0, o).suspected);
+  CHECK(check_liveness(fast, 2.0 + 1.0, o).suspected);
+  CHECK_FALSE(check_liveness(HeartbeatHistory{}, 100, o).suspected);
+  // Fast beats while joining, then slow steps: one step always fits in the timeout.
+  for (int i = 0; i <= 10; ++i) observe_heartbeat(starting, i * 0.1, 0);
+  CHECK_FALSE(check_liveness(starting, 1.0 + 20, o).suspected);  // still starting: the maximum applies
+  observe_heartbeat(starting, 3.0, 1);
+  observe_heartbeat(starting, 5.5, 2);
+  CHECK(starting.step_s >= 2.5);  // includes the start-up before step 1
+  CHECK(suspect_timeout(starting, o) >= 3 * 2.5);
+  CHECK_FALSE(check_liveness(starting, 5.5 + 5.0, o).suspected);
+  CHECK(check_liveness(starting, 5.5 + 31, o).suspected);
+}
+
+TEST_CASE("accounting: goodput and badput shares add up to one") {
+  GoodputInputs in;
+  in.wall_s = 100;
+  in.learner_slots = 2;
+  in.learners = {{0.5, 150, 0, 180}, {0.5, 100, 10, 120}};
+  in.restart_s = 10;
+  in.recovery_s = 4;
+  auto g = compute_goodput(in);
+  CHECK(g.goodput == doctest::Approx((150 + 100) * 0.5 / 200));
+  CHECK(g.discarded == doctest::Approx((30 + 20) * 0.5 / 200));
+  CHECK(g.restart == doctest::Approx(0.05));
+  CHECK(g.recovery == doctest::Approx(0.02));
+  CHECK(g.goodput + g.restart + g.recovery + g.discarded + g.waiting == doctest::Approx(1));
+  CHECK(ddp_equivalent_bytes(1000, 100, 10) == 10 * 2 * 10 * 4);
+}

@@ -1,0 +1,258 @@
+// The actor runtime in one process, on the tiny model: the reference engine's numbers in sync
+// mode, learner and syncer crashes, the restart-intensity limit and every rejected-update class.
+// Tests wait on conditions (status polling with deadlines), never on sleeps.
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <map>
+
+#include <caf/all.hpp>
+#include <doctest/doctest.h>
+
+#include "../training/test_corpus.hpp"
+#include "actors/cluster.hpp"
+#include "actors/wire.hpp"
+#include "test_support.hpp"
+#include "training/reference_engine.hpp"
+#include "training/replica.hpp"
+
+using namespace archipelago;
+using namespace archipelago::actors;
+using nlohmann::json;
+
+namespace {
+
+json status(LocalCluster& cluster, caf::atom_value name) {
+  auto reply = cluster.query(name, "status", {}, 5);
+  return reply ? *reply : json::object();
+}
+
+json learner_record(LocalCluster& cluster, const std::string& id) {
+  auto s = status(cluster, syncer_name());
+  if (!s.contains("learners") || !s["learners"].contains(id)) return json::object();
+  return s["learners"][id];
+}
+
+int64_t merged(LocalCluster& cluster, const std::string& id) {
+  return learner_record(cluster, id).value("contributions_merged", int64_t{0});
+}
+
+int64_t monitor_step(LocalCluster& cluster, const std::string& id) {
+  auto s = status(cluster, monitor_name());
+  if (!s.contains("learners") || !s["learners"].contains(id)) return 0;
+  return s["learners"][id].value("step", int64_t{0});
+}
+
+std::map<uint64_t, uint64_t> version_digests(LocalCluster& cluster) {
+  std::map<uint64_t, uint64_t> out;
+  auto reply = cluster.query(store_name(), "versions", {}, 10);
+  if (!reply) return out;
+  for (const auto& v : (*reply)["versions"]) out[v["version"].get<uint64_t>()] = v["digest"].get<uint64_t>();
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("sync mode reproduces the reference engine's held-out loss") {
+  auto options = testing::tiny_options("sync", "sync", 2, 0);
+  auto& s = options.setup;
+  s.run.inner_steps = 5;
+  s.run.max_tokens = int64_t{2} * 8 * 64 * 5 * 4;  // M · B · T · H · 4 rounds
+  training::set_compute_threads(1);                 // same summation order in both engines
+  auto reference = training::run_reference(s, training::testing::kjv());
+  REQUIRE_MESSAGE(reference.ok(), (reference.ok() ? "" : reference.error().to_string()));
+  REQUIRE(reference->rounds == 4);
+
+  options.setup.run.max_seconds = 120;  // a backstop only: the token budget ends the run
+  auto cluster = LocalCluster::start(options, training::testing::kjv());
+  REQUIRE_MESSAGE(cluster.ok(), (cluster.ok() ? "" : cluster.error().to_string()));
+  auto result = (*cluster)->run();
+  REQUIRE_MESSAGE(result.ok(), (result.ok() ? "" : result.error().to_string()));
+  CHECK(result->tokens == reference->tokens);
+  CHECK(result->initial_heldout_loss == doctest::Approx(reference->initial_heldout_loss).epsilon(1e-6));
+  CHECK(result->heldout_loss == doctest::Approx(reference->heldout_loss).epsilon(1e-5));
+  CHECK(result->heldout_loss < result->initial_heldout_loss);
+  CHECK(result->versions_committed >= 4);
+  CHECK(result->rejected_updates == 0);
+  CHECK(result->restarts == 0);
+  CHECK(result->goodput.goodput > 0.3);
+  CHECK(result->goodput.goodput <= 1.0);
+}
+
+TEST_CASE("a killed learner is restarted, rejoins at the latest committed version and is merged again") {
+  auto options = testing::tiny_options("kill-learner", "decoupled", 3, 25);
+  options.restart.backoff_initial_s = 0.5;  // a visible absence: the others must keep stepping
+  auto started = LocalCluster::start(options, training::testing::kjv());
+  REQUIRE_MESSAGE(started.ok(), (started.ok() ? "" : started.error().to_string()));
+  auto& cluster = **started;
+  const std::string victim = learner_id(1);
+
+  REQUIRE(cluster.wait_for([&] { return merged(cluster, victim) >= 2; }, 20));
+  const int64_t merged_before = merged(cluster, victim);
+  const uint64_t committed_at_kill = status(cluster, syncer_name()).value("version", uint64_t{0});
+  const int64_t others_before = monitor_step(cluster, learner_id(0)) + monitor_step(cluster, learner_id(2));
+  REQUIRE(cluster.kill(learner_name(1)));
+
+  // Restarted by its supervisor and joined again (a second Join).
+  REQUIRE(cluster.wait_for([&] { return learner_record(cluster, victim).value("joins", 0) >= 2; }, 15));
+  const int64_t others_at_rejoin = monitor_step(cluster, learner_id(0)) + monitor_step(cluster, learner_id(2));
+  CHECK(others_at_rejoin > others_before);  // nobody waited for it
+  CHECK(learner_record(cluster, victim).value("joined_version", uint64_t{0}) >= committed_at_kill);
+  auto supervisor = status(cluster, learner_supervisor_name());
+  CHECK(supervisor["children"][victim]["restarts"].get<int>() == 1);
+  CHECK(supervisor["children"][victim]["incarnation"].get<int>() == 1);
+  // Its new incarnation's work is merged again.
+  const int64_t merged_at_rejoin = merged(cluster, victim);
+  CHECK(merged_at_rejoin >= merged_before);
+  CHECK(cluster.wait_for([&] {
+    auto record = learner_record(cluster, victim);
+    return record.value("first_merge_after_join_s", -1.0) > 0 &&
+           record.value("contributions_merged", int64_t{0}) > merged_at_rejoin;
+  }, 15));
+  auto learner = cluster.query(learner_name(1));
+  REQUIRE_MESSAGE(learner.ok(), (learner.ok() ? "" : learner.error().to_string()));
+  CHECK((*learner)["incarnation"].get<int>() == 1);
+  CHECK((*learner)["welcome_version"].get<uint64_t>() >= committed_at_kill);
+
+  auto result = cluster.run();
+  REQUIRE(result.ok());
+  CHECK(result->restarts == 1);
+  CHECK(result->heldout_loss < result->initial_heldout_loss);
+}
+
+TEST_CASE("a killed syncer is restarted from RocksDB without losing or changing committed versions") {
+  auto options = testing::tiny_options("kill-syncer", "decoupled", 2, 20);
+  auto started = LocalCluster::start(options, training::testing::kjv());
+  REQUIRE_MESSAGE(started.ok(), (started.ok() ? "" : started.error().to_string()));
+  auto& cluster = **started;
+  REQUIRE(cluster.wait_for([&] { return status(cluster, syncer_name()).value("version", 0) >= 6; }, 20));
+  const auto before = version_digests(cluster);
+  const uint64_t version_before = status(cluster, syncer_name()).value("version", uint64_t{0});
+  REQUIRE(before.size() >= 6);
+  REQUIRE(cluster.kill(syncer_name()));
+
+  // The root supervisor restarts it; it resumes from the latest committed version (no regression).
+  REQUIRE(cluster.wait_for([&] {
+    auto root = status(cluster, caf::atom("root"));
+    auto s = status(cluster, syncer_name());
+    return root.value("restarts", 0) >= 1 && s.value("phase", "") == "ready";
+  }, 15));
+  CHECK(status(cluster, syncer_name()).value("version", uint64_t{0}) >= version_before);
+  // Learners rejoin and new versions are committed on top.
+  REQUIRE(cluster.wait_for([&] { return status(cluster, syncer_name()).value("version", uint64_t{0}) >= version_before + 3; }, 15));
+  const auto after = version_digests(cluster);
+  for (const auto& [version, digest] : before) {
+    CAPTURE(version);
+    REQUIRE(after.count(version) == 1);
+    CHECK(after.at(version) == digest);
+  }
+  uint64_t previous = 0;
+  for (const auto& [version, _] : after) {
+    CHECK(version > previous);
+    previous = version;
+  }
+  auto result = cluster.run();
+  REQUIRE(result.ok());
+  CHECK(result->infrastructure_restarts == 1);
+  CHECK(result->final_version >= version_before + 3);
+  CHECK(result->restarts == 0);
+}
+
+TEST_CASE("a learner that crashes on every start is given up after R restarts and the run goes on") {
+  auto options = testing::tiny_options("intensity", "decoupled", 2, 0);
+  options.setup.run.max_tokens = int64_t{2} * 8 * 64 * 60;
+  options.setup.run.max_seconds = 60;
+  options.faults.crash_learner_on_start = 1;
+  options.restart.max_restarts = 3;
+  options.restart.window_s = 30;
+  auto started = LocalCluster::start(options, training::testing::kjv());
+  REQUIRE_MESSAGE(started.ok(), (started.ok() ? "" : started.error().to_string()));
+  auto result = (*started)->run();
+  REQUIRE(result.ok());
+  CHECK(result->restarts == 3);
+  auto children = result->details["learner_supervisor"]["children"];
+  CHECK(children[learner_id(1)]["state"] == "failed");
+  CHECK(children[learner_id(0)]["state"] == "finished");
+  CHECK(result->versions_committed > 0);
+  CHECK(result->heldout_loss < result->initial_heldout_loss);
+  CHECK(result->goodput.restart > 0.3);  // one slot of two was idle nearly all the run
+}
+
+TEST_CASE("every class of bad update is rejected and counted, and the run completes") {
+  auto options = testing::tiny_options("rejects", "decoupled", 1, 15);
+  options.setup.outer.fragments = 1;
+  options.syncer.max_staleness = 2;
+  auto started = LocalCluster::start(options, training::testing::kjv());
+  REQUIRE_MESSAGE(started.ok(), (started.ok() ? "" : started.error().to_string()));
+  auto& cluster = **started;
+  REQUIRE(cluster.wait_for([&] { return status(cluster, syncer_name()).value("version", 0) >= 6; }, 20));
+  const int64_t numel = cluster.parameter_count();
+  const uint64_t latest = status(cluster, syncer_name()).value("version", uint64_t{0});
+
+  caf::scoped_actor intruder{cluster.system()};
+  auto syncer = cluster.system().registry().get<caf::actor>(syncer_name());
+  REQUIRE(syncer);
+  Outbox outbox("learner-7");
+  auto send = [&](messages::Message body) {
+    auto bytes = outbox.wrap(std::move(body));
+    REQUIRE(bytes.ok());
+    intruder->send(syncer, *bytes);
+    return *bytes;
+  };
+  auto update = [&](uint64_t base, std::vector<float> values, messages::Codec codec = messages::Codec::fp32) {
+    messages::FragmentUpdate u{"learner-7", 0, base, 1, 1, 1.0f, {}};
+    std::vector<uint8_t> encoded(values.size() * 4);
+    std::memcpy(encoded.data(), values.data(), encoded.size());
+    u.chunk.codec = codec;
+    u.chunk.element_count = values.size();
+    u.chunk.total_bytes = encoded.size();
+    u.chunk.checksum = messages::chunk_checksum(encoded.data(), encoded.size());
+    auto owned = std::make_shared<std::vector<uint8_t>>(std::move(encoded));
+    u.chunk.payload = {owned->data(), owned->size(), owned};
+    return u;
+  };
+  // Join as learner-7 (and once with a wrong token).
+  send(messages::Join{"learner-7", "n", "s", "cpu", 0, "not-the-token"});
+  send(messages::Join{"learner-7", "n", "s", "cpu", 0, options.syncer.auth_token});
+  std::vector<float> zeros(numel, 0.0f);
+  auto valid = send(update(latest, zeros));                        // accepted
+  intruder->send(syncer, valid);                                   // replayed: duplicate
+  send(update(1, zeros));                                          // base 1, several commits behind: stale
+  send(update(latest, std::vector<float>(numel + 1, 0.0f)));       // wrong shape
+  auto poisoned = zeros;
+  poisoned[numel / 2] = std::numeric_limits<float>::quiet_NaN();
+  send(update(latest, poisoned));                                  // NaN
+  messages::FragmentUpdate ghost = update(latest, zeros);
+  ghost.learner_id = "ghost";
+  Outbox ghost_box("ghost");
+  auto ghost_bytes = ghost_box.wrap(ghost);
+  REQUIRE(ghost_bytes.ok());
+  intruder->send(syncer, *ghost_bytes);                            // unknown learner
+  WireBytes garbage(64, '\x5a');
+  intruder->send(syncer, garbage);                                 // malformed
+
+  std::map<std::string, int64_t> expected{{"duplicate", 1}, {"stale", 1}, {"wrong_shape", 1}, {"non_finite", 1},
+                                          {"unknown_learner", 1}, {"malformed", 1}, {"unauthenticated", 1}};
+  json rejected;
+  const bool counted = cluster.wait_for([&] {
+    rejected = status(cluster, syncer_name()).value("rejected", json::object());
+    for (const auto& [reason, n] : expected) {
+      if (rejected.value(reason, int64_t{0}) < n) return false;
+    }
+    return true;
+  }, 10);
+  CAPTURE(rejected.dump());
+  CHECK(counted);
+  for (const auto& [reason, n] : expected) {
+    CAPTURE(reason);
+    CHECK(rejected.value(reason, int64_t{0}) == n);
+  }
+  send(messages::Leave{"learner-7", "finished"});
+
+  auto result = cluster.run();
+  REQUIRE(result.ok());
+  CHECK(result->rejected_updates == 7);
+  CHECK(result->details["learner_supervisor"]["children"][learner_id(0)]["state"] == "finished");
+  CHECK(result->heldout_loss < result->initial_heldout_loss);
+  CHECK(std::isfinite(result->heldout_loss));
+}

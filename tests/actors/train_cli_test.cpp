@@ -1,0 +1,77 @@
+// `archipelago train` on the actor runtime as a user runs it: a real process, fault injection,
+// the JSON summary, and --resume continuing from the latest committed version.
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <string>
+
+#include <doctest/doctest.h>
+#include <nlohmann/json.hpp>
+
+namespace {
+
+struct Outcome {
+  int exit_code = -1;
+  std::string out;
+};
+
+Outcome run(const std::string& arguments) {
+  std::string command = "timeout 120 " ARCHIPELAGO_BINARY " " + arguments + " 2>&1";
+  FILE* pipe = popen(command.c_str(), "r");
+  REQUIRE(pipe != nullptr);
+  Outcome outcome;
+  char buffer[4096];
+  size_t n;
+  while ((n = fread(buffer, 1, sizeof buffer, pipe)) > 0) outcome.out.append(buffer, n);
+  int status = pclose(pipe);
+  outcome.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return outcome;
+}
+
+nlohmann::json last_line_json(const std::string& text) {
+  auto end = text.find_last_not_of('\n');
+  auto begin = text.rfind('\n', end);
+  begin = begin == std::string::npos ? 0 : begin + 1;
+  return nlohmann::json::parse(text.substr(begin, end - begin + 1));
+}
+
+}  // namespace
+
+TEST_CASE("train (actors engine) survives injected learner kills and --resume continues the run") {
+  const auto dir = std::filesystem::temp_directory_path() / "archipelago-actors-cli";
+  std::filesystem::remove_all(dir);
+  const std::string data = (std::filesystem::temp_directory_path() / "archipelago-test-data").string();
+  const std::string common = " --set model.preset=tiny --set train.learners=2 --set inner.batch_size=8"
+                             " --set data.eval_batches=2 --set train.inner_steps=10 --set runtime.store_sync=false"
+                             " --set train.threads=1 --set data.cache_dir=" + data;
+  auto first = run("train --json --run-dir " + dir.string() + common +
+                   " --set train.max_seconds=8 --set faults.kill_learner_every_s=3");
+  CAPTURE(first.out);
+  REQUIRE(first.exit_code == 0);
+  auto summary = last_line_json(first.out);
+  for (const char* key : {"engine", "mode", "versions_committed", "goodput", "restarts", "rejected_updates",
+                          "heldout_loss", "bytes_sent", "bytes_ddp_equivalent", "tokens"}) {
+    CHECK_MESSAGE(summary.contains(key), key);
+  }
+  CHECK(summary["engine"] == "actors");
+  CHECK(summary["mode"] == "decoupled");
+  CHECK(summary["restarts"].get<int>() >= 1);
+  CHECK(summary["versions_committed"].get<int>() > 0);
+  CHECK(summary["goodput"].get<double>() > 0);
+  CHECK(summary["goodput"].get<double>() <= 1);
+  CHECK(summary["bytes_sent"].get<int64_t>() < summary["bytes_ddp_equivalent"].get<int64_t>());
+  CHECK(std::filesystem::exists(dir / "store"));
+  CHECK(std::filesystem::exists(dir / "metrics.jsonl"));
+
+  // A second run in the same directory without --resume is refused (exit 2); --resume continues.
+  auto refused = run("train --run-dir " + dir.string() + common + " --set train.max_seconds=2");
+  CHECK(refused.exit_code == 2);
+  auto resumed = run("train --json --resume " + dir.string() + " --set train.max_seconds=4 --set faults.kill_learner_every_s=0");
+  CAPTURE(resumed.out);
+  REQUIRE(resumed.exit_code == 0);
+  auto again = last_line_json(resumed.out);
+  CHECK(again["start_version"].get<uint64_t>() == summary["final_version"].get<uint64_t>());
+  CHECK(again["final_version"].get<uint64_t>() > again["start_version"].get<uint64_t>());
+  std::filesystem::remove_all(dir);
+}

@@ -1,0 +1,250 @@
+// Coordinator and nodes as real processes on loopback: training, node and coordinator kills with
+// restarts, authentication, TLS. Every test bounds its waits, uses 127.0.0.1 and free ports, and
+// its Process objects kill what they started when a check fails.
+#include <cstdlib>
+#include <map>
+#include <tuple>
+
+#include <doctest/doctest.h>
+
+#include "storage/checkpoint_store.hpp"
+#include "tests/multisite/process.hpp"
+
+using namespace multisite;
+
+namespace {
+
+const std::string kData = (fs::temp_directory_path() / "archipelago-test-data").string();
+
+std::vector<std::string> with_sets(std::vector<std::string> arguments, const std::vector<std::string>& sets) {
+  for (const auto& s : sets) {
+    arguments.push_back("--set");
+    arguments.push_back(s);
+  }
+  return arguments;
+}
+
+std::vector<std::string> coordinator_args(const Scratch& s, int port, const std::vector<std::string>& extra,
+                                          const std::vector<std::string>& flags = {}) {
+  std::vector<std::string> arguments{"coordinator", "--json", "--listen", "127.0.0.1:" + std::to_string(port),
+                                     "--run-dir", (s.dir / "run").string(), "--token-file", s.token.string()};
+  arguments.insert(arguments.end(), flags.begin(), flags.end());
+  auto sets = std::vector<std::string>{"model.preset=tiny", "train.learners=4", "inner.batch_size=8",
+                                       "data.eval_batches=2", "train.inner_steps=10", "runtime.store_sync=false",
+                                       "train.threads=1", "data.cache_dir=" + kData, "runtime.progress_interval_s=0.3",
+                                       "runtime.drain_timeout_s=5", "runtime.keep_versions=0", "inner.warmup_steps=10"};
+  sets.insert(sets.end(), extra.begin(), extra.end());
+  return with_sets(arguments, sets);
+}
+
+std::vector<std::string> node_args(const Scratch& s, int port, const std::string& name,
+                                   const std::vector<std::string>& flags = {}) {
+  std::vector<std::string> arguments{"node", "--json", "--coordinator", "127.0.0.1:" + std::to_string(port),
+                                     "--learners", "2", "--name", name, "--token-file", s.token.string(),
+                                     "--set", "train.threads=1"};
+  arguments.insert(arguments.end(), flags.begin(), flags.end());
+  return arguments;
+}
+
+void await_listening(Process& coordinator) {
+  REQUIRE_MESSAGE(wait_until([&] { return coordinator.out().find("listening on") != std::string::npos ||
+                                          !coordinator.running(); }, 60),
+                  coordinator.all());
+  REQUIRE_MESSAGE(coordinator.running(), coordinator.all());
+}
+
+// version -> (role, fragment, hash) of every committed version in a run's store.
+using Hashes = std::map<uint64_t, std::vector<std::tuple<int, uint32_t, std::string>>>;
+Hashes stored_hashes(const fs::path& store_dir) {
+  auto store = archipelago::storage::CheckpointStore::open(store_dir.string());
+  REQUIRE_MESSAGE(store, store.error().reason);
+  auto list = (*store)->list();
+  REQUIRE(list);
+  Hashes out;
+  for (const auto& info : *list) {
+    for (const auto& e : info.entries) out[info.version].emplace_back(static_cast<int>(e.role), e.fragment, e.hash.to_hex());
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("a coordinator and two nodes of two learners train over loopback to a lower held-out loss") {
+  Scratch s("train");
+  const int port = free_port();
+  Process coordinator("coordinator", coordinator_args(s, port, {"train.max_seconds=14"}), s.dir);
+  await_listening(coordinator);
+  Process a("node-a", node_args(s, port, "node-a"), s.dir);
+  Process b("node-b", node_args(s, port, "node-b"), s.dir);
+  const int code = coordinator.wait(90);
+  CAPTURE(coordinator.all());
+  REQUIRE(code == 0);
+  CHECK_MESSAGE(a.wait(30) == 0, a.all());
+  CHECK_MESSAGE(b.wait(30) == 0, b.all());
+  auto summary = coordinator.summary();
+  REQUIRE(summary.is_object());
+  CHECK(summary["versions_committed"].get<int64_t>() > 0);
+  CHECK(summary["resumed_from_version"].is_null());
+  CHECK(summary["learners_seen"].get<int>() == 4);
+  CHECK(summary["joins_accepted"].get<int>() == 2);
+  CHECK(summary["stopped_by"] == "max_seconds");
+  CHECK(summary["heldout_loss"].get<double>() < summary["initial_heldout_loss"].get<double>());
+  CHECK(summary["bytes_cross_site"].get<int64_t>() == 0);  // one site: "local"
+  CHECK(summary["bytes_links_total"].get<int64_t>() > 0);
+  for (Process* node : {&a, &b}) {
+    auto n = node->summary();
+    REQUIRE_MESSAGE(n.is_object(), node->all());
+    CHECK(n["steps"].get<int64_t>() > 0);
+    CHECK(n["bytes_sent"].get<int64_t>() > 0);
+    CHECK(n["bytes_received"].get<int64_t>() > 0);
+    CHECK(n["stopped_by"] == "coordinator");
+  }
+  // Both sides count the same bytes on a link (nothing is in flight once everything stopped).
+  int64_t node_sent = a.summary()["bytes_sent"].get<int64_t>() + b.summary()["bytes_sent"].get<int64_t>();
+  int64_t coordinator_received = 0;
+  for (const auto& link : summary["links"]) coordinator_received += link["bytes_received"].get<int64_t>();
+  CHECK(coordinator_received == node_sent);
+}
+
+TEST_CASE("a SIGKILLed node: the others keep committing and when restarted its learners rejoin and contribute") {
+  Scratch s("node-kill");
+  const int port = free_port();
+  Process coordinator("coordinator", coordinator_args(s, port, {"train.max_seconds=32"}), s.dir);
+  await_listening(coordinator);
+  Process a("node-a", node_args(s, port, "node-a"), s.dir);
+  auto b = std::make_unique<Process>("node-b", node_args(s, port, "node-b"), s.dir);
+  REQUIRE_MESSAGE(wait_until([&] { return coordinator.last_value("version") >= 4; }, 40), coordinator.all());
+  REQUIRE_MESSAGE(count_of(coordinator.err(), "admitted node") == 2, coordinator.all());
+
+  b->kill(SIGKILL);
+  // The monitor sees the node's learners die (CAF down signal), not only after a heartbeat timeout.
+  REQUIRE_MESSAGE(wait_until([&] { return count_of(coordinator.err(), "declared dead") >= 2; }, 10), coordinator.all());
+  const int64_t at_kill = coordinator.last_value("version");
+  REQUIRE_MESSAGE(wait_until([&] { return coordinator.last_value("version") >= at_kill + 3; }, 15), coordinator.all());
+
+  Process b2("node-b-restarted", node_args(s, port, "node-b"), s.dir);
+  REQUIRE_MESSAGE(wait_until([&] { return count_of(coordinator.err(), "admitted node 'node-b'") == 2; }, 30),
+                  coordinator.all() << b2.all());
+  const int code = coordinator.wait(90);
+  CAPTURE(coordinator.all());
+  REQUIRE(code == 0);
+  CHECK_MESSAGE(a.wait(30) == 0, a.all());
+  CHECK_MESSAGE(b2.wait(30) == 0, b2.all());
+  auto summary = coordinator.summary();
+  auto restarted = b2.summary();
+  REQUIRE(restarted.is_object());
+  const int first = restarted["first_learner"].get<int>();
+  for (int m = first; m < first + 2; ++m) {
+    auto learner = summary["learners"]["learner-" + std::to_string(m)];
+    CAPTURE(learner.dump());
+    CHECK(learner["joins"].get<int>() >= 2);
+    // Work of the rejoined incarnation reached a committed version.
+    CHECK(learner["first_merge_after_join_s"].get<double>() > learner["joined_s"].get<double>());
+  }
+  CHECK(summary["versions_committed"].get<int64_t>() > at_kill);
+}
+
+TEST_CASE("a SIGKILLed coordinator restarts from its store: nodes reconnect and committed versions never change") {
+  Scratch s("coordinator-kill");
+  const int port = free_port();
+  auto first = std::make_unique<Process>("coordinator-1", coordinator_args(s, port, {"train.max_seconds=0"}), s.dir);
+  await_listening(*first);
+  Process a("node-a", node_args(s, port, "node-a"), s.dir);
+  Process b("node-b", node_args(s, port, "node-b"), s.dir);
+  REQUIRE_MESSAGE(wait_until([&] { return first->last_value("version") >= 5; }, 40), first->all());
+  first->kill(SIGKILL);
+  const Hashes before = stored_hashes(s.dir / "run" / "store");
+  REQUIRE(!before.empty());
+  const uint64_t last_committed = before.rbegin()->first;
+  REQUIRE_MESSAGE(wait_until([&] { return a.err().find("lost the coordinator") != std::string::npos &&
+                                          b.err().find("lost the coordinator") != std::string::npos; }, 15),
+                  a.all() << b.all());
+
+  Process second("coordinator-2", coordinator_args(s, port, {"train.max_seconds=0"}), s.dir);
+  await_listening(second);
+  REQUIRE_MESSAGE(wait_until([&] { return count_of(second.err(), "admitted node") >= 2; }, 30),
+                  second.all() << a.all() << b.all());
+  REQUIRE_MESSAGE(wait_until([&] { return second.last_value("version") >= static_cast<int64_t>(last_committed) + 3; }, 40),
+                  second.all());
+  second.kill(SIGTERM);
+  const int code = second.wait(60);
+  CAPTURE(second.all());
+  REQUIRE(code == 0);
+  CHECK_MESSAGE(a.wait(30) == 0, a.all());
+  CHECK_MESSAGE(b.wait(30) == 0, b.all());
+  auto summary = second.summary();
+  CHECK(summary["resumed_from_version"].get<uint64_t>() == last_committed);
+  CHECK(summary["start_version"].get<uint64_t>() == last_committed);
+  CHECK(summary["final_version"].get<uint64_t>() > last_committed);
+  CHECK(summary["stopped_by"] == "signal");
+  CHECK(a.summary()["sessions"].get<int>() >= 2);
+  CHECK(b.summary()["sessions"].get<int>() >= 2);
+
+  const Hashes after = stored_hashes(s.dir / "run" / "store");
+  for (const auto& [version, entries] : before) {
+    auto it = after.find(version);
+    REQUIRE_MESSAGE(it != after.end(), "committed version " << version << " was lost");
+    CHECK_MESSAGE(it->second == entries, "committed version " << version << " changed");
+  }
+  CHECK(after.rbegin()->first == summary["final_version"].get<uint64_t>());
+}
+
+TEST_CASE("a wrong or missing token is refused with a clear error on both sides and counted") {
+  Scratch s("auth");
+  const int port = free_port();
+  Process coordinator("coordinator", coordinator_args(s, port, {"train.max_seconds=0"}), s.dir);
+  await_listening(coordinator);
+  auto wrong = node_args(s, port, "intruder");
+  for (auto& a : wrong) {
+    if (a == s.token.string()) a = s.wrong_token.string();
+  }
+  Process intruder("intruder", wrong, s.dir);
+  CHECK_MESSAGE(intruder.wait(30) == 3, intruder.all());
+  CHECK_MESSAGE(intruder.err().find("refused this node: unauthenticated") != std::string::npos, intruder.all());
+  CHECK(intruder.err().find("correct-horse") == std::string::npos);  // never the secret
+
+  auto missing = node_args(s, port, "no-token");
+  missing.erase(std::find(missing.begin(), missing.end(), "--token-file"), std::find(missing.begin(), missing.end(), "--token-file") + 2);
+  Process tokenless("tokenless", missing, s.dir);
+  CHECK_MESSAGE(tokenless.wait(30) == 2, tokenless.all());
+  CHECK_MESSAGE(tokenless.err().find("ARCHIPELAGO_TOKEN_FILE") != std::string::npos, tokenless.all());
+
+  coordinator.kill(SIGTERM);
+  REQUIRE(coordinator.wait(60) == 0);
+  CAPTURE(coordinator.all());
+  CHECK(coordinator.err().find("refused node 'intruder'") != std::string::npos);
+  CHECK(coordinator.err().find("correct-horse") == std::string::npos);
+  auto summary = coordinator.summary();
+  CHECK(summary["joins_refused"]["wrong_token"].get<int>() == 1);
+  CHECK(summary["joins_accepted"].get<int>() == 0);
+}
+
+TEST_CASE("a TLS cluster: coordinator and nodes over CAF's OpenSSL transport with test certificates") {
+  Scratch s("tls");
+  // A CA and one certificate it signed, made with the openssl CLI for this test only.
+  const std::string d = s.dir.string();
+  const std::string make_certs =
+      "cd " + d + " && openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.pem -days 1 -subj /CN=test-ca"
+      " && openssl req -newkey rsa:2048 -nodes -keyout node.key -out node.csr -subj /CN=127.0.0.1"
+      " && openssl x509 -req -in node.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out node.pem -days 1"
+      " > openssl.log 2>&1";
+  REQUIRE_MESSAGE(std::system(make_certs.c_str()) == 0, read_file(s.dir / "openssl.log"));
+  std::ofstream(s.dir / "tls.toml") << "[net]\ntls = true\ntls_certificate = \"" << d << "/node.pem\"\ntls_key = \"" << d
+                                    << "/node.key\"\ntls_ca = \"" << d << "/ca.pem\"\n";
+  const std::vector<std::string> tls{"--config", (s.dir / "tls.toml").string()};
+  const int port = free_port();
+  Process coordinator("coordinator", coordinator_args(s, port, {"train.max_seconds=10"}, tls), s.dir);
+  await_listening(coordinator);
+  Process a("node-a", node_args(s, port, "node-a", tls), s.dir);
+  Process b("node-b", node_args(s, port, "node-b", tls), s.dir);
+  const int code = coordinator.wait(90);
+  CAPTURE(coordinator.all());
+  REQUIRE(code == 0);
+  CHECK_MESSAGE(a.wait(30) == 0, a.all());
+  CHECK_MESSAGE(b.wait(30) == 0, b.all());
+  auto summary = coordinator.summary();
+  CHECK(summary["tls"] == true);
+  CHECK(summary["joins_accepted"].get<int>() == 2);
+  CHECK(summary["versions_committed"].get<int64_t>() > 0);
+  CHECK(summary["learners_seen"].get<int>() == 4);
+}
