@@ -2,7 +2,8 @@
 //   overhead  tokens/s of one learner inside the runtime vs the bare inner loop (same model, data)
 //   compare   decoupled M=4 vs sync M=4 vs ddp at equal tokens: held-out loss and bytes
 //   goodput   decoupled M=4 with a learner killed every K seconds: goodput, kill -> first merge
-// Usage: bench_actors MODE [preset] [seconds-or-steps] [extra]; prints one JSON line per result.
+// Usage: bench_actors overhead [preset] [steps] [threads] | compare [preset] [steps] [H] |
+//        goodput [preset] [seconds] [kill-every-s]; prints one JSON line per result.
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -108,18 +109,22 @@ int main(int argc, char** argv) {
   const std::string preset = argc > 2 ? argv[2] : "small";
   init_logging({"bench", "warn", ""});
   auto text = corpus();
-  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 
   if (mode == "overhead") {
     const int64_t steps = argc > 3 ? std::atoll(argv[3]) : 100;
+    const int threads = argc > 4 ? std::atoi(argv[4]) : 1;  // 1: robust when other work shares the cores
     // On its own thread, as a detached learner runs (the main thread's malloc arena is slower here).
     json bare;
-    std::thread([&] { bare = bare_loop(preset, steps, cores, text); }).join();
+    std::thread([&] { bare = bare_loop(preset, steps, threads, text); }).join();
     auto o = base_options("overhead", preset, "decoupled", 1);
     o.setup.run.inner_steps = 25;
     o.setup.run.max_tokens = steps * o.setup.inner.batch_size * o.setup.model.seq_len;
-    o.setup.run.threads = cores;
+    o.setup.run.threads = threads;
     auto runtime = run_cluster(o, text);
+    json bare_after;  // again after the runtime: the machine's load may drift
+    std::thread([&] { bare_after = bare_loop(preset, steps, threads, text); }).join();
+    bare["bare_tokens_per_s_after"] = bare_after["bare_tokens_per_s"];
+    bare["bare_tokens_per_s"] = (bare["bare_tokens_per_s"].get<double>() + bare_after["bare_tokens_per_s"].get<double>()) / 2;
     // The learner's own rate: its steps over the time the learner slot existed (compute + syncing).
     json out = {{"bench", "overhead"}, {"preset", preset}, {"bare", bare}, {"runtime", runtime}};
     out["ratio_steady"] = runtime["tokens_per_s_steady"].get<double>() / bare["bare_tokens_per_s"].get<double>();
