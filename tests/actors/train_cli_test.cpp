@@ -1,7 +1,5 @@
 // `archipelago train` on the actor runtime as a user runs it: a real process, fault injection,
 // the JSON summary, and --resume continuing from the latest committed version.
-#include <sys/wait.h>
-
 #include <cstdio>
 #include <filesystem>
 #include <string>
@@ -9,31 +7,14 @@
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
 
+#include "../support/run_cli.hpp"
+
 namespace {
 
-struct Outcome {
-  int exit_code = -1;
-  std::string out;
-};
+using archipelago::testing::last_line_json;
 
-Outcome run(const std::string& arguments) {
-  std::string command = "timeout 120 " ARCHIPELAGO_BINARY " " + arguments + " 2>&1";
-  FILE* pipe = popen(command.c_str(), "r");
-  REQUIRE(pipe != nullptr);
-  Outcome outcome;
-  char buffer[4096];
-  size_t n;
-  while ((n = fread(buffer, 1, sizeof buffer, pipe)) > 0) outcome.out.append(buffer, n);
-  int status = pclose(pipe);
-  outcome.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return outcome;
-}
-
-nlohmann::json last_line_json(const std::string& text) {
-  auto end = text.find_last_not_of('\n');
-  auto begin = text.rfind('\n', end);
-  begin = begin == std::string::npos ? 0 : begin + 1;
-  return nlohmann::json::parse(text.substr(begin, end - begin + 1));
+archipelago::testing::CliOutcome run(const std::string& arguments) {
+  return archipelago::testing::run_cli(arguments, 120);
 }
 
 }  // namespace

@@ -1,6 +1,4 @@
 // `archipelago train` as a user runs it: a real process, its exit code, its stdout.
-#include <sys/wait.h>
-
 #include <cstdio>
 #include <filesystem>
 #include <string>
@@ -8,31 +6,14 @@
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
 
+#include "../support/run_cli.hpp"
+
 namespace {
 
-struct Outcome {
-  int exit_code = -1;
-  std::string out;  // stdout and stderr
-};
+using archipelago::testing::last_line_json;
 
-Outcome run(const std::string& arguments) {
-  // `timeout` bounds every run; stderr joins stdout so a failure shows why.
-  std::string command = "timeout 240 " ARCHIPELAGO_BINARY " " + arguments + " 2>&1";
-  FILE* pipe = popen(command.c_str(), "r");
-  REQUIRE(pipe != nullptr);
-  Outcome outcome;
-  char buffer[4096];
-  size_t n;
-  while ((n = fread(buffer, 1, sizeof buffer, pipe)) > 0) outcome.out.append(buffer, n);
-  int status = pclose(pipe);
-  outcome.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return outcome;
-}
-
-std::string last_line(const std::string& text) {
-  auto end = text.find_last_not_of('\n');
-  auto begin = text.rfind('\n', end);
-  return text.substr(begin == std::string::npos ? 0 : begin + 1, end - (begin == std::string::npos ? 0 : begin + 1) + 1);
+archipelago::testing::CliOutcome run(const std::string& arguments) {
+  return archipelago::testing::run_cli(arguments, 240);
 }
 
 }  // namespace
@@ -49,7 +30,7 @@ TEST_CASE("train --json runs a bounded tiny job and prints the summary as the la
                        " --set data.cache_dir=" + data);
     CAPTURE(outcome.out);
     REQUIRE(outcome.exit_code == 0);
-    auto summary = nlohmann::json::parse(last_line(outcome.out));
+    auto summary = last_line_json(outcome.out);
     for (const char* key : {"mode", "learners", "inner_steps", "tokens", "heldout_loss", "wall_s", "bytes_sent",
                             "bytes_ddp_equivalent"}) {
       CHECK_MESSAGE(summary.contains(key), key);
