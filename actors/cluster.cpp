@@ -13,6 +13,7 @@
 #include "actors/evaluator.hpp"
 #include "actors/failure_monitor.hpp"
 #include "actors/learner.hpp"
+#include "actors/run_setup.hpp"
 #include "actors/store_actor.hpp"
 #include "actors/supervisor.hpp"
 #include "actors/syncer.hpp"
@@ -132,19 +133,11 @@ Expected<std::unique_ptr<LocalCluster>> LocalCluster::start(RuntimeOptions optio
   const int threads = configure_compute_threads(run.threads, impl->learner_slots);
 
   // Model layout, θ0 and the initial held-out loss from one replica built with the run's seed.
-  auto replica = training::Replica::create(setup.model, setup.inner, run.device, run.seed);
-  if (!replica) return replica.error();
-  auto layout = std::make_shared<ModelLayout>();
-  layout->parameters = (*replica)->parameters();
-  layout->parameter_count = (*replica)->parameter_count();
-  auto plan = training::plan_fragments(layout->parameters, setup.outer.fragments, setup.outer.fragment_layout);
-  if (!plan) return plan.error();
-  layout->plan = std::move(*plan);
-  const auto theta0 = (*replica)->read_parameters();
-  auto initial = std::make_shared<std::vector<std::vector<float>>>();
-  for (const auto& fragment : layout->plan.fragments) {
-    initial->push_back(training::gather_fragment(layout->plan, layout->parameters, fragment.id, theta0.data()));
-  }
+  auto start = build_model_start(setup);
+  if (!start) return start.error();
+  auto& replica = start->replica;
+  const auto layout = start->layout;
+  const auto initial = start->initial_fragments;
 
   // The store: a fresh run needs an empty one, --resume a committed version.
   std::error_code ec;
@@ -169,8 +162,8 @@ Expected<std::unique_ptr<LocalCluster>> LocalCluster::start(RuntimeOptions optio
       auto values = bytes_to_floats(blob);
       training::scatter_fragment(layout->plan, layout->parameters, static_cast<int>(fragment), values.data(), flat.data());
     }
-    (*replica)->write_parameters(flat);
-    impl->initial_heldout_loss = (*replica)->evaluate(*heldout);
+    replica->write_parameters(flat);
+    impl->initial_heldout_loss = replica->evaluate(*heldout);
     auto manifest = nlohmann::json::parse(latest->manifest_json, nullptr, false);
     if (!manifest.is_discarded()) {
       for (int m = 0; m < impl->learner_slots; ++m) {
@@ -185,9 +178,9 @@ Expected<std::unique_ptr<LocalCluster>> LocalCluster::start(RuntimeOptions optio
                                                  std::to_string(latest->version) + "); use --resume to continue it");
     }
     impl->start_version = 1;
-    impl->initial_heldout_loss = (*replica)->evaluate(*heldout);
+    impl->initial_heldout_loss = replica->evaluate(*heldout);
   }
-  replica->reset();
+  replica.reset();
 
   impl->options = std::make_shared<const RuntimeOptions>(options);
   impl->corpus = std::move(corpus);

@@ -11,6 +11,24 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 }  // namespace
 
+Expected<ModelStart> build_model_start(const training::ReferenceSetup& setup) {
+  const auto& run = setup.run;
+  auto replica = training::Replica::create(setup.model, setup.inner, run.device, run.seed);
+  if (!replica) return replica.error();
+  auto layout = std::make_shared<ModelLayout>();
+  layout->parameters = (*replica)->parameters();
+  layout->parameter_count = (*replica)->parameter_count();
+  auto plan = training::plan_fragments(layout->parameters, setup.outer.fragments, setup.outer.fragment_layout);
+  if (!plan) return plan.error();
+  layout->plan = std::move(*plan);
+  const auto theta0 = (*replica)->read_parameters();
+  auto initial = std::make_shared<std::vector<std::vector<float>>>();
+  for (const auto& fragment : layout->plan.fragments) {
+    initial->push_back(training::gather_fragment(layout->plan, layout->parameters, fragment.id, theta0.data()));
+  }
+  return ModelStart{std::move(*replica), layout, initial};
+}
+
 Expected<RunSetup> prepare_run(RuntimeOptions& options, const training::Corpus& corpus) {
   auto& setup = options.setup;
   const auto& run = setup.run;
@@ -38,21 +56,10 @@ Expected<RunSetup> prepare_run(RuntimeOptions& options, const training::Corpus& 
     out.step_limit = ceil_div(run.max_tokens, out.tokens_per_learner_step * run.learners);
     if (run.mode == "sync") out.step_limit = ceil_div(out.step_limit, run.inner_steps) * run.inner_steps;
   }
-  auto replica = training::Replica::create(setup.model, setup.inner, run.device, run.seed);
-  if (!replica) return replica.error();
-  auto layout = std::make_shared<ModelLayout>();
-  layout->parameters = (*replica)->parameters();
-  layout->parameter_count = (*replica)->parameter_count();
-  auto plan = training::plan_fragments(layout->parameters, setup.outer.fragments, setup.outer.fragment_layout);
-  if (!plan) return plan.error();
-  layout->plan = std::move(*plan);
-  const auto theta0 = (*replica)->read_parameters();
-  auto initial = std::make_shared<std::vector<std::vector<float>>>();
-  for (const auto& fragment : layout->plan.fragments) {
-    initial->push_back(training::gather_fragment(layout->plan, layout->parameters, fragment.id, theta0.data()));
-  }
-  out.layout = layout;
-  out.initial_fragments = initial;
+  auto start = build_model_start(setup);
+  if (!start) return start.error();
+  out.layout = start->layout;
+  out.initial_fragments = start->initial_fragments;
   return out;
 }
 

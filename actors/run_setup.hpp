@@ -18,6 +18,7 @@
 #include "common/error.hpp"
 #include "storage/checkpoint_store.hpp"
 #include "training/corpus.hpp"
+#include "training/replica.hpp"
 
 namespace archipelago::actors {
 
@@ -29,6 +30,15 @@ struct RunSetup {
   int64_t tokens_per_learner_step = 0;
   int64_t step_limit = 0;  // per learner, from train.max_tokens (0: none)
 };
+
+// The model layout with its fragment plan and θ0 per fragment, read from one replica built with the
+// run's seed (same seed: same θ0 in every process). The replica comes along for a first evaluation.
+struct ModelStart {
+  std::unique_ptr<training::Replica> replica;
+  std::shared_ptr<const ModelLayout> layout;
+  std::shared_ptr<const std::vector<std::vector<float>>> initial_fragments;
+};
+Expected<ModelStart> build_model_start(const training::ReferenceSetup& setup);
 
 // Validates the mode and the budget, fills inner.total_steps from max_tokens like a local run.
 Expected<RunSetup> prepare_run(RuntimeOptions& options, const training::Corpus& corpus);
