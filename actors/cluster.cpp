@@ -140,14 +140,9 @@ Expected<std::unique_ptr<LocalCluster>> LocalCluster::start(RuntimeOptions optio
   const auto initial = start->initial_fragments;
 
   // The store: a fresh run needs an empty one, --resume a committed version.
-  std::error_code ec;
-  std::filesystem::create_directories(options.run_dir, ec);
-  storage::StoreOptions store_options;
-  store_options.sync = options.store_sync;
-  store_options.retention.keep_last = options.keep_versions;
-  auto store = storage::CheckpointStore::open((std::filesystem::path(options.run_dir) / "store").string(), store_options);
+  auto store = open_run_store(options);
   if (!store) return store.error();
-  impl->store = std::shared_ptr<storage::CheckpointStore>(std::move(*store));
+  impl->store = std::move(*store);
   auto latest = impl->store->latest_committed();
   std::vector<int64_t> start_steps(impl->learner_slots, 0);
   if (options.resume) {

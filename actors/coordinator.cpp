@@ -124,14 +124,9 @@ Expected<std::unique_ptr<Coordinator>> Coordinator::start(CoordinatorOptions opt
   if (!setup) return setup.error();
   impl->setup = std::move(*setup);
 
-  std::error_code ec;
-  std::filesystem::create_directories(runtime.run_dir, ec);
-  storage::StoreOptions store_options;
-  store_options.sync = runtime.store_sync;
-  store_options.retention.keep_last = runtime.keep_versions;
-  auto store = storage::CheckpointStore::open((std::filesystem::path(runtime.run_dir) / "store").string(), store_options);
+  auto store = open_run_store(runtime);
   if (!store) return store.error();
-  impl->store = std::shared_ptr<storage::CheckpointStore>(std::move(*store));
+  impl->store = std::move(*store);
   auto latest = impl->store->latest_committed();
   if (latest) {
     impl->resumed_from = latest->version;

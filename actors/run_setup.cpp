@@ -1,5 +1,7 @@
 #include "actors/run_setup.hpp"
 
+#include <filesystem>
+
 #include "actors/supervisor.hpp"
 #include "actors/wire.hpp"
 #include "training/replica.hpp"
@@ -27,6 +29,17 @@ Expected<ModelStart> build_model_start(const training::ReferenceSetup& setup) {
     initial->push_back(training::gather_fragment(layout->plan, layout->parameters, fragment.id, theta0.data()));
   }
   return ModelStart{std::move(*replica), layout, initial};
+}
+
+Expected<std::shared_ptr<storage::CheckpointStore>> open_run_store(const RuntimeOptions& options) {
+  std::error_code ec;
+  std::filesystem::create_directories(options.run_dir, ec);
+  storage::StoreOptions store_options;
+  store_options.sync = options.store_sync;
+  store_options.retention.keep_last = options.keep_versions;
+  auto store = storage::CheckpointStore::open((std::filesystem::path(options.run_dir) / "store").string(), store_options);
+  if (!store) return store.error();
+  return std::shared_ptr<storage::CheckpointStore>(std::move(*store));
 }
 
 Expected<RunSetup> prepare_run(RuntimeOptions& options, const training::Corpus& corpus) {

@@ -40,6 +40,10 @@ struct ModelStart {
 };
 Expected<ModelStart> build_model_start(const training::ReferenceSetup& setup);
 
+// Opens (creating if needed) the run's RocksDB store, <run_dir>/store, with the run's sync and
+// retention settings.
+Expected<std::shared_ptr<storage::CheckpointStore>> open_run_store(const RuntimeOptions& options);
+
 // Validates the mode and the budget, fills inner.total_steps from max_tokens like a local run.
 Expected<RunSetup> prepare_run(RuntimeOptions& options, const training::Corpus& corpus);
 
