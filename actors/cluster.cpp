@@ -216,18 +216,7 @@ Expected<std::unique_ptr<LocalCluster>> LocalCluster::start(RuntimeOptions optio
 
   // Root supervisor: store, monitor, syncer, evaluator, learner supervisor (in this order).
   SupervisorSpec root{"root_supervisor", caf::atom("root"), impl->options, {}};
-  auto store_handle = impl->store;
-  auto opts = impl->options;
-  root.children.push_back({store_name(), "checkpoint_store", 0,
-                           [=](caf::actor_system& s, const ChildContext&) { return spawn_store_actor(s, store_handle); }});
-  root.children.push_back({monitor_name(), "failure_monitor", 0,
-                           [=](caf::actor_system& s, const ChildContext&) { return spawn_failure_monitor(s, opts); }});
-  root.children.push_back({syncer_name(), "syncer", 0, [=](caf::actor_system& s, const ChildContext&) {
-                             return spawn_syncer(s, SyncerSpec{opts, initial});
-                           }});
-  root.children.push_back({evaluator_name(), "evaluator", 0, [=](caf::actor_system& s, const ChildContext&) {
-                             return spawn_evaluator(s, EvaluatorSpec{opts, heldout, layout});
-                           }});
+  add_infrastructure_children(root, impl->store, impl->options, initial, heldout, layout);
   root.children.push_back({learner_supervisor_name(), "learner_supervisor", 0,
                            [=](caf::actor_system& s, const ChildContext&) { return spawn_supervisor(s, learners); }});
   impl->root = spawn_supervisor(*impl->system, std::move(root));

@@ -147,21 +147,8 @@ Expected<std::unique_ptr<Coordinator>> Coordinator::start(CoordinatorOptions opt
 
   // Root supervisor: store, monitor, syncer, evaluator — a local cluster's tree without learners.
   SupervisorSpec root{"root_supervisor", caf::atom("root"), impl->runtime, {}};
-  auto store_handle = impl->store;
-  auto opts = impl->runtime;
-  auto initial = impl->setup.initial_fragments;
-  auto heldout = impl->setup.heldout;
-  auto layout = impl->setup.layout;
-  root.children.push_back({store_name(), "checkpoint_store", 0,
-                           [=](caf::actor_system& s, const ChildContext&) { return spawn_store_actor(s, store_handle); }});
-  root.children.push_back({monitor_name(), "failure_monitor", 0,
-                           [=](caf::actor_system& s, const ChildContext&) { return spawn_failure_monitor(s, opts); }});
-  root.children.push_back({syncer_name(), "syncer", 0, [=](caf::actor_system& s, const ChildContext&) {
-                             return spawn_syncer(s, SyncerSpec{opts, initial});
-                           }});
-  root.children.push_back({evaluator_name(), "evaluator", 0, [=](caf::actor_system& s, const ChildContext&) {
-                             return spawn_evaluator(s, EvaluatorSpec{opts, heldout, layout});
-                           }});
+  add_infrastructure_children(root, impl->store, impl->runtime, impl->setup.initial_fragments,
+                              impl->setup.heldout, impl->setup.layout);
   impl->root = spawn_supervisor(*impl->system, std::move(root));
   impl->system->registry().put(caf::atom("root"), impl->root);
 

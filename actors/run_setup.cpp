@@ -2,6 +2,10 @@
 
 #include <filesystem>
 
+#include "actors/evaluator.hpp"
+#include "actors/failure_monitor.hpp"
+#include "actors/store_actor.hpp"
+#include "actors/syncer.hpp"
 #include "actors/supervisor.hpp"
 #include "actors/wire.hpp"
 #include "training/replica.hpp"
@@ -40,6 +44,23 @@ Expected<std::shared_ptr<storage::CheckpointStore>> open_run_store(const Runtime
   auto store = storage::CheckpointStore::open((std::filesystem::path(options.run_dir) / "store").string(), store_options);
   if (!store) return store.error();
   return std::shared_ptr<storage::CheckpointStore>(std::move(*store));
+}
+
+void add_infrastructure_children(SupervisorSpec& root, std::shared_ptr<storage::CheckpointStore> store,
+                                 std::shared_ptr<const RuntimeOptions> options,
+                                 std::shared_ptr<const std::vector<std::vector<float>>> initial_fragments,
+                                 std::shared_ptr<const std::vector<training::Batch>> heldout,
+                                 std::shared_ptr<const ModelLayout> layout) {
+  root.children.push_back({store_name(), "checkpoint_store", 0,
+                           [=](caf::actor_system& s, const ChildContext&) { return spawn_store_actor(s, store); }});
+  root.children.push_back({monitor_name(), "failure_monitor", 0,
+                           [=](caf::actor_system& s, const ChildContext&) { return spawn_failure_monitor(s, options); }});
+  root.children.push_back({syncer_name(), "syncer", 0, [=](caf::actor_system& s, const ChildContext&) {
+                             return spawn_syncer(s, SyncerSpec{options, initial_fragments});
+                           }});
+  root.children.push_back({evaluator_name(), "evaluator", 0, [=](caf::actor_system& s, const ChildContext&) {
+                             return spawn_evaluator(s, EvaluatorSpec{options, heldout, layout});
+                           }});
 }
 
 Expected<RunSetup> prepare_run(RuntimeOptions& options, const training::Corpus& corpus) {

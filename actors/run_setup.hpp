@@ -51,6 +51,15 @@ Expected<RunSetup> prepare_run(RuntimeOptions& options, const training::Corpus& 
 Expected<double> heldout_loss(const RuntimeOptions& options, const RunSetup& setup,
                               const storage::VersionData* version);
 
+// Adds the coordinator-side children to a root supervisor, in start order: checkpoint store,
+// failure monitor, syncer (starting from `initial_fragments` when the store is empty), evaluator.
+// Shared by the local cluster and the coordinator process.
+void add_infrastructure_children(SupervisorSpec& root, std::shared_ptr<storage::CheckpointStore> store,
+                                 std::shared_ptr<const RuntimeOptions> options,
+                                 std::shared_ptr<const std::vector<std::vector<float>>> initial_fragments,
+                                 std::shared_ptr<const std::vector<training::Batch>> heldout,
+                                 std::shared_ptr<const ModelLayout> layout);
+
 // A learner supervisor spec for learner slots [first, first + count), like a local cluster's.
 struct LearnerSlots {
   int first = 0;
