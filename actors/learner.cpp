@@ -2,9 +2,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <filesystem>
 
 #include <caf/all.hpp>
 
+#include "actors/learner_checkpoint.hpp"
 #include "actors/policy.hpp"
 #include "actors/wire.hpp"
 #include "common/log.hpp"
@@ -25,8 +28,9 @@ const char* phase_name(Phase p) {
 }
 
 struct FragmentSlot {
-  std::vector<float> global;      // last received global θ_p
-  uint64_t version = 0;           // its version (0: none yet)
+  std::vector<float> global;      // a received global θ_p not yet installed (fetching phase)
+  std::vector<float> ref;         // θ_ref,p: the update is θ_ref − θ_local (policy.hpp, install_global)
+  uint64_t version = 0;           // version of the last received global (0: none yet)
   bool outstanding = false;       // an update is in flight and no newer global arrived since
   uint64_t outstanding_base = 0;
   int64_t outstanding_step = 0;
@@ -45,6 +49,14 @@ struct LearnerState {
   Codec codec = Codec::fp32;
   bool staggered = true;
   std::vector<FragmentSlot> fragments;
+  InstallMode install = InstallMode::replace;
+  std::string checkpoint_path;     // empty: no learner checkpoints
+  std::unique_ptr<LearnerCheckpoint> restored;  // loaded at start, applied once the globals arrived
+  int64_t restored_from_step = -1;  // step of the checkpoint this incarnation continued (-1: none)
+  int64_t restored_steps = 0;       // unsent inner steps it brought back
+  int64_t checkpoints_written = 0;
+  double checkpoint_s = 0;          // time spent writing them
+  std::string checkpoint_error;     // why the last load or save failed (empty: none)
   TensorInbox inbox;
   Outbox outbox{""};
   caf::actor syncer;               // the syncer that welcomed us (empty: not joined)
@@ -102,26 +114,41 @@ void send_fetch(LearnerActor* self) {
                                                  opts(self).syncer.auth_token});
 }
 
-// Writes a global fragment into the replica: replace (α = 0) or α·local + (1−α)·global.
-void install_fragment(LearnerActor* self, int p) {
-  auto& st = self->state;
-  const auto& layout = *st.spec.layout;
-  const double alpha = opts(self).syncer.alpha;
-  const auto& values = st.fragments[p].global;
+std::vector<float> read_fragment(LearnerActor* self, int p) {
+  const auto& layout = *self->state.spec.layout;
+  std::vector<float> values(layout.plan.fragments[p].numel);
   size_t position = 0;
   for (int index : layout.plan.fragments[p].parameters) {
     const auto& info = layout.parameters[index];
-    if (alpha == 0) {
-      st.replica->write_range(info.offset, info.numel, values.data() + position);
-    } else {
-      std::vector<float> local(info.numel);
-      st.replica->read_range(info.offset, info.numel, local.data());
-      for (int64_t i = 0; i < info.numel; ++i) {
-        local[i] = static_cast<float>(alpha * local[i] + (1 - alpha) * values[position + i]);
-      }
-      st.replica->write_range(info.offset, info.numel, local.data());
-    }
+    self->state.replica->read_range(info.offset, info.numel, values.data() + position);
     position += info.numel;
+  }
+  return values;
+}
+
+void write_fragment(LearnerActor* self, int p, const std::vector<float>& values) {
+  const auto& layout = *self->state.spec.layout;
+  size_t position = 0;
+  for (int index : layout.plan.fragments[p].parameters) {
+    const auto& info = layout.parameters[index];
+    self->state.replica->write_range(info.offset, info.numel, values.data() + position);
+    position += info.numel;
+  }
+}
+
+// Installs the received global of fragment p (policy.hpp: replace, mix or carry); θ_ref ← θ_G.
+void install_fragment(LearnerActor* self, int p, InstallMode mode) {
+  auto& slot = self->state.fragments[p];
+  auto local = read_fragment(self, p);
+  if (slot.ref.size() != local.size()) slot.ref = local;
+  install_global(mode, opts(self).syncer.alpha, local.data(), slot.ref.data(), slot.global.data(),
+                 static_cast<int64_t>(local.size()));
+  write_fragment(self, p, local);
+  slot.global.clear();
+  if (mode == InstallMode::replace) {
+    // The steps taken since the last send were overwritten: they will not reach any version.
+    slot.steps_since = slot.tokens_since = 0;
+    slot.loss_sum = 0;
   }
 }
 
@@ -138,7 +165,7 @@ void send_update(LearnerActor* self, int p, const std::vector<float>& flat) {
   const auto& layout = *st.spec.layout;
   auto local = training::gather_fragment(layout.plan, layout.parameters, p, flat.data());
   std::vector<float> delta(local.size());
-  training::pseudo_gradient(slot.global.data(), local.data(), static_cast<int64_t>(local.size()), delta.data());
+  training::pseudo_gradient(slot.ref.data(), local.data(), static_cast<int64_t>(local.size()), delta.data());
   std::vector<uint8_t> encoded;
   Status status = slot.feedback.encode(st.codec, delta.data(), delta.size(), encoded);
   if (!status) {
@@ -154,6 +181,7 @@ void send_update(LearnerActor* self, int p, const std::vector<float>& flat) {
   });
   if (!messages) return;
   for (auto& m : *messages) self->send(st.syncer, std::move(m));
+  slot.ref = std::move(local);  // what is sent is no longer unsent work
   slot.outstanding = true;
   slot.outstanding_base = slot.version;
   slot.outstanding_step = st.step;
@@ -169,9 +197,42 @@ bool any_outstanding(LearnerActor* self) {
   return false;
 }
 
+// Saves the unsent work of every fragment and the AdamW state (learner_checkpoint.hpp).
+void save_checkpoint(LearnerActor* self) {
+  auto& st = self->state;
+  const auto begin = Clock::now();
+  const auto& layout = *st.spec.layout;
+  LearnerCheckpoint checkpoint;
+  checkpoint.step = st.step;
+  checkpoint.incarnation = st.spec.incarnation;
+  checkpoint.optimizer = st.replica->export_optimizer_state();
+  const auto flat = st.replica->read_parameters();
+  for (size_t p = 0; p < st.fragments.size(); ++p) {
+    const auto& slot = st.fragments[p];
+    LearnerCheckpoint::Fragment f;
+    f.version = slot.version;
+    f.steps = slot.steps_since;
+    f.tokens = slot.tokens_since;
+    f.loss_sum = slot.loss_sum;
+    f.unsent = training::gather_fragment(layout.plan, layout.parameters, static_cast<int>(p), flat.data());
+    for (size_t i = 0; i < f.unsent.size(); ++i) f.unsent[i] -= slot.ref[i];
+    checkpoint.fragments.push_back(std::move(f));
+  }
+  Status saved = save_learner_checkpoint(st.checkpoint_path, checkpoint, opts(self).learner_checkpoint_sync);
+  if (!saved) {
+    st.checkpoint_error = saved.error().to_string();
+    st.log->warn("{}: cannot save its checkpoint: {}", st.id, st.checkpoint_error);
+  } else {
+    ++st.checkpoints_written;
+  }
+  st.checkpoint_s += seconds(Clock::now() - begin);
+}
+
 void finish(LearnerActor* self, const std::string& why) {
   auto& st = self->state;
   st.phase = Phase::finished;
+  // Its work went out while draining (or the drain timed out): a later start must not redo it.
+  if (!st.checkpoint_path.empty()) std::remove(st.checkpoint_path.c_str());
   send_heartbeat(self);
   send_to(self, st.syncer, Leave{st.id, "finished"});
   send_to(self, lookup(self, monitor_name()), Leave{st.id, "finished"});
@@ -251,12 +312,52 @@ void run_step(LearnerActor* self) {
     if (flat.empty()) flat = st.replica->read_parameters();
     send_update(self, p, flat);
   }
+  const int every = opts(self).learner_checkpoint_every;
+  if (!st.checkpoint_path.empty() && every > 0 && st.steps_this_incarnation % every == 0) save_checkpoint(self);
   if (mode(self) == "sync" && st.step % run.inner_steps == 0 && any_outstanding(self)) {
     st.phase = Phase::waiting;
     st.wait_started = Clock::now();
     return;
   }
   self->send(self, step_atom::value);
+}
+
+// Every fragment's global arrived: install them (θ ← θ_G, or θ_G + the restored unsent work) and train.
+void start_from_globals(LearnerActor* self) {
+  auto& st = self->state;
+  std::unique_ptr<LearnerCheckpoint> restored = std::move(st.restored);
+  for (int q = 0; q < static_cast<int>(st.fragments.size()); ++q) {
+    auto& slot = st.fragments[q];
+    slot.feedback.reset();
+    slot.steps_since = slot.tokens_since = 0;
+    slot.loss_sum = 0;
+    slot.ref.clear();
+    install_fragment(self, q, InstallMode::replace);
+    if (!restored) continue;
+    // θ_ref = θ_G and θ = θ_G + u: the next update of q carries the restored work.
+    const auto& saved = restored->fragments[q];
+    auto local = read_fragment(self, q);
+    for (size_t i = 0; i < local.size(); ++i) local[i] += saved.unsent[i];
+    write_fragment(self, q, local);
+    slot.steps_since = saved.steps;
+    slot.tokens_since = saved.tokens;
+    slot.loss_sum = saved.loss_sum;
+  }
+  if (restored) {
+    auto optimizer = restored->optimizer;
+    optimizer.schedule_steps = st.step;  // the schedule follows the data position
+    Status imported = st.replica->import_optimizer_state(optimizer);
+    if (!imported) st.log->warn("{}: AdamW state not restored: {}", st.id, imported.error().to_string());
+    st.restored_from_step = restored->step;
+    for (const auto& f : restored->fragments) st.restored_steps = std::max(st.restored_steps, f.steps);
+    st.log->info("{} (incarnation {}) starts at step {} from version {} with its checkpoint of step {} ({} unsent "
+                 "step(s) restored)", st.id, st.spec.incarnation, st.step, st.welcome_version, restored->step,
+                 st.restored_steps);
+  } else {
+    st.log->info("{} (incarnation {}) starts at step {} from version {}", st.id, st.spec.incarnation, st.step,
+                 st.welcome_version);
+  }
+  start_training(self);
 }
 
 void on_global(LearnerActor* self, const std::string& from, const GlobalFragment& fragment) {
@@ -279,21 +380,21 @@ void on_global(LearnerActor* self, const std::string& from, const GlobalFragment
   if (st.phase == Phase::fetching) {
     const bool complete = std::all_of(st.fragments.begin(), st.fragments.end(), [](const auto& f) { return f.version > 0; });
     if (!complete) return;
-    for (int q = 0; q < static_cast<int>(st.fragments.size()); ++q) {
-      install_fragment(self, q);
-      st.fragments[q].feedback.reset();
-      st.fragments[q].steps_since = st.fragments[q].tokens_since = 0;
-      st.fragments[q].loss_sum = 0;
-    }
-    st.log->info("{} (incarnation {}) starts at step {} from version {}", st.id, st.spec.incarnation, st.step,
-                 st.welcome_version);
-    start_training(self);
+    start_from_globals(self);
     return;
   }
-  if (st.phase == Phase::init || st.phase == Phase::joining) return;
-  // ddp: the global model is this learner's own model of a moment ago; installing it would undo
-  // the steps taken since, so only the copy (the base of the next update) moves.
-  if (mode(self) != "ddp") install_fragment(self, p);
+  if (st.phase == Phase::init || st.phase == Phase::joining) {
+    slot.global.clear();
+    return;
+  }
+  if (mode(self) == "ddp") {
+    // ddp: the global model is this learner's own model of a moment ago; installing it would undo
+    // the steps taken since, so only the base of the next update moves.
+    slot.ref = std::move(slot.global);
+    slot.global.clear();
+  } else {
+    install_fragment(self, p, st.install);
+  }
   if (st.phase == Phase::waiting && !any_outstanding(self)) {
     st.wait_s += seconds(Clock::now() - st.wait_started);
     start_training(self);
@@ -364,16 +465,39 @@ Status initialize(LearnerActor* self) {
     // Rounds are aligned across learners: a restarted learner redoes its interrupted round.
     st.spec.start_step -= st.spec.start_step % setup.run.inner_steps;
   }
+  st.fragments.resize(st.spec.layout->plan.fragments.size());
+  st.step = st.spec.start_step;
+  st.install = install_mode(opts(self).syncer.carry_unsent, opts(self).syncer.alpha);
+  // Sync and ddp redo an interrupted round from its start, so unsent work is never carried over there.
+  if (st.staggered && opts(self).learner_checkpoint_every > 0 && !opts(self).run_dir.empty()) {
+    const std::string directory = opts(self).run_dir + "/learners";
+    std::error_code ec;
+    std::filesystem::create_directories(directory, ec);
+    st.checkpoint_path = learner_checkpoint_path(directory, st.id);
+    if (std::filesystem::exists(st.checkpoint_path)) {
+      std::vector<int64_t> sizes;
+      for (const auto& f : st.spec.layout->plan.fragments) sizes.push_back(f.numel);
+      auto loaded = load_learner_checkpoint(st.checkpoint_path, st.spec.layout->parameter_count, sizes);
+      if (loaded) {
+        st.restored = std::make_unique<LearnerCheckpoint>(std::move(*loaded));
+      } else {
+        st.checkpoint_error = loaded.error().to_string();
+        st.log->warn("{}: ignoring its checkpoint, starting from the global model alone: {}", st.id, st.checkpoint_error);
+      }
+    }
+  }
+  if (st.restored && st.restored->step > st.step) {
+    // Its data position ran ahead of what the supervisor last heard: do not train on those batches again.
+    st.step = st.restored->step;
+  }
   auto text = std::shared_ptr<const std::string>(st.spec.corpus, &st.spec.corpus->text);
   for (size_t s = 0; s < st.spec.shards.size(); ++s) {
     // ddp: worker s of the data-parallel step reads shard s; otherwise learner `index` reads its own.
     const int stream = st.spec.shards.size() == 1 ? st.spec.index : static_cast<int>(s);
     st.cursors.emplace_back(text, st.spec.shards[s], setup.inner.batch_size, setup.model.seq_len, setup.run.seed,
-                            stream, static_cast<uint64_t>(st.spec.start_step));
+                            stream, static_cast<uint64_t>(st.step));
     if (st.cursors.back().empty()) return make_error(ErrorCode::invalid_argument, "empty data shard");
   }
-  st.fragments.resize(st.spec.layout->plan.fragments.size());
-  st.step = st.spec.start_step;
   return {};
 }
 
@@ -443,7 +567,10 @@ caf::behavior learner_behavior(LearnerActor* self, LearnerSpec spec) {
         nlohmann::json j = {{"id", st.id}, {"incarnation", st.spec.incarnation}, {"phase", phase_name(st.phase)},
                             {"step", st.step}, {"connected", st.connected}, {"welcome_version", st.welcome_version},
                             {"fragment_versions", versions}, {"compute_s", st.compute_s}, {"wait_s", st.wait_s},
-                            {"recovery_s", st.recovery_s}, {"tokens_per_s", st.tokens_per_s}};
+                            {"recovery_s", st.recovery_s}, {"tokens_per_s", st.tokens_per_s},
+                            {"restored_from_step", st.restored_from_step}, {"restored_steps", st.restored_steps},
+                            {"checkpoints_written", st.checkpoints_written}, {"checkpoint_s", st.checkpoint_s},
+                            {"checkpoint_error", st.checkpoint_error}};
         return admin_reply(st.id, request ? request->request_id : 0, true, "ok", j);
       },
   };

@@ -14,6 +14,7 @@ namespace archipelago::actors {
 
 struct SyncerOptions {
   double alpha = 0.0;           // learner merge of a received global fragment: α·local + (1−α)·global
+  bool carry_unsent = true;     // install θ_G + (θ − θ_ref): keep the steps taken since the last send
   int max_staleness = 4;        // updates of fragment p committed since the learner's base, at most
   int overlap_steps = 2;        // τ: inner steps a fragment's sync may take without stalling anyone
   double grace_gamma = 0.5;     // γ of the adaptive grace window
@@ -55,6 +56,8 @@ struct RuntimeOptions {
   bool resume = false;              // continue from the store's latest committed version
   bool store_sync = true;           // fsync every commit (tests may turn it off)
   uint32_t keep_versions = 20;      // store retention: newest N committed versions (0 = all)
+  int learner_checkpoint_every = 2; // a learner saves its unsent work + AdamW state every N steps (0 = never)
+  bool learner_checkpoint_sync = false;  // fdatasync those files (survive power loss, not only a kill)
 };
 
 }  // namespace archipelago::actors

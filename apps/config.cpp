@@ -157,6 +157,7 @@ Expected<Config> to_config(const toml::table& table) {
   c.outer.delayed_every = static_cast<int>(r.get_int("outer.delayed_every"));
 
   c.syncer.alpha = r.get_double("outer.alpha");
+  c.syncer.carry_unsent = r.get_bool("outer.carry_unsent");
   c.syncer.max_staleness = static_cast<int>(r.get_int("outer.max_staleness"));
   c.syncer.overlap_steps = static_cast<int>(r.get_int("outer.overlap_steps"));
   c.syncer.grace_gamma = r.get_double("outer.grace_gamma");
@@ -174,6 +175,8 @@ Expected<Config> to_config(const toml::table& table) {
   c.drain_timeout_s = r.get_double("runtime.drain_timeout_s");
   c.store_sync = r.get_bool("runtime.store_sync");
   c.keep_versions = static_cast<int>(r.get_int("runtime.keep_versions"));
+  c.learner_checkpoint_every = static_cast<int>(r.get_int("runtime.learner_checkpoint_every"));
+  c.learner_checkpoint_sync = r.get_bool("runtime.learner_checkpoint_sync");
   c.faults.kill_learner_every_s = r.get_double("faults.kill_learner_every_s");
   c.faults.kill_syncer_at_s = r.get_double("faults.kill_syncer_at_s");
   c.faults.crash_learner_on_start = static_cast<int>(r.get_int("faults.crash_learner_on_start"));
@@ -247,6 +250,7 @@ Expected<Config> to_config(const toml::table& table) {
            in_open_range("runtime.progress_interval_s", c.progress_interval_s, 0, 3600),
            at_least("runtime.drain_timeout_s", c.drain_timeout_s, 0),
            at_least("runtime.keep_versions", c.keep_versions, 0),
+           at_least("runtime.learner_checkpoint_every", c.learner_checkpoint_every, 0),
            at_least("faults.kill_learner_every_s", c.faults.kill_learner_every_s, 0),
            at_least("faults.kill_syncer_at_s", c.faults.kill_syncer_at_s, 0),
            at_least("faults.crash_learner_on_start", c.faults.crash_learner_on_start, -1),
@@ -266,6 +270,9 @@ Expected<Config> to_config(const toml::table& table) {
     if (!status) return status.error();
   }
   if (c.model.d_model % c.model.heads != 0) return config_error("model.preset", "d_model not divisible by heads");
+  if (c.syncer.alpha > 0 && c.syncer.carry_unsent) {
+    return config_error("outer.alpha", "mixing with alpha > 0 needs outer.carry_unsent = false");
+  }
   std::ostringstream out;
   out << table;
   c.toml = out.str();
@@ -278,6 +285,7 @@ actors::RuntimeOptions to_runtime_options(const Config& c, const std::string& ru
   actors::RuntimeOptions o;
   o.setup = training::ReferenceSetup{c.model, c.inner, c.outer, c.data, c.run};
   o.syncer.alpha = c.syncer.alpha;
+  o.syncer.carry_unsent = c.syncer.carry_unsent;
   o.syncer.max_staleness = c.syncer.max_staleness;
   o.syncer.overlap_steps = c.syncer.overlap_steps;
   o.syncer.grace_gamma = c.syncer.grace_gamma;
@@ -290,6 +298,8 @@ actors::RuntimeOptions to_runtime_options(const Config& c, const std::string& ru
   o.drain_timeout_s = c.drain_timeout_s;
   o.store_sync = c.store_sync;
   o.keep_versions = static_cast<uint32_t>(c.keep_versions);
+  o.learner_checkpoint_every = c.learner_checkpoint_every;
+  o.learner_checkpoint_sync = c.learner_checkpoint_sync;
   o.run_dir = run_dir;
   o.resume = resume;
   return o;

@@ -42,6 +42,8 @@ struct Config {
   double drain_timeout_s = 20.0;
   bool store_sync = true;
   int keep_versions = 20;
+  int learner_checkpoint_every = 2;
+  bool learner_checkpoint_sync = false;
   std::string engine = "actors";
   std::string log_level = "info";
   NetOptions net;

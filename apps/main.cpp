@@ -63,6 +63,9 @@ int main(int argc, char** argv) {
   node_command->add_option("--set", node.overrides,
                            "section.key=value (repeatable), applied locally and over the coordinator's configuration")
       ->allow_extra_args(false);
+  node_command->add_option("--state-dir", node.state_dir,
+                           "directory for this node's learner checkpoints (<dir>/learners/); with it a restarted "
+                           "node's learners continue their unsent work and data positions");
   node_command->add_option_function<std::string>("--log-file", [&](const std::string& v) { node.log_file = v; },
                                                  "also append logs to this file");
   node_command->add_option("--give-up-after", node.give_up_after_s,

@@ -49,12 +49,13 @@ int run_node(const NodeArguments& arguments) {
   options.transport = transport_options(local->net);
   options.give_up_after_s = arguments.give_up_after_s;
   // The run's configuration comes from the coordinator; this node's --set / --device apply on top.
-  options.configure = [overrides](const std::string& config_toml) -> Expected<actors::NodeConfig> {
+  const std::string state_dir = arguments.state_dir;
+  options.configure = [overrides, state_dir](const std::string& config_toml) -> Expected<actors::NodeConfig> {
     auto config = load_config(config_toml, "the coordinator's configuration", overrides);
     if (!config) return config.error();
     auto corpus = training::load_corpus(config->data);
     if (!corpus) return make_error(corpus.error().code, "corpus: " + corpus.error().reason);
-    return actors::NodeConfig{to_runtime_options(*config, "", false),
+    return actors::NodeConfig{to_runtime_options(*config, state_dir, false),
                               std::make_shared<const training::Corpus>(std::move(*corpus))};
   };
   install_stop_signals();

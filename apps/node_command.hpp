@@ -17,6 +17,7 @@ struct NodeArguments {
   std::optional<std::string> config_file;  // local [net] settings (TLS files, timeouts)
   std::vector<std::string> overrides;  // --set: applied locally and on top of the coordinator's configuration
   std::optional<std::string> log_file;
+  std::string state_dir;              // learner checkpoints (empty: none)
   double give_up_after_s = 0;
   bool json = false;
 };

@@ -1,6 +1,8 @@
 #include "training/replica.hpp"
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <mutex>
 #include <thread>
 
@@ -196,6 +198,64 @@ const ModelConfig& Replica::model_config() const { return impl_->model_config; }
 const std::vector<ParameterInfo>& Replica::parameters() const { return impl_->parameters; }
 int64_t Replica::parameter_count() const { return impl_->flat.numel(); }
 int64_t Replica::steps_taken() const { return impl_->steps; }
+void Replica::set_steps_taken(int64_t steps) { impl_->steps = std::max<int64_t>(0, steps); }
+
+OptimizerState Replica::export_optimizer_state() const {
+  OptimizerState out;
+  out.schedule_steps = impl_->steps;
+  auto& states = impl_->optimizer->state();
+  const auto params = impl_->model->parameters();
+  for (size_t i = 0; i < params.size(); ++i) {
+    auto it = states.find(c10::guts::to_string(params[i].unsafeGetTensorImpl()));
+    if (it == states.end()) return OptimizerState{impl_->steps, 0, {}, {}};  // no step taken yet
+    auto& s = static_cast<torch::optim::AdamWParamState&>(*it->second);
+    if (out.exp_avg.empty()) {
+      out.adam_steps = s.step();
+      out.exp_avg.resize(impl_->flat.numel());
+      out.exp_avg_sq.resize(impl_->flat.numel());
+    }
+    const auto& info = impl_->parameters[i];
+    auto m = s.exp_avg().detach().reshape({-1}).to(torch::kCPU, torch::kFloat).contiguous();
+    auto v = s.exp_avg_sq().detach().reshape({-1}).to(torch::kCPU, torch::kFloat).contiguous();
+    std::memcpy(out.exp_avg.data() + info.offset, m.data_ptr<float>(), info.numel * sizeof(float));
+    std::memcpy(out.exp_avg_sq.data() + info.offset, v.data_ptr<float>(), info.numel * sizeof(float));
+  }
+  return out;
+}
+
+Status Replica::import_optimizer_state(const OptimizerState& state) {
+  const auto n = static_cast<size_t>(impl_->flat.numel());
+  if (state.adam_steps > 0 && (state.exp_avg.size() != n || state.exp_avg_sq.size() != n)) {
+    return make_error(ErrorCode::inconsistent, "optimizer state holds " + std::to_string(state.exp_avg.size()) +
+                                                   " moments, the model has " + std::to_string(n) + " parameters");
+  }
+  if (state.adam_steps < 0 || state.schedule_steps < 0) {
+    return make_error(ErrorCode::invalid_argument, "optimizer state has a negative step count");
+  }
+  torch::NoGradGuard no_grad;
+  auto& states = impl_->optimizer->state();
+  const auto params = impl_->model->parameters();
+  for (size_t i = 0; i < params.size(); ++i) {
+    const auto key = c10::guts::to_string(params[i].unsafeGetTensorImpl());
+    if (state.adam_steps == 0) {
+      states.erase(key);
+      continue;
+    }
+    const auto& info = impl_->parameters[i];
+    auto load = [&](const std::vector<float>& from) {
+      return torch::from_blob(const_cast<float*>(from.data() + info.offset), params[i].sizes(), torch::kFloat)
+          .to(impl_->device)
+          .clone();
+    };
+    auto s = std::make_unique<torch::optim::AdamWParamState>();
+    s->step(state.adam_steps);
+    s->exp_avg(load(state.exp_avg));
+    s->exp_avg_sq(load(state.exp_avg_sq));
+    states[key] = std::move(s);
+  }
+  impl_->steps = state.schedule_steps;
+  return {};
+}
 
 std::vector<float> Replica::read_parameters() const {
   std::vector<float> out(impl_->flat.numel());

@@ -31,6 +31,14 @@ struct StepStats {
 // With total_steps == 0 the rate stays at its peak after warmup.
 double scheduled_learning_rate(const InnerOptions& options, int64_t step);
 
+// AdamW's state, flat in the replica's parameter order (what a learner checkpoint saves).
+struct OptimizerState {
+  int64_t schedule_steps = 0;     // inner steps taken: position in the learning-rate schedule
+  int64_t adam_steps = 0;         // AdamW's bias-correction step count (0: no moments yet)
+  std::vector<float> exp_avg;     // first moments (empty when adam_steps == 0)
+  std::vector<float> exp_avg_sq;  // second moments
+};
+
 class Replica {
  public:
   // Builds the model with weights drawn from `seed` (same seed → same weights) on `device`.
@@ -53,6 +61,12 @@ class Replica {
   const std::vector<ParameterInfo>& parameters() const;
   int64_t parameter_count() const;
   int64_t steps_taken() const;
+  // Moves the learning-rate schedule to `steps` (a restarted learner continues its schedule).
+  void set_steps_taken(int64_t steps);
+
+  // AdamW moments and step counters, host side; import refuses a state of another size.
+  OptimizerState export_optimizer_state() const;
+  Status import_optimizer_state(const OptimizerState& state);
 
   // Whole flat parameter vector, host side.
   std::vector<float> read_parameters() const;

@@ -2,13 +2,17 @@
 //   overhead  tokens/s of one learner inside the runtime vs the bare inner loop (same model, data)
 //   compare   decoupled M=4 vs sync M=4 vs ddp at equal tokens: held-out loss and bytes
 //   goodput   decoupled M=4 with a learner killed every K seconds: goodput, kill -> first merge
-// Usage: bench_actors overhead [preset] [steps] [threads] | compare [preset] [steps] [H] |
-//        goodput [preset] [seconds] [kill-every-s]; prints one JSON line per result.
+// Usage: bench_actors overhead [preset] [steps] [threads] | compare [preset] [steps] [H] [variants] |
+//        goodput [preset] [seconds] [kill-every-s] [learner-checkpoint-every]; one JSON line per result.
+// compare's variants (comma-separated, default decoupled,sync,ddp) may add decoupled-replace
+// (outer.carry_unsent = false: a received global replaces the local fragment).
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <sstream>
 #include <string>
+#include <vector>
 #include <thread>
 
 #include <nlohmann/json.hpp>
@@ -133,26 +137,35 @@ int main(int argc, char** argv) {
   } else if (mode == "compare") {
     const int64_t steps = argc > 3 ? std::atoll(argv[3]) : 200;
     const int inner_steps = argc > 4 ? std::atoi(argv[4]) : 25;
-    for (const std::string m : {"decoupled", "sync", "ddp"}) {
-      auto o = base_options("compare-" + m, preset, m, 4);
+    std::vector<std::string> variants;
+    std::stringstream list(argc > 5 ? argv[5] : "decoupled,sync,ddp");
+    for (std::string v; std::getline(list, v, ',');) variants.push_back(v);
+    for (const auto& variant : variants) {
+      const bool replace = variant == "decoupled-replace";
+      const std::string m = replace ? "decoupled" : variant;
+      auto o = base_options("compare-" + variant, preset, m, 4);
+      o.syncer.carry_unsent = !replace;
       o.setup.run.inner_steps = inner_steps;
       o.setup.run.max_tokens = steps * 4 * o.setup.inner.batch_size * o.setup.model.seq_len;
       std::fprintf(stderr, "%s ...\n", m.c_str());
       auto r = run_cluster(o, text);
       r.erase("learner_compute_s");
-      std::printf("%s\n", json({{"bench", "compare"}, {"preset", preset}, {"result", r}}).dump().c_str());
+      std::printf("%s\n", json({{"bench", "compare"}, {"preset", preset}, {"variant", variant}, {"result", r}}).dump().c_str());
       std::fflush(stdout);
     }
   } else if (mode == "goodput") {
     const double seconds = argc > 3 ? std::atof(argv[3]) : 300;
     const double every = argc > 4 ? std::atof(argv[4]) : 30;
     auto o = base_options("goodput", preset, "decoupled", 4);
+    if (argc > 5) o.learner_checkpoint_every = std::atoi(argv[5]);
     o.setup.run.inner_steps = 25;
     o.setup.run.max_seconds = seconds;
     o.faults.kill_learner_every_s = every;
     auto r = run_cluster(o, text);
     std::printf("%s\n", json({{"bench", "goodput"}, {"preset", preset}, {"seconds", seconds}, {"kill_every_s", every},
-                              {"result", r}}).dump().c_str());
+                              {"learner_checkpoint_every", o.learner_checkpoint_every}, {"result", r}})
+                             .dump()
+                             .c_str());
   } else {
     std::fprintf(stderr, "usage: bench_actors overhead|compare|goodput [preset] [steps|seconds] [H|kill-every]\n");
     return 2;

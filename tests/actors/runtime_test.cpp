@@ -3,6 +3,8 @@
 // Tests wait on conditions (status polling with deadlines), never on sleeps.
 #include <cmath>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <limits>
 #include <map>
 
@@ -82,6 +84,9 @@ TEST_CASE("sync mode reproduces the reference engine's held-out loss") {
 TEST_CASE("a killed learner is restarted, rejoins at the latest committed version and is merged again") {
   auto options = testing::tiny_options("kill-learner", "decoupled", 3, 25);
   options.restart.backoff_initial_s = 0.5;  // a visible absence: the others must keep stepping
+  // A corrupt checkpoint left for learner 2 is refused with its reason; it starts from the global model.
+  std::filesystem::create_directories(options.run_dir + "/learners");
+  std::ofstream(options.run_dir + "/learners/" + learner_id(2) + ".ckpt") << "not a checkpoint, 40 bytes long......";
   auto started = LocalCluster::start(options, training::testing::kjv());
   REQUIRE_MESSAGE(started.ok(), (started.ok() ? "" : started.error().to_string()));
   auto& cluster = **started;
@@ -113,6 +118,15 @@ TEST_CASE("a killed learner is restarted, rejoins at the latest committed versio
   REQUIRE_MESSAGE(learner.ok(), (learner.ok() ? "" : learner.error().to_string()));
   CHECK((*learner)["incarnation"].get<int>() == 1);
   CHECK((*learner)["welcome_version"].get<uint64_t>() >= committed_at_kill);
+  // It continued from its own checkpoint: unsent steps and AdamW state came back.
+  CHECK((*learner)["restored_from_step"].get<int64_t>() > 0);
+  CHECK((*learner)["restored_steps"].get<int64_t>() >= 1);
+  CHECK((*learner)["checkpoint_error"].get<std::string>().empty());
+  auto other = cluster.query(learner_name(2));
+  REQUIRE(other.ok());
+  CHECK((*other)["restored_from_step"].get<int64_t>() == -1);
+  CHECK((*other)["checkpoint_error"].get<std::string>().find("checksum") != std::string::npos);
+  CHECK((*other)["checkpoints_written"].get<int64_t>() > 0);
 
   auto result = cluster.run();
   REQUIRE(result.ok());
