@@ -3,7 +3,11 @@
 // Goodput = learner compute time whose work reached a committed version ÷ allocated learner time
 // (learner slots × wall time). Work is counted in "step equivalents": an update of fragment p
 // carrying s inner steps is worth s · numel_p / numel of a step once it is committed, so partial
-// (per-fragment) merges count partially. Badput is split into
+// (per-fragment) merges count partially. An update carries every inner step since the learner's
+// previous update of that fragment, including steps whose effect on the fragment was later mixed
+// with (or replaced by) a newer global: that is the algorithm (Streaming / Decoupled DiLoCo's
+// overlap), not lost work, as in the published goodput. Steps restored from a learner's checkpoint
+// after a kill count once, in the update that finally carries them. Badput is split into
 //   restart     a slot without a running learner (death → respawn, and the rest of the run after
 //               a learner was given up),
 //   recovery    respawn → first new inner step (model build, join, state fetch),

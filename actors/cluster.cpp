@@ -222,8 +222,8 @@ Expected<std::unique_ptr<LocalCluster>> LocalCluster::start(RuntimeOptions optio
   impl->root = spawn_supervisor(*impl->system, std::move(root));
   impl->system->registry().put(caf::atom("root"), impl->root);
   if (run.mode == "async") {
-    impl->log->warn("async mode: per-arrival merges{}; dynamic local steps (DyLU) are not implemented, every "
-                    "learner runs H inner steps per fragment period",
+    impl->log->info("async mode: per-arrival merges{}; dynamic local steps: a learner runs round(H x its speed / "
+                    "the fastest learner's speed) inner steps per fragment period",
                     setup.outer.optimizer == "delayed_nesterov" ? " with Delayed Nesterov" : " with plain Nesterov");
   }
   impl->log->info("{} cluster: {} learner(s) x {} compute thread(s), {} fragment(s), {} parameters, step limit {}, "

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <thread>
 
 #include <caf/all.hpp>
 
@@ -34,6 +35,9 @@ struct FragmentSlot {
   bool outstanding = false;       // an update is in flight and no newer global arrived since
   uint64_t outstanding_base = 0;
   int64_t outstanding_step = 0;
+  int64_t next_due = 0;           // async: the step at which this fragment is sent next
+  int period = 0;                 // async: inner steps of its current period (dynamic local steps)
+  bool restored = false;          // holds work restored from a checkpoint: sent after the first step
   int64_t steps_since = 0;        // inner steps since the last update of this fragment
   int64_t tokens_since = 0;
   double loss_sum = 0;
@@ -48,6 +52,8 @@ struct LearnerState {
   std::vector<training::DataCursor> cursors;
   Codec codec = Codec::fp32;
   bool staggered = true;
+  bool dynamic = false;            // async mode: periods of round(H · own speed / fastest speed) steps
+  double fastest_tokens_per_s = 0; // as the syncer last reported it
   std::vector<FragmentSlot> fragments;
   InstallMode install = InstallMode::replace;
   std::string checkpoint_path;     // empty: no learner checkpoints
@@ -145,11 +151,6 @@ void install_fragment(LearnerActor* self, int p, InstallMode mode) {
                  static_cast<int64_t>(local.size()));
   write_fragment(self, p, local);
   slot.global.clear();
-  if (mode == InstallMode::replace) {
-    // The steps taken since the last send were overwritten: they will not reach any version.
-    slot.steps_since = slot.tokens_since = 0;
-    slot.loss_sum = 0;
-  }
 }
 
 void start_training(LearnerActor* self) {
@@ -177,11 +178,16 @@ void send_update(LearnerActor* self, int p, const std::vector<float>& flat) {
   auto messages = st.outbox.wrap_tensor(st.codec, delta.size(), encoded, [&](TensorChunk chunk) -> Message {
     return FragmentUpdate{st.id, static_cast<uint32_t>(p), slot.version, static_cast<uint32_t>(slot.steps_since),
                           static_cast<uint64_t>(slot.tokens_since), std::isfinite(loss) ? loss : 0.0f,
-                          std::move(chunk)};
+                          std::move(chunk), st.tokens_per_s};
   });
   if (!messages) return;
   for (auto& m : *messages) self->send(st.syncer, std::move(m));
   slot.ref = std::move(local);  // what is sent is no longer unsent work
+  slot.restored = false;
+  if (st.dynamic) {
+    slot.period = dynamic_inner_steps(opts(self).setup.run.inner_steps, st.tokens_per_s, st.fastest_tokens_per_s);
+    slot.next_due = st.step + slot.period;
+  }
   slot.outstanding = true;
   slot.outstanding_base = slot.version;
   slot.outstanding_step = st.step;
@@ -286,6 +292,11 @@ void run_step(LearnerActor* self) {
     for (auto& cursor : st.cursors) batches.push_back(cursor.next());
     stats = st.replica->step_averaged(batches);
   }
+  const auto& faults = opts(self).faults;
+  if (faults.slow_learner == st.spec.index && faults.slow_factor > 1) {
+    // Fault injection: slower hardware. The learner's thread is busy for (factor − 1) × its step time more.
+    std::this_thread::sleep_for((Clock::now() - begin) * (faults.slow_factor - 1));
+  }
   const double elapsed = seconds(Clock::now() - begin);
   st.compute_s += elapsed;
   st.tokens_this_incarnation += stats.tokens;
@@ -305,7 +316,9 @@ void run_step(LearnerActor* self) {
   std::vector<float> flat;
   for (int p = 0; p < P; ++p) {
     auto& slot = st.fragments[p];
-    if (!fragment_due(st.step, p, P, run.inner_steps, st.staggered)) continue;
+    const bool due = slot.restored || (st.dynamic ? st.step >= slot.next_due
+                                                  : fragment_due(st.step, p, P, run.inner_steps, st.staggered));
+    if (!due) continue;
     // An update unanswered for 3 periods was lost (e.g. the syncer restarted): send again.
     if (slot.outstanding && st.step - slot.outstanding_step >= 3 * run.inner_steps) slot.outstanding = false;
     if (slot.outstanding || !st.connected) continue;
@@ -332,6 +345,10 @@ void start_from_globals(LearnerActor* self) {
     slot.steps_since = slot.tokens_since = 0;
     slot.loss_sum = 0;
     slot.ref.clear();
+    slot.restored = false;
+    const auto& run = opts(self).setup.run;
+    slot.next_due = next_due_step(st.step, q, static_cast<int>(st.fragments.size()), run.inner_steps, st.staggered);
+    slot.period = run.inner_steps;
     install_fragment(self, q, InstallMode::replace);
     if (!restored) continue;
     // θ_ref = θ_G and θ = θ_G + u: the next update of q carries the restored work.
@@ -342,6 +359,8 @@ void start_from_globals(LearnerActor* self) {
     slot.steps_since = saved.steps;
     slot.tokens_since = saved.tokens;
     slot.loss_sum = saved.loss_sum;
+    // Restored work is already a period old: it goes out after the first step, not a period later.
+    slot.restored = saved.steps > 0;
   }
   if (restored) {
     auto optimizer = restored->optimizer;
@@ -375,6 +394,7 @@ void on_global(LearnerActor* self, const std::string& from, const GlobalFragment
   if (static_cast<int64_t>(added->values.size()) != st.spec.layout->plan.fragments[p].numel) return;
   slot.global = std::move(added->values);
   slot.version = fragment.version;
+  if (fragment.fastest_tokens_per_sec > 0) st.fastest_tokens_per_s = fragment.fastest_tokens_per_sec;
   if (slot.outstanding && fragment.version > slot.outstanding_base) slot.outstanding = false;
 
   if (st.phase == Phase::fetching) {
@@ -458,6 +478,7 @@ Status initialize(LearnerActor* self) {
   if (!codec) return codec.error();
   st.codec = *codec;
   st.staggered = setup.run.mode == "decoupled" || setup.run.mode == "async";
+  st.dynamic = setup.run.mode == "async";
   auto replica = training::Replica::create(setup.model, setup.inner, setup.run.device, setup.run.seed);
   if (!replica) return replica.error();
   st.replica = std::move(*replica);
@@ -467,7 +488,9 @@ Status initialize(LearnerActor* self) {
   }
   st.fragments.resize(st.spec.layout->plan.fragments.size());
   st.step = st.spec.start_step;
-  st.install = install_mode(opts(self).syncer.carry_unsent, opts(self).syncer.alpha);
+  // Sync mode is classic DiLoCo: every learner starts the next round from the global model.
+  st.install = st.staggered ? install_mode(opts(self).syncer.carry_unsent, opts(self).syncer.alpha)
+                            : InstallMode::replace;
   // Sync and ddp redo an interrupted round from its start, so unsent work is never carried over there.
   if (st.staggered && opts(self).learner_checkpoint_every > 0 && !opts(self).run_dir.empty()) {
     const std::string directory = opts(self).run_dir + "/learners";
@@ -563,14 +586,19 @@ caf::behavior learner_behavior(LearnerActor* self, LearnerSpec spec) {
         auto& st = self->state;
         auto request = read_admin_request(std::move(bytes));
         std::vector<uint64_t> versions;
-        for (const auto& f : st.fragments) versions.push_back(f.version);
+        std::vector<int> periods;
+        for (const auto& f : st.fragments) {
+          versions.push_back(f.version);
+          periods.push_back(f.period);
+        }
         nlohmann::json j = {{"id", st.id}, {"incarnation", st.spec.incarnation}, {"phase", phase_name(st.phase)},
                             {"step", st.step}, {"connected", st.connected}, {"welcome_version", st.welcome_version},
                             {"fragment_versions", versions}, {"compute_s", st.compute_s}, {"wait_s", st.wait_s},
                             {"recovery_s", st.recovery_s}, {"tokens_per_s", st.tokens_per_s},
                             {"restored_from_step", st.restored_from_step}, {"restored_steps", st.restored_steps},
                             {"checkpoints_written", st.checkpoints_written}, {"checkpoint_s", st.checkpoint_s},
-                            {"checkpoint_error", st.checkpoint_error}};
+                            {"checkpoint_error", st.checkpoint_error}, {"periods", periods},
+                            {"fastest_tokens_per_s", st.fastest_tokens_per_s}};
         return admin_reply(st.id, request ? request->request_id : 0, true, "ok", j);
       },
   };

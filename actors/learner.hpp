@@ -10,10 +10,13 @@
 // Runs detached (its own thread): one inner step per self-sent `step`, so GlobalFragments,
 // heartbeat timers and admin requests are handled between steps, and it never waits for the
 // syncer (except in `sync` mode, which is synchronous DiLoCo by definition). Fragment p is due
-// every H steps with offset p·H/P (decoupled, async; offset 0 in sync/ddp); its update is
-// Δ_p = θ_global,p(last received) − θ_local,p, encoded with the configured codec and per-fragment
-// error feedback, sent as FragmentUpdate chunks. A received GlobalFragment newer than the local
-// copy replaces the local fragment (α = 0) or merges it (α·local + (1−α)·global).
+// every H steps with offset p·H/P (decoupled; offset 0 in sync/ddp; async: every round(H · own speed /
+// fastest speed) steps); its update is Δ_p = θ_ref,p − θ_local,p (θ_ref: the global last installed,
+// or θ_local at the last send), encoded with the configured codec and per-fragment error feedback,
+// sent as FragmentUpdate chunks. A received GlobalFragment newer than the local copy is installed
+// by policy.hpp's install_global (mix α·local + (1−α)·global, or carry; sync mode replaces).
+// Decoupled/async learners checkpoint their unsent work and AdamW state (learner_checkpoint.hpp)
+// and a restarted incarnation continues from it.
 // Heartbeats (every detector.heartbeat_s, or after each step when steps are slower) go to the
 // failure monitor and to the learner's supervisor (which restarts it at that data position).
 #pragma once

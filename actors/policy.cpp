@@ -26,6 +26,19 @@ bool fragment_due(int64_t step, int fragment, int fragments, int inner_steps, bo
   return (step - offset) % inner_steps == 0;  // offset > 0: the first period is shorter
 }
 
+int64_t next_due_step(int64_t step, int fragment, int fragments, int inner_steps, bool staggered) {
+  int64_t first = fragment_offset(fragment, fragments, inner_steps, staggered);
+  if (first == 0) first = inner_steps;
+  if (step < first) return first;
+  return first + ((step - first) / inner_steps + 1) * inner_steps;
+}
+
+int dynamic_inner_steps(int inner_steps, double own, double fastest) {
+  if (own <= 0 || fastest <= 0 || own >= fastest) return inner_steps;
+  const auto steps = static_cast<int>(std::lround(inner_steps * own / fastest));
+  return std::clamp(steps, 1, inner_steps);
+}
+
 StalenessDecision check_staleness(uint64_t base_version, const std::vector<uint64_t>& commit_versions,
                                   uint64_t latest_version, int max_staleness) {
   StalenessDecision d;

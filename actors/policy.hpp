@@ -21,6 +21,16 @@ int fragment_offset(int fragment, int fragments, int inner_steps, bool staggered
 // step >= offset_p and (step − offset_p) mod H == 0 (so fragment p > 0 first syncs after offset_p steps).
 bool fragment_due(int64_t step, int fragment, int fragments, int inner_steps, bool staggered);
 
+// Smallest step > `step` at which fragment p is due (where a restarted learner's schedule resumes).
+int64_t next_due_step(int64_t step, int fragment, int fragments, int inner_steps, bool staggered);
+
+// ---- Dynamic local updates (async mode; Liu et al.'s DyLU) ----------------------------------------
+// Inner steps per fragment period for a learner at `own` tokens/s when the fastest active learner
+// runs at `fastest`: max(1, round(H · own / fastest)), so slow and fast learners finish their periods
+// together (rounded, not floored: the fastest learner's own rate drifts a little below the rate it
+// last reported); H when either rate is unknown (<= 0) or the learner is the fastest.
+int dynamic_inner_steps(int inner_steps, double own_tokens_per_s, double fastest_tokens_per_s);
+
 // ---- Staleness ------------------------------------------------------------------------------------
 struct StalenessDecision {
   bool accept = false;

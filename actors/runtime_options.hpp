@@ -13,8 +13,8 @@
 namespace archipelago::actors {
 
 struct SyncerOptions {
-  double alpha = 0.0;           // learner merge of a received global fragment: α·local + (1−α)·global
-  bool carry_unsent = true;     // install θ_G + (θ − θ_ref): keep the steps taken since the last send
+  double alpha = 0.5;           // learner merge of a received global fragment: α·local + (1−α)·global
+  bool carry_unsent = false;    // instead install θ_G + (θ − θ_ref): keep the steps taken since the last send
   int max_staleness = 4;        // updates of fragment p committed since the learner's base, at most
   int overlap_steps = 2;        // τ: inner steps a fragment's sync may take without stalling anyone
   double grace_gamma = 0.5;     // γ of the adaptive grace window
@@ -40,6 +40,8 @@ struct FaultOptions {
   double kill_learner_every_s = 0;  // kill a random live learner (exit reason kill) this often; 0 = never
   double kill_syncer_at_s = 0;      // kill the syncer once at this time; 0 = never
   int crash_learner_on_start = -1;  // this learner index fails at every start (restart-intensity demo)
+  int slow_learner = -1;            // this learner index runs `slow_factor` times slower (a straggler)
+  double slow_factor = 1.0;
   uint64_t seed = 7;                // of the kill schedule
 };
 

@@ -105,11 +105,12 @@ void broadcast(SyncerActor* self, const StagedCommit& commit) {
     }
   }
   if (auto evaluator = lookup(self, evaluator_name())) recipients.push_back(evaluator);
+  const double fastest = st.core->fastest_tokens_per_s();
   for (int p : commit.fragments) {
     const auto& values = st.core->fragment(p).parameters;
     auto encoded = float_bytes(values);
     auto messages = st.outbox.wrap_tensor(Codec::fp32, values.size(), encoded, [&](TensorChunk chunk) -> Message {
-      return GlobalFragment{static_cast<uint32_t>(p), commit.version, std::move(chunk)};
+      return GlobalFragment{static_cast<uint32_t>(p), commit.version, std::move(chunk), fastest};
     });
     if (!messages) continue;
     for (auto& m : *messages) {

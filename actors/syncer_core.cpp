@@ -147,6 +147,14 @@ int SyncerCore::active_learners() const {
   return n;
 }
 
+double SyncerCore::fastest_tokens_per_s() const {
+  double fastest = 0;
+  for (const auto& [_, r] : learners_) {
+    if (r.active) fastest = std::max(fastest, r.tokens_per_s);
+  }
+  return fastest;
+}
+
 void SyncerCore::count_reject(RejectReason reason, const std::string& learner_id, double step_equivalents) {
   rejects_.by_reason[to_string(reason)] += 1;
   auto it = learners_.find(learner_id);
@@ -164,6 +172,7 @@ std::optional<RejectReason> SyncerCore::screen(const std::string& sender_id, uin
   }
   if (sequence <= it->second.last_sequence) return RejectReason::duplicate;
   it->second.last_sequence = sequence;
+  if (update.tokens_per_sec > 0) it->second.tokens_per_s = update.tokens_per_sec;
   if (update.fragment_id >= fragments_.size() ||
       update.chunk.element_count != static_cast<uint64_t>(fragments_[update.fragment_id].numel)) {
     return RejectReason::wrong_shape;
@@ -411,7 +420,7 @@ nlohmann::json SyncerCore::status(double now_s) const {
                     {"step_equivalents_merged", r.step_equivalents_merged},
                     {"step_equivalents_rejected", r.step_equivalents_rejected},
                     {"steps_merged_fragment0", r.steps_merged_fragment0},
-                    {"tokens_merged", r.tokens_merged}};
+                    {"tokens_merged", r.tokens_merged}, {"tokens_per_s", r.tokens_per_s}};
   }
   int64_t pending = 0;
   std::vector<uint64_t> fragment_versions;

@@ -55,6 +55,7 @@ struct LearnerRecord {
   double step_equivalents_rejected = 0;
   int64_t steps_merged_fragment0 = 0;    // data position hint for --resume
   int64_t tokens_merged = 0;
+  double tokens_per_s = 0;               // its throughput, as its last update reported it
 };
 
 struct PendingContribution {
@@ -148,6 +149,8 @@ class SyncerCore {
   const SyncTimings& timings() const { return timings_; }
   double grace_s() const { return grace_window(timings_, options_.syncer); }
   int active_learners() const;
+  // The highest throughput among active learners (0: none reported): async mode's dynamic local steps.
+  double fastest_tokens_per_s() const;
 
   // Bytes on the learner links, counted by the syncer actor and persisted with every manifest.
   int64_t bytes_from_learners = 0;

@@ -157,7 +157,8 @@ Expected<Config> to_config(const toml::table& table) {
   c.outer.delayed_every = static_cast<int>(r.get_int("outer.delayed_every"));
 
   c.syncer.alpha = r.get_double("outer.alpha");
-  c.syncer.carry_unsent = r.get_bool("outer.carry_unsent");
+  const std::string install = r.get_string("outer.install");
+  c.syncer.carry_unsent = install == "carry";
   c.syncer.max_staleness = static_cast<int>(r.get_int("outer.max_staleness"));
   c.syncer.overlap_steps = static_cast<int>(r.get_int("outer.overlap_steps"));
   c.syncer.grace_gamma = r.get_double("outer.grace_gamma");
@@ -180,6 +181,8 @@ Expected<Config> to_config(const toml::table& table) {
   c.faults.kill_learner_every_s = r.get_double("faults.kill_learner_every_s");
   c.faults.kill_syncer_at_s = r.get_double("faults.kill_syncer_at_s");
   c.faults.crash_learner_on_start = static_cast<int>(r.get_int("faults.crash_learner_on_start"));
+  c.faults.slow_learner = static_cast<int>(r.get_int("faults.slow_learner"));
+  c.faults.slow_factor = r.get_double("faults.slow_factor");
   c.faults.seed = static_cast<uint64_t>(r.get_int("faults.seed"));
 
   c.data.corpus = r.get_string("data.corpus");
@@ -234,6 +237,7 @@ Expected<Config> to_config(const toml::table& table) {
            one_of("outer.codec", c.outer.codec, {"fp32", "bf16", "int8", "int4"}),
            at_least("outer.delayed_every", c.outer.delayed_every, 1),
            in_open_range("outer.alpha", c.syncer.alpha, -1e-12, 1),
+           one_of("outer.install", install, {"mix", "carry"}),
            at_least("outer.max_staleness", c.syncer.max_staleness, 0),
            at_least("outer.overlap_steps", c.syncer.overlap_steps, 1),
            at_least("outer.grace_gamma", c.syncer.grace_gamma, 0),
@@ -254,6 +258,8 @@ Expected<Config> to_config(const toml::table& table) {
            at_least("faults.kill_learner_every_s", c.faults.kill_learner_every_s, 0),
            at_least("faults.kill_syncer_at_s", c.faults.kill_syncer_at_s, 0),
            at_least("faults.crash_learner_on_start", c.faults.crash_learner_on_start, -1),
+           at_least("faults.slow_learner", c.faults.slow_learner, -1),
+           at_least("faults.slow_factor", c.faults.slow_factor, 1),
            at_least("faults.seed", static_cast<double>(r.get_int("faults.seed")), 0),
            one_of("data.split", c.data.split, {"tail", "documents"}),
            in_open_range("data.heldout_fraction", c.data.heldout_fraction, 0, 1),
@@ -270,9 +276,6 @@ Expected<Config> to_config(const toml::table& table) {
     if (!status) return status.error();
   }
   if (c.model.d_model % c.model.heads != 0) return config_error("model.preset", "d_model not divisible by heads");
-  if (c.syncer.alpha > 0 && c.syncer.carry_unsent) {
-    return config_error("outer.alpha", "mixing with alpha > 0 needs outer.carry_unsent = false");
-  }
   std::ostringstream out;
   out << table;
   c.toml = out.str();

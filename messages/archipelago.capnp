@@ -61,6 +61,7 @@ struct FragmentUpdate {
   tokens @4 :UInt64;      # tokens consumed in those steps (merge weight).
   trainLoss @5 :Float32;  # mean training loss over those steps (must be finite).
   chunk @6 :TensorChunk;  # the encoded pseudo-gradient, or one chunk of it.
+  tokensPerSec @7 :Float64;  # the learner's throughput per compute second (0 = not measured yet; finite, >= 0).
 }
 
 # syncer -> learners: one chunk of a committed global fragment.
@@ -68,6 +69,8 @@ struct GlobalFragment {
   fragmentId @0 :UInt32;  # which parameter fragment.
   version @1 :UInt64;     # committed global version of this fragment.
   chunk @2 :TensorChunk;  # the encoded parameters, or one chunk of them.
+  fastestTokensPerSec @3 :Float64;  # async mode: the fastest active learner's throughput (0 = unknown);
+                                    # a learner runs floor(H * its own / fastest) inner steps per period.
 }
 
 # learner -> failure monitor: liveness and throughput, every ~100-500 ms.

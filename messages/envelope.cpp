@@ -91,6 +91,13 @@ Status validate(const Message& message, const DecodeLimits& limits) {
   if (auto* m = std::get_if<FragmentUpdate>(&message); m && !finite(m->train_loss)) {
     return make_error(ErrorCode::non_finite, "train loss is not finite");
   }
+  if (auto* m = std::get_if<FragmentUpdate>(&message); m && !(finite(m->tokens_per_sec) && m->tokens_per_sec >= 0)) {
+    return make_error(ErrorCode::non_finite, "tokens/s of an update is not a finite, non-negative number");
+  }
+  if (auto* m = std::get_if<GlobalFragment>(&message);
+      m && !(finite(m->fastest_tokens_per_sec) && m->fastest_tokens_per_sec >= 0)) {
+    return make_error(ErrorCode::non_finite, "fastest tokens/s of a global fragment is not a finite, non-negative number");
+  }
   if (auto* m = std::get_if<Heartbeat>(&message); m && !finite(m->tokens_per_sec)) {
     return make_error(ErrorCode::non_finite, "tokens/s is not finite");
   }

@@ -67,12 +67,14 @@ struct FragmentUpdate {
   uint64_t tokens = 0;
   float train_loss = 0.0f;
   TensorChunk chunk;
+  double tokens_per_sec = 0;  // the sender's throughput (0: not measured yet)
 };
 
 struct GlobalFragment {
   uint32_t fragment_id = 0;
   uint64_t version = 0;
   TensorChunk chunk;
+  double fastest_tokens_per_sec = 0;  // async mode's dynamic local steps (0: unknown)
 };
 
 struct Heartbeat {

@@ -80,11 +80,13 @@ void write_body(capnp::MessageBuilder& builder, wire::Envelope::Body::Builder bo
           out.setInnerSteps(m.inner_steps);
           out.setTokens(m.tokens);
           out.setTrainLoss(m.train_loss);
+          out.setTokensPerSec(m.tokens_per_sec);
           write_chunk(builder, out.initChunk(), m.chunk, external);
         } else if constexpr (std::is_same_v<T, GlobalFragment>) {
           auto out = body.initGlobalFragment();
           out.setFragmentId(m.fragment_id);
           out.setVersion(m.version);
+          out.setFastestTokensPerSec(m.fastest_tokens_per_sec);
           write_chunk(builder, out.initChunk(), m.chunk, external);
         } else if constexpr (std::is_same_v<T, Heartbeat>) {
           auto out = body.initHeartbeat();
@@ -145,13 +147,13 @@ Expected<Message> read_body(wire::Envelope::Body::Reader body,
       if (!chunk) return chunk.error();
       return Message(FragmentUpdate{string(in.getLearnerId()), in.getFragmentId(),
                                     in.getBaseVersion(), in.getInnerSteps(), in.getTokens(),
-                                    in.getTrainLoss(), std::move(*chunk)});
+                                    in.getTrainLoss(), std::move(*chunk), in.getTokensPerSec()});
     }
     case Which::GLOBAL_FRAGMENT: {
       auto in = body.getGlobalFragment();
       auto chunk = read_chunk(in.getChunk(), owner);
       if (!chunk) return chunk.error();
-      return Message(GlobalFragment{in.getFragmentId(), in.getVersion(), std::move(*chunk)});
+      return Message(GlobalFragment{in.getFragmentId(), in.getVersion(), std::move(*chunk), in.getFastestTokensPerSec()});
     }
     case Which::HEARTBEAT: {
       auto in = body.getHeartbeat();

@@ -4,8 +4,8 @@
 //   goodput   decoupled M=4 with a learner killed every K seconds: goodput, kill -> first merge
 // Usage: bench_actors overhead [preset] [steps] [threads] | compare [preset] [steps] [H] [variants] |
 //        goodput [preset] [seconds] [kill-every-s] [learner-checkpoint-every]; one JSON line per result.
-// compare's variants (comma-separated, default decoupled,sync,ddp) may add decoupled-replace
-// (outer.carry_unsent = false: a received global replaces the local fragment).
+// compare's variants (comma-separated, default decoupled,sync,ddp) may add decoupled-replace,
+// decoupled-mix and decoupled-carry (apply_variant); goodput takes one of them as a 6th argument.
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -51,6 +51,20 @@ actors::RuntimeOptions base_options(const std::string& name, const std::string& 
   o.run_dir = (std::filesystem::temp_directory_path() / ("archipelago-bench-" + name)).string();
   std::filesystem::remove_all(o.run_dir);
   return o;
+}
+
+// "decoupled-replace": a received global replaces the local fragment; "decoupled-mix": α = 0.5;
+// "decoupled-carry": the steps taken while an update was in flight are kept (outer.install = "carry").
+void apply_variant(actors::RuntimeOptions& o, const std::string& variant) {
+  if (variant == "decoupled-replace") {
+    o.syncer.carry_unsent = false;
+    o.syncer.alpha = 0;
+  } else if (variant == "decoupled-mix") {
+    o.syncer.carry_unsent = false;
+    o.syncer.alpha = 0.5;
+  } else if (variant == "decoupled-carry") {
+    o.syncer.carry_unsent = true;
+  }
 }
 
 json run_cluster(actors::RuntimeOptions options, const std::shared_ptr<const training::Corpus>& text) {
@@ -141,10 +155,9 @@ int main(int argc, char** argv) {
     std::stringstream list(argc > 5 ? argv[5] : "decoupled,sync,ddp");
     for (std::string v; std::getline(list, v, ',');) variants.push_back(v);
     for (const auto& variant : variants) {
-      const bool replace = variant == "decoupled-replace";
-      const std::string m = replace ? "decoupled" : variant;
+      const std::string m = variant.rfind("decoupled", 0) == 0 ? "decoupled" : variant;
       auto o = base_options("compare-" + variant, preset, m, 4);
-      o.syncer.carry_unsent = !replace;
+      apply_variant(o, variant);
       o.setup.run.inner_steps = inner_steps;
       o.setup.run.max_tokens = steps * 4 * o.setup.inner.batch_size * o.setup.model.seq_len;
       std::fprintf(stderr, "%s ...\n", m.c_str());
@@ -158,6 +171,7 @@ int main(int argc, char** argv) {
     const double every = argc > 4 ? std::atof(argv[4]) : 30;
     auto o = base_options("goodput", preset, "decoupled", 4);
     if (argc > 5) o.learner_checkpoint_every = std::atoi(argv[5]);
+    if (argc > 6) apply_variant(o, argv[6]);
     o.setup.run.inner_steps = 25;
     o.setup.run.max_seconds = seconds;
     o.faults.kill_learner_every_s = every;

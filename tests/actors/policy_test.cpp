@@ -162,3 +162,25 @@ TEST_CASE("policy: installing a global fragment replaces, mixes or carries the u
   CHECK(install_mode(false, 0) == InstallMode::replace);
   CHECK(install_mode(false, 0.3) == InstallMode::mix);
 }
+
+TEST_CASE("policy: next due step agrees with the schedule; dynamic local steps scale with speed") {
+  for (int p = 0; p < 4; ++p) {
+    for (int64_t step = 0; step < 40; ++step) {
+      int64_t expected = step + 1;
+      while (!fragment_due(expected, p, 4, 8, true)) ++expected;
+      CAPTURE(p);
+      CAPTURE(step);
+      CHECK(next_due_step(step, p, 4, 8, true) == expected);
+    }
+  }
+  CHECK(next_due_step(0, 2, 4, 8, false) == 8);
+  // DyLU: round(H · own / fastest), at least 1; H when unknown or fastest.
+  CHECK(dynamic_inner_steps(24, 1000, 1000) == 24);
+  CHECK(dynamic_inner_steps(24, 990, 1000) == 24);
+  CHECK(dynamic_inner_steps(24, 500, 1000) == 12);
+  CHECK(dynamic_inner_steps(24, 333, 1000) == 8);
+  CHECK(dynamic_inner_steps(24, 1, 1000) == 1);
+  CHECK(dynamic_inner_steps(24, 0, 1000) == 24);
+  CHECK(dynamic_inner_steps(24, 800, 0) == 24);
+  CHECK(dynamic_inner_steps(24, 1200, 1000) == 24);
+}

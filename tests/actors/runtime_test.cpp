@@ -1,6 +1,7 @@
 // The actor runtime in one process, on the tiny model: the reference engine's numbers in sync
 // mode, learner and syncer crashes, the restart-intensity limit and every rejected-update class.
 // Tests wait on conditions (status polling with deadlines), never on sleeps.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -190,6 +191,35 @@ TEST_CASE("a learner that crashes on every start is given up after R restarts an
   CHECK(result->versions_committed > 0);
   CHECK(result->heldout_loss < result->initial_heldout_loss);
   CHECK(result->goodput.restart > 0.3);  // one slot of two was idle nearly all the run
+}
+
+TEST_CASE("async mode: a straggler runs fewer inner steps per period (dynamic local steps)") {
+  auto options = testing::tiny_options("async-dylu", "async", 2, 25);
+  options.setup.run.inner_steps = 12;
+  options.faults.slow_learner = 1;
+  options.faults.slow_factor = 4;  // learner 1's steps take 4 times as long
+  auto started = LocalCluster::start(options, training::testing::kjv());
+  REQUIRE_MESSAGE(started.ok(), (started.ok() ? "" : started.error().to_string()));
+  auto& cluster = **started;
+  auto periods = [&](int index) {
+    auto learner = cluster.query(learner_name(index));
+    return learner ? (*learner)["periods"].get<std::vector<int>>() : std::vector<int>{};
+  };
+  // Once the syncer has reported the fastest rate, every period of the straggler is shortened
+  // to about H / 4 (at most H / 2 allows for noise), while the fast learner keeps about H.
+  REQUIRE(cluster.wait_for([&] {
+    auto slow = periods(1);
+    return !slow.empty() && *std::max_element(slow.begin(), slow.end()) <= 6;
+  }, 30));
+  for (int period : periods(0)) CHECK(period >= 10);
+  auto syncer = status(cluster, syncer_name());
+  const double fast = syncer["learners"][learner_id(0)]["tokens_per_s"].get<double>();
+  const double slow = syncer["learners"][learner_id(1)]["tokens_per_s"].get<double>();
+  CHECK(fast > 2 * slow);
+  CHECK(slow > 0);
+  auto result = cluster.run();
+  REQUIRE(result.ok());
+  CHECK(result->heldout_loss < result->initial_heldout_loss);
 }
 
 TEST_CASE("every class of bad update is rejected and counted, and the run completes") {

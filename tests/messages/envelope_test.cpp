@@ -72,18 +72,20 @@ TEST_CASE("every message kind round-trips with all its fields") {
 
   for (const TensorChunk* c : {&chunk, &small}) {
     auto update = std::get<FragmentUpdate>(
-        round_trip(wrap(FragmentUpdate{"l2", 3, 99, 500, 1 << 20, 2.75f, *c})).body);
+        round_trip(wrap(FragmentUpdate{"l2", 3, 99, 500, 1 << 20, 2.75f, *c, 5120.5})).body);
     CHECK(update.learner_id == "l2");
     CHECK(update.fragment_id == 3);
     CHECK(update.base_version == 99);
     CHECK(update.inner_steps == 500);
     CHECK(update.tokens == 1 << 20);
     CHECK(update.train_loss == 2.75f);
+    CHECK(update.tokens_per_sec == 5120.5);
     check_same_chunk(update.chunk, *c);
   }
 
-  auto global = std::get<GlobalFragment>(round_trip(wrap(GlobalFragment{2, 8, chunk})).body);
+  auto global = std::get<GlobalFragment>(round_trip(wrap(GlobalFragment{2, 8, chunk, 7000.75})).body);
   CHECK(global.fragment_id == 2);
+  CHECK(global.fastest_tokens_per_sec == 7000.75);
   CHECK(global.version == 8);
   check_same_chunk(global.chunk, chunk);
 
@@ -259,6 +261,11 @@ TEST_CASE("malformed messages are rejected with the expected code") {
       {"NaN train loss",
        raw_update(values, [](U u, C) { u.setTrainLoss(std::numeric_limits<float>::quiet_NaN()); }),
        {}, ErrorCode::non_finite},
+      {"negative tokens/s of an update",
+       raw_update(values, [](U u, C) { u.setTokensPerSec(-1); }), {}, ErrorCode::non_finite},
+      {"NaN fastest tokens/s of a global",
+       *encode(wrap(GlobalFragment{2, 8, fp32_chunk(values), std::numeric_limits<double>::quiet_NaN()})), {},
+       ErrorCode::non_finite},
       {"Inf tokens/s",
        raw_message([](wire::Envelope::Builder root) {
          root.initBody().initHeartbeat().setTokensPerSec(std::numeric_limits<double>::infinity());

@@ -112,7 +112,9 @@ TEST_CASE("a SIGKILLed node: the others keep committing and when restarted its l
   Process coordinator("coordinator", coordinator_args(s, port, {"train.max_seconds=32"}), s.dir);
   await_listening(coordinator);
   Process a("node-a", node_args(s, port, "node-a"), s.dir);
-  auto b = std::make_unique<Process>("node-b", node_args(s, port, "node-b"), s.dir);
+  // node-b keeps learner checkpoints: its restarted learners continue their unsent work.
+  const std::vector<std::string> state{"--state-dir", (s.dir / "node-b-state").string()};
+  auto b = std::make_unique<Process>("node-b", node_args(s, port, "node-b", state), s.dir);
   // Every learner joined the syncer (so the monitor knows it) before the kill.
   REQUIRE_MESSAGE(wait_until([&] { return count_of(coordinator.err(), "joined at version") >= 4 &&
                                           coordinator.last_value("version") >= 4; }, 60),
@@ -124,7 +126,7 @@ TEST_CASE("a SIGKILLed node: the others keep committing and when restarted its l
   const int64_t at_kill = coordinator.last_value("version");
   REQUIRE_MESSAGE(wait_until([&] { return coordinator.last_value("version") >= at_kill + 3; }, 15), coordinator.all());
 
-  Process b2("node-b-restarted", node_args(s, port, "node-b"), s.dir);
+  Process b2("node-b-restarted", node_args(s, port, "node-b", state), s.dir);
   REQUIRE_MESSAGE(wait_until([&] { return count_of(coordinator.err(), "admitted node 'node-b'") == 2; }, 30),
                   coordinator.all() << b2.all());
   const int code = coordinator.wait(90);
@@ -144,6 +146,7 @@ TEST_CASE("a SIGKILLed node: the others keep committing and when restarted its l
     CHECK(learner["first_merge_after_join_s"].get<double>() > learner["joined_s"].get<double>());
   }
   CHECK(summary["versions_committed"].get<int64_t>() > at_kill);
+  CHECK_MESSAGE(count_of(b2.err(), "with its checkpoint of step") == 2, b2.all());
 }
 
 TEST_CASE("a SIGKILLed coordinator restarts from its store: nodes reconnect and committed versions never change") {
