@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <future>
 #include <thread>
 
 #include <caf/all.hpp>
@@ -61,7 +62,9 @@ struct LearnerState {
   int64_t restored_from_step = -1;  // step of the checkpoint this incarnation continued (-1: none)
   int64_t restored_steps = 0;       // unsent inner steps it brought back
   int64_t checkpoints_written = 0;
-  double checkpoint_s = 0;          // time spent writing them
+  int64_t checkpoints_skipped = 0;  // due while the previous one was still being written
+  double checkpoint_s = 0;          // time the learner's thread spent on them (the file is written aside)
+  std::future<Status> checkpoint_write;  // the file write in flight (one at a time)
   std::string checkpoint_error;     // why the last load or save failed (empty: none)
   TensorInbox inbox;
   Outbox outbox{""};
@@ -203,9 +206,29 @@ bool any_outstanding(LearnerActor* self) {
   return false;
 }
 
-// Saves the unsent work of every fragment and the AdamW state (learner_checkpoint.hpp).
+// Collects the result of the checkpoint write in flight, if it is done (or `wait`).
+void collect_checkpoint_write(LearnerActor* self, bool wait) {
+  auto& st = self->state;
+  if (!st.checkpoint_write.valid()) return;
+  if (!wait && st.checkpoint_write.wait_for(std::chrono::seconds(0)) != std::future_status::ready) return;
+  Status saved = st.checkpoint_write.get();
+  if (saved) {
+    ++st.checkpoints_written;
+  } else {
+    st.checkpoint_error = saved.error().to_string();
+    st.log->warn("{}: cannot save its checkpoint: {}", st.id, st.checkpoint_error);
+  }
+}
+
+// Saves the unsent work of every fragment and the AdamW state (learner_checkpoint.hpp). The copy is
+// taken between two steps; the file is written by another thread while training goes on.
 void save_checkpoint(LearnerActor* self) {
   auto& st = self->state;
+  collect_checkpoint_write(self, false);
+  if (st.checkpoint_write.valid()) {
+    ++st.checkpoints_skipped;  // the disk is slower than two steps: the next one is due soon anyway
+    return;
+  }
   const auto begin = Clock::now();
   const auto& layout = *st.spec.layout;
   LearnerCheckpoint checkpoint;
@@ -224,13 +247,10 @@ void save_checkpoint(LearnerActor* self) {
     for (size_t i = 0; i < f.unsent.size(); ++i) f.unsent[i] -= slot.ref[i];
     checkpoint.fragments.push_back(std::move(f));
   }
-  Status saved = save_learner_checkpoint(st.checkpoint_path, checkpoint, opts(self).learner_checkpoint_sync);
-  if (!saved) {
-    st.checkpoint_error = saved.error().to_string();
-    st.log->warn("{}: cannot save its checkpoint: {}", st.id, st.checkpoint_error);
-  } else {
-    ++st.checkpoints_written;
-  }
+  st.checkpoint_write = std::async(std::launch::async, [path = st.checkpoint_path, sync = opts(self).learner_checkpoint_sync,
+                                                        checkpoint = std::move(checkpoint)] {
+    return save_learner_checkpoint(path, checkpoint, sync);
+  });
   st.checkpoint_s += seconds(Clock::now() - begin);
 }
 
@@ -238,6 +258,7 @@ void finish(LearnerActor* self, const std::string& why) {
   auto& st = self->state;
   st.phase = Phase::finished;
   // Its work went out while draining (or the drain timed out): a later start must not redo it.
+  collect_checkpoint_write(self, true);
   if (!st.checkpoint_path.empty()) std::remove(st.checkpoint_path.c_str());
   send_heartbeat(self);
   send_to(self, st.syncer, Leave{st.id, "finished"});
@@ -596,7 +617,8 @@ caf::behavior learner_behavior(LearnerActor* self, LearnerSpec spec) {
                             {"fragment_versions", versions}, {"compute_s", st.compute_s}, {"wait_s", st.wait_s},
                             {"recovery_s", st.recovery_s}, {"tokens_per_s", st.tokens_per_s},
                             {"restored_from_step", st.restored_from_step}, {"restored_steps", st.restored_steps},
-                            {"checkpoints_written", st.checkpoints_written}, {"checkpoint_s", st.checkpoint_s},
+                            {"checkpoints_written", st.checkpoints_written},
+                            {"checkpoints_skipped", st.checkpoints_skipped}, {"checkpoint_s", st.checkpoint_s},
                             {"checkpoint_error", st.checkpoint_error}, {"periods", periods},
                             {"fastest_tokens_per_s", st.fastest_tokens_per_s}};
         return admin_reply(st.id, request ? request->request_id : 0, true, "ok", j);

@@ -78,6 +78,15 @@ struct Divergence {
   double max_moved = 0;  // plain AdamW vs its initial parameters
 };
 
+// The data cursor of learner 0 of a one-learner run of `setup`.
+DataCursor first_learner_cursor(const ReferenceSetup& setup) {
+  auto corpus = testing::kjv();
+  auto split = split_corpus(*corpus, setup.data.split, setup.data.heldout_fraction);
+  auto shards = make_shards(*corpus, *split, setup.data.sharding, 1, setup.data.chunk_bytes, setup.run.seed);
+  return DataCursor(std::shared_ptr<const std::string>(corpus, &corpus->text), (*shards)[0], setup.inner.batch_size,
+                    setup.model.seq_len, setup.run.seed, 0);
+}
+
 // DiLoCo(M=1, H=1, outer lr 1, momentum 0) and plain AdamW for `steps` steps from the same seed.
 Divergence diloco_vs_adamw(int steps) {
   auto setup = tiny_setup("sync", 1, 1, steps);
@@ -89,11 +98,7 @@ Divergence diloco_vs_adamw(int steps) {
   REQUIRE(diloco.ok());
   REQUIRE(diloco->steps == steps);
 
-  auto corpus = testing::kjv();
-  auto split = split_corpus(*corpus, setup.data.split, setup.data.heldout_fraction);
-  auto shards = make_shards(*corpus, *split, setup.data.sharding, 1, setup.data.chunk_bytes, setup.run.seed);
-  DataCursor cursor(std::shared_ptr<const std::string>(corpus, &corpus->text), (*shards)[0], setup.inner.batch_size,
-                    setup.model.seq_len, setup.run.seed, 0);
+  auto cursor = first_learner_cursor(setup);
   auto plain = Replica::create(setup.model, setup.inner, "cpu", setup.run.seed);
   REQUIRE(plain.ok());
   auto initial = (*plain)->read_parameters();
@@ -196,11 +201,7 @@ TEST_CASE("fragment planner: every parameter in exactly one fragment, balanced b
 TEST_CASE("AdamW state exported from one replica and imported into another continues the same training") {
   set_compute_threads(1);
   auto setup = tiny_setup("sync", 1, 1, 10);
-  auto corpus = testing::kjv();
-  auto split = split_corpus(*corpus, setup.data.split, setup.data.heldout_fraction);
-  auto shards = make_shards(*corpus, *split, setup.data.sharding, 1, setup.data.chunk_bytes, setup.run.seed);
-  DataCursor cursor(std::shared_ptr<const std::string>(corpus, &corpus->text), (*shards)[0], setup.inner.batch_size,
-                    setup.model.seq_len, setup.run.seed, 0);
+  auto cursor = first_learner_cursor(setup);
   auto a = Replica::create(setup.model, setup.inner, "cpu", setup.run.seed);
   auto b = Replica::create(setup.model, setup.inner, "cpu", setup.run.seed + 1);
   REQUIRE(a.ok());
