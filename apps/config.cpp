@@ -1,5 +1,6 @@
 #include "apps/config.hpp"
 
+#include <fstream>
 #include <sstream>
 
 #include <toml++/toml.h>
@@ -311,6 +312,18 @@ actors::RuntimeOptions to_runtime_options(const Config& c, const std::string& ru
 const std::string& default_config_text() {
   static const std::string text(kDefaultConfigToml);
   return text;
+}
+
+Expected<ConfigFile> read_config_file(const std::optional<std::string>& path) {
+  ConfigFile file;
+  if (!path) return file;
+  std::ifstream in(*path, std::ios::binary);
+  if (!in) return make_error(ErrorCode::not_found, "cannot read config file " + *path);
+  std::ostringstream out;
+  out << in.rdbuf();
+  file.text = out.str();
+  file.origin = *path;
+  return file;
 }
 
 Expected<Config> load_config(const std::optional<std::string>& file_text, const std::string& origin,

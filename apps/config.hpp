@@ -53,6 +53,14 @@ struct Config {
 // The text of config/default.toml compiled into the binary.
 const std::string& default_config_text();
 
+// A --config file: its text (nullopt when there is no file) and the name errors give it.
+struct ConfigFile {
+  std::optional<std::string> text;
+  std::string origin = "config";
+};
+// Reads `path` when given; not_found with the path named when it cannot be read.
+Expected<ConfigFile> read_config_file(const std::optional<std::string>& path);
+
 // `file_text`: the contents of --config (nullopt for none); `origin` names it in errors.
 Expected<Config> load_config(const std::optional<std::string>& file_text, const std::string& origin,
                              const std::vector<std::string>& overrides);

@@ -21,14 +21,6 @@ namespace {
 volatile std::sig_atomic_t stop_flag = 0;
 void on_stop_signal(int) { stop_flag = 1; }
 
-Expected<std::string> read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return make_error(ErrorCode::not_found, "cannot read config file " + path);
-  std::ostringstream out;
-  out << in.rdbuf();
-  return out.str();
-}
-
 }  // namespace
 
 void install_stop_signals() {
@@ -71,14 +63,10 @@ int run_coordinator(const CoordinatorArguments& arguments) {
     std::fprintf(stderr, "archipelago coordinator: %s\n", message.c_str());
     return code;
   };
-  std::optional<std::string> file_text;
-  std::string origin = "config";
-  if (arguments.config_file) {
-    auto text = read_text(*arguments.config_file);
-    if (!text) return fail(2, text.error().reason);
-    file_text = *text;
-    origin = *arguments.config_file;
-  }
+  auto file = read_config_file(arguments.config_file);
+  if (!file) return fail(2, file.error().reason);
+  const std::optional<std::string>& file_text = file->text;
+  const std::string& origin = file->origin;
   auto config = load_config(file_text, origin, arguments.overrides);
   if (!config) return fail(2, "invalid configuration: " + config.error().reason);
   auto topology = topology_of(file_text.value_or(""), origin);

@@ -18,19 +18,11 @@ int run_node(const NodeArguments& arguments) {
     std::fprintf(stderr, "archipelago node: %s\n", message.c_str());
     return code;
   };
-  std::optional<std::string> file_text;
-  std::string origin = "config";
-  if (arguments.config_file) {
-    std::ifstream in(*arguments.config_file, std::ios::binary);
-    if (!in) return fail(2, "cannot read config file " + *arguments.config_file);
-    std::ostringstream out;
-    out << in.rdbuf();
-    file_text = out.str();
-    origin = *arguments.config_file;
-  }
+  auto file = read_config_file(arguments.config_file);
+  if (!file) return fail(2, file.error().reason);
   std::vector<std::string> overrides = arguments.overrides;
   if (arguments.device) overrides.push_back("train.device=" + *arguments.device);
-  auto local = load_config(file_text, origin, overrides);
+  auto local = load_config(file->text, file->origin, overrides);
   if (!local) return fail(2, "invalid configuration: " + local.error().reason);
   auto coordinator = actors::parse_host_port(arguments.coordinator);
   if (!coordinator) return fail(2, "--coordinator " + coordinator.error().reason);

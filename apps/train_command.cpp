@@ -36,14 +36,6 @@ std::string new_run_id() {
   return std::string(stamp) + "-" + suffix;
 }
 
-Expected<std::string> read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return make_error(ErrorCode::not_found, "cannot read config file " + path);
-  std::ostringstream out;
-  out << in.rdbuf();
-  return out.str();
-}
-
 json to_json(const training::ProgressPoint& p) {
   json j = {{"round", p.round}, {"steps", p.steps}, {"tokens", p.tokens}, {"elapsed_s", p.elapsed_s},
             {"bytes_sent", p.bytes_sent}};
@@ -158,25 +150,19 @@ void print_summary_table(const json& s) {
 }  // namespace
 
 int run_train(const TrainArguments& arguments) {
-  std::optional<std::string> file_text;
-  std::string origin = "config";
   std::optional<std::string> config_file = arguments.config_file;
   const bool resume = !arguments.resume_dir.empty();
   if (resume && !config_file) config_file = (fs::path(arguments.resume_dir) / "config.toml").string();
-  if (config_file) {
-    auto text = read_text(*config_file);
-    if (!text) {
-      std::fprintf(stderr, "archipelago: %s\n", text.error().reason.c_str());
-      return 2;
-    }
-    file_text = *text;
-    origin = *config_file;
+  auto file = read_config_file(config_file);
+  if (!file) {
+    std::fprintf(stderr, "archipelago: %s\n", file.error().reason.c_str());
+    return 2;
   }
   std::vector<std::string> overrides = arguments.overrides;
   if (arguments.engine) overrides.push_back("train.engine=" + *arguments.engine);
   if (arguments.device) overrides.push_back("train.device=" + *arguments.device);
   if (arguments.corpus) overrides.push_back("data.corpus=" + *arguments.corpus);
-  auto config = load_config(file_text, origin, overrides);
+  auto config = load_config(file->text, file->origin, overrides);
   if (!config) {
     std::fprintf(stderr, "archipelago: invalid configuration: %s\n", config.error().reason.c_str());
     return 2;
