@@ -146,11 +146,10 @@ void write_fragment(LearnerActor* self, int p, const std::vector<float>& values)
 }
 
 // Installs the received global of fragment p (policy.hpp: replace, mix or carry); θ_ref ← θ_G.
-void install_fragment(LearnerActor* self, int p, InstallMode mode) {
+void install_fragment(LearnerActor* self, int p) {
   auto& slot = self->state.fragments[p];
   auto local = read_fragment(self, p);
-  if (slot.ref.size() != local.size()) slot.ref = local;
-  install_global(mode, opts(self).syncer.alpha, local.data(), slot.ref.data(), slot.global.data(),
+  install_global(self->state.install, opts(self).syncer.alpha, local.data(), slot.ref.data(), slot.global.data(),
                  static_cast<int64_t>(local.size()));
   write_fragment(self, p, local);
   slot.global.clear();
@@ -365,23 +364,24 @@ void start_from_globals(LearnerActor* self) {
     slot.feedback.reset();
     slot.steps_since = slot.tokens_since = 0;
     slot.loss_sum = 0;
-    slot.ref.clear();
     slot.restored = false;
     const auto& run = opts(self).setup.run;
     slot.next_due = next_due_step(st.step, q, static_cast<int>(st.fragments.size()), run.inner_steps, st.staggered);
     slot.period = run.inner_steps;
-    install_fragment(self, q, InstallMode::replace);
-    if (!restored) continue;
-    // θ_ref = θ_G and θ = θ_G + u: the next update of q carries the restored work.
-    const auto& saved = restored->fragments[q];
-    auto local = read_fragment(self, q);
-    for (size_t i = 0; i < local.size(); ++i) local[i] += saved.unsent[i];
+    // θ_ref = θ_G, and θ = θ_G (+ the restored unsent work u, which the next update of q carries).
+    slot.ref = std::move(slot.global);
+    slot.global.clear();
+    std::vector<float> local = slot.ref;
+    if (restored) {
+      const auto& saved = restored->fragments[q];
+      for (size_t i = 0; i < local.size(); ++i) local[i] += saved.unsent[i];
+      slot.steps_since = saved.steps;
+      slot.tokens_since = saved.tokens;
+      slot.loss_sum = saved.loss_sum;
+      // Restored work is already a period old: it goes out after the first step, not a period later.
+      slot.restored = saved.steps > 0;
+    }
     write_fragment(self, q, local);
-    slot.steps_since = saved.steps;
-    slot.tokens_since = saved.tokens;
-    slot.loss_sum = saved.loss_sum;
-    // Restored work is already a period old: it goes out after the first step, not a period later.
-    slot.restored = saved.steps > 0;
   }
   if (restored) {
     auto optimizer = restored->optimizer;
@@ -434,7 +434,7 @@ void on_global(LearnerActor* self, const std::string& from, const GlobalFragment
     slot.ref = std::move(slot.global);
     slot.global.clear();
   } else {
-    install_fragment(self, p, st.install);
+    install_fragment(self, p);
   }
   if (st.phase == Phase::waiting && !any_outstanding(self)) {
     st.wait_s += seconds(Clock::now() - st.wait_started);
