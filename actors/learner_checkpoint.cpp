@@ -11,64 +11,49 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "common/byte_io.hpp"
+
 namespace archipelago::actors {
 namespace {
 
 constexpr uint32_t kMagic = 0x4b434c41;  // "ALCK"
 constexpr uint32_t kFormat = 1;
 
-class Writer {
- public:
-  template <typename T>
-  void value(T v) {
-    static_assert(std::is_trivially_copyable<T>::value, "plain values only");
-    const auto* p = reinterpret_cast<const char*>(&v);
-    bytes_.append(p, sizeof v);
-  }
-  void floats(const std::vector<float>& v) {
-    value<uint64_t>(v.size());
-    bytes_.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
-  }
-  std::string& bytes() { return bytes_; }
+void put_double(std::string& out, double value) {
+  uint64_t bits = 0;
+  std::memcpy(&bits, &value, sizeof bits);
+  put_le(out, bits, 8);
+}
 
- private:
-  std::string bytes_;
-};
+// A length, then the values as they are in memory (IEEE-754 binary32, little-endian hosts).
+void put_floats(std::string& out, const std::vector<float>& values) {
+  put_le(out, values.size(), 8);
+  out.append(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(float));
+}
 
-class Parser {
- public:
-  explicit Parser(const std::string& bytes) : data_(bytes.data()), size_(bytes.size()) {}
-  template <typename T>
-  bool value(T& v) {
-    if (size_ - at_ < sizeof v) return false;
-    std::memcpy(&v, data_ + at_, sizeof v);
-    at_ += sizeof v;
-    return true;
-  }
-  // Reads a float array whose length must be `expected`.
-  Status floats(std::vector<float>& v, uint64_t expected, const std::string& what) {
-    uint64_t n = 0;
-    if (!value(n)) return make_error(ErrorCode::truncated, what + ": the file ends early");
-    if (n != expected) {
-      return make_error(ErrorCode::inconsistent, what + " holds " + std::to_string(n) + " values, this run's layout " +
-                                                     std::to_string(expected));
-    }
-    if ((size_ - at_) / sizeof(float) < n) return make_error(ErrorCode::truncated, what + ": the file ends early");
-    v.resize(n);
-    std::memcpy(v.data(), data_ + at_, n * sizeof(float));
-    at_ += n * sizeof(float);
-    for (float x : v) {
-      if (!std::isfinite(x)) return make_error(ErrorCode::non_finite, what + " holds a NaN or Inf");
-    }
-    return {};
-  }
-  bool done() const { return at_ == size_; }
+bool get_double(ByteReader& in, double& value) {
+  uint64_t bits = 0;
+  if (!in.le(bits, 8)) return false;
+  std::memcpy(&value, &bits, sizeof value);
+  return true;
+}
 
- private:
-  const char* data_;
-  size_t size_;
-  size_t at_ = 0;
-};
+// Reads a float array whose length must be `expected`, all finite.
+Status get_floats(ByteReader& in, std::vector<float>& values, uint64_t expected, const std::string& what) {
+  uint64_t n = 0;
+  if (!in.le(n, 8)) return make_error(ErrorCode::truncated, what + ": the file ends early");
+  if (n != expected) {
+    return make_error(ErrorCode::inconsistent, what + " holds " + std::to_string(n) + " values, this run's layout " +
+                                                   std::to_string(expected));
+  }
+  if (in.remaining() / sizeof(float) < n) return make_error(ErrorCode::truncated, what + ": the file ends early");
+  values.resize(n);
+  in.copy(values.data(), n * sizeof(float));
+  for (float x : values) {
+    if (!std::isfinite(x)) return make_error(ErrorCode::non_finite, what + " holds a NaN or Inf");
+  }
+  return {};
+}
 
 Status io_error(const std::string& what, const std::string& path) {
   return make_error(ErrorCode::io, what + " " + path + ": " + std::strerror(errno));
@@ -81,31 +66,30 @@ std::string learner_checkpoint_path(const std::string& directory, const std::str
 }
 
 Status save_learner_checkpoint(const std::string& path, const LearnerCheckpoint& c, bool sync) {
-  Writer w;
-  w.value(kMagic);
-  w.value(kFormat);
-  w.value<int64_t>(c.step);
-  w.value<int32_t>(c.incarnation);
-  w.value<int64_t>(c.optimizer.schedule_steps);
-  w.value<int64_t>(c.optimizer.adam_steps);
-  w.value<uint32_t>(static_cast<uint32_t>(c.fragments.size()));
+  std::string bytes;
+  put_le(bytes, kMagic, 4);
+  put_le(bytes, kFormat, 4);
+  put_le(bytes, static_cast<uint64_t>(c.step), 8);
+  put_le(bytes, static_cast<uint32_t>(c.incarnation), 4);
+  put_le(bytes, static_cast<uint64_t>(c.optimizer.schedule_steps), 8);
+  put_le(bytes, static_cast<uint64_t>(c.optimizer.adam_steps), 8);
+  put_le(bytes, c.fragments.size(), 4);
   for (const auto& f : c.fragments) {
-    w.value<uint64_t>(f.version);
-    w.value<int64_t>(f.steps);
-    w.value<int64_t>(f.tokens);
-    w.value<double>(f.loss_sum);
-    w.floats(f.unsent);
+    put_le(bytes, f.version, 8);
+    put_le(bytes, static_cast<uint64_t>(f.steps), 8);
+    put_le(bytes, static_cast<uint64_t>(f.tokens), 8);
+    put_double(bytes, f.loss_sum);
+    put_floats(bytes, f.unsent);
   }
   if (c.optimizer.adam_steps > 0) {
-    w.floats(c.optimizer.exp_avg);
-    w.floats(c.optimizer.exp_avg_sq);
+    put_floats(bytes, c.optimizer.exp_avg);
+    put_floats(bytes, c.optimizer.exp_avg_sq);
   }
-  w.value<uint64_t>(XXH3_64bits(w.bytes().data(), w.bytes().size()));
+  put_le(bytes, XXH3_64bits(bytes.data(), bytes.size()), 8);
 
   const std::string temporary = path + ".tmp";
   const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return io_error("cannot create", temporary);
-  const std::string& bytes = w.bytes();
   size_t written = 0;
   while (written < bytes.size()) {
     const ssize_t n = ::write(fd, bytes.data() + written, bytes.size() - written);
@@ -144,20 +128,22 @@ Expected<LearnerCheckpoint> load_learner_checkpoint(const std::string& path, int
   bytes.resize(bytes.size() - 8);
   if (XXH3_64bits(bytes.data(), bytes.size()) != stored) return make_error(ErrorCode::corrupt, path + ": checksum mismatch");
 
-  Parser r(bytes);
-  uint32_t magic = 0, format = 0, fragments = 0;
-  int32_t incarnation = 0;
+  ByteReader r(bytes);
+  uint64_t magic = 0, format = 0, step = 0, incarnation = 0, schedule_steps = 0, adam_steps = 0, fragments = 0;
   LearnerCheckpoint c;
-  if (!r.value(magic) || magic != kMagic) return make_error(ErrorCode::corrupt, path + ": not a learner checkpoint");
-  if (!r.value(format) || format != kFormat) {
+  if (!r.le(magic, 4) || magic != kMagic) return make_error(ErrorCode::corrupt, path + ": not a learner checkpoint");
+  if (!r.le(format, 4) || format != kFormat) {
     return make_error(ErrorCode::wrong_version, path + ": format " + std::to_string(format) + ", this build reads " +
                                                     std::to_string(kFormat));
   }
-  if (!r.value(c.step) || !r.value(incarnation) || !r.value(c.optimizer.schedule_steps) ||
-      !r.value(c.optimizer.adam_steps) || !r.value(fragments)) {
+  if (!r.le(step, 8) || !r.le(incarnation, 4) || !r.le(schedule_steps, 8) || !r.le(adam_steps, 8) ||
+      !r.le(fragments, 4)) {
     return make_error(ErrorCode::truncated, path + ": the header ends early");
   }
-  c.incarnation = incarnation;
+  c.step = static_cast<int64_t>(step);
+  c.incarnation = static_cast<int32_t>(incarnation);
+  c.optimizer.schedule_steps = static_cast<int64_t>(schedule_steps);
+  c.optimizer.adam_steps = static_cast<int64_t>(adam_steps);
   if (c.step < 0 || c.optimizer.schedule_steps < 0 || c.optimizer.adam_steps < 0) {
     return make_error(ErrorCode::inconsistent, path + ": negative step count");
   }
@@ -166,22 +152,25 @@ Expected<LearnerCheckpoint> load_learner_checkpoint(const std::string& path, int
                                                    std::to_string(fragment_sizes.size()));
   }
   c.fragments.resize(fragments);
-  for (uint32_t p = 0; p < fragments; ++p) {
+  for (uint64_t p = 0; p < fragments; ++p) {
     auto& f = c.fragments[p];
-    if (!r.value(f.version) || !r.value(f.steps) || !r.value(f.tokens) || !r.value(f.loss_sum)) {
+    uint64_t steps = 0, tokens = 0;
+    if (!r.le(f.version, 8) || !r.le(steps, 8) || !r.le(tokens, 8) || !get_double(r, f.loss_sum)) {
       return make_error(ErrorCode::truncated, path + ": fragment " + std::to_string(p) + " ends early");
     }
+    f.steps = static_cast<int64_t>(steps);
+    f.tokens = static_cast<int64_t>(tokens);
     if (f.steps < 0 || f.tokens < 0) return make_error(ErrorCode::inconsistent, path + ": negative counters");
-    Status read = r.floats(f.unsent, static_cast<uint64_t>(fragment_sizes[p]), path + ": fragment " + std::to_string(p));
+    Status read = get_floats(r, f.unsent, static_cast<uint64_t>(fragment_sizes[p]), path + ": fragment " + std::to_string(p));
     if (!read) return read.error();
   }
   if (c.optimizer.adam_steps > 0) {
     for (auto* moments : {&c.optimizer.exp_avg, &c.optimizer.exp_avg_sq}) {
-      Status read = r.floats(*moments, static_cast<uint64_t>(parameter_count), path + ": AdamW moments");
+      Status read = get_floats(r, *moments, static_cast<uint64_t>(parameter_count), path + ": AdamW moments");
       if (!read) return read.error();
     }
   }
-  if (!r.done()) return make_error(ErrorCode::inconsistent, path + ": bytes after the last field");
+  if (r.remaining() != 0) return make_error(ErrorCode::inconsistent, path + ": bytes after the last field");
   return c;
 }
 

@@ -6,43 +6,16 @@
 
 #include <xxhash.h>
 
+#include "common/byte_io.hpp"
+
 namespace archipelago::storage {
 namespace {
 
 constexpr uint32_t kRecordMagic = 0x31525641;  // "AVR1" little-endian: Archipelago Version Record 1
 
-void put_le(std::string& out, uint64_t value, int bytes) {
-  for (int i = 0; i < bytes; ++i) out.push_back(static_cast<char>((value >> (8 * i)) & 0xff));
-}
-
 void put_be(std::string& out, uint64_t value) {
   for (int i = 7; i >= 0; --i) out.push_back(static_cast<char>((value >> (8 * i)) & 0xff));
 }
-
-// A cursor that refuses to read past the end instead of trusting lengths found in the data.
-class Reader {
- public:
-  explicit Reader(std::string_view bytes) : bytes_(bytes) {}
-  bool le(uint64_t& value, int width) {
-    if (remaining() < static_cast<size_t>(width)) return false;
-    value = 0;
-    for (int i = 0; i < width; ++i)
-      value |= static_cast<uint64_t>(static_cast<uint8_t>(bytes_[offset_ + i])) << (8 * i);
-    offset_ += width;
-    return true;
-  }
-  bool bytes(std::string& out, size_t size) {
-    if (remaining() < size) return false;
-    out.assign(bytes_.data() + offset_, size);
-    offset_ += size;
-    return true;
-  }
-  size_t remaining() const { return bytes_.size() - offset_; }
-
- private:
-  std::string_view bytes_;
-  size_t offset_ = 0;
-};
 
 }  // namespace
 
@@ -105,12 +78,12 @@ Expected<VersionRecord> decode_version_record(std::string_view bytes) {
   if (bytes.size() < 8) return make_error(ErrorCode::truncated, "version record of " + std::to_string(bytes.size()) + " bytes");
   std::string_view body = bytes.substr(0, bytes.size() - 8);
   uint64_t stored_checksum = 0;
-  Reader trailer(bytes.substr(bytes.size() - 8));
+  ByteReader trailer(bytes.substr(bytes.size() - 8));
   trailer.le(stored_checksum, 8);
   if (XXH3_64bits(body.data(), body.size()) != stored_checksum)
     return make_error(ErrorCode::corrupt, "version record checksum mismatch");
 
-  Reader reader(body);
+  ByteReader reader(body);
   uint64_t magic = 0, version = 0, unix_ms = 0, manifest_size = 0, entry_count = 0;
   if (!reader.le(magic, 4) || magic != kRecordMagic)
     return make_error(ErrorCode::corrupt, "version record has a bad magic number");
@@ -150,7 +123,7 @@ std::string encode_blob_ref(const BlobRef& ref) {
 Expected<BlobRef> decode_blob_ref(std::string_view bytes) {
   BlobRef ref;
   uint64_t location = 0;
-  Reader reader(bytes);
+  ByteReader reader(bytes);
   if (bytes.size() != 9 || !reader.le(ref.count, 8) || !reader.le(location, 1))
     return make_error(ErrorCode::corrupt, "blob reference of " + std::to_string(bytes.size()) + " bytes");
   if (location > static_cast<uint8_t>(BlobLocation::file))
@@ -179,7 +152,7 @@ std::string encode_event(int64_t unix_ms, std::string_view kind, std::string_vie
 }
 
 Expected<DecodedEvent> decode_event(std::string_view bytes) {
-  Reader reader(bytes);
+  ByteReader reader(bytes);
   uint64_t unix_ms = 0, kind_size = 0;
   DecodedEvent event;
   if (!reader.le(unix_ms, 8) || !reader.le(kind_size, 4) || !reader.bytes(event.kind, kind_size))
