@@ -15,6 +15,17 @@ constexpr size_t kCommitHistory = 64;  // per fragment, for staleness; older bas
 
 void ema(double& value, double sample, double gain = 0.2) { value = value == 0 ? sample : value + gain * (sample - value); }
 
+// The counters of one learner that a committed version's manifest carries (restore_accounting reads them).
+nlohmann::json learner_accounting(const LearnerRecord& r) {
+  return {{"contributions_merged", r.contributions_merged},
+          {"contributions_rejected", r.contributions_rejected},
+          {"step_equivalents_merged", r.step_equivalents_merged},
+          {"step_equivalents_rejected", r.step_equivalents_rejected},
+          {"steps_merged_fragment0", r.steps_merged_fragment0},
+          {"tokens_merged", r.tokens_merged},
+          {"joins", r.joins}};
+}
+
 }  // namespace
 
 const char* to_string(RejectReason reason) {
@@ -375,15 +386,7 @@ void SyncerCore::credit(std::map<std::string, LearnerRecord>& learners,
 
 nlohmann::json SyncerCore::accounting_json(const std::map<std::string, LearnerRecord>& learners_in) const {
   nlohmann::json learners = nlohmann::json::object();
-  for (const auto& [id, r] : learners_in) {
-    learners[id] = {{"contributions_merged", r.contributions_merged},
-                    {"contributions_rejected", r.contributions_rejected},
-                    {"step_equivalents_merged", r.step_equivalents_merged},
-                    {"step_equivalents_rejected", r.step_equivalents_rejected},
-                    {"steps_merged_fragment0", r.steps_merged_fragment0},
-                    {"tokens_merged", r.tokens_merged},
-                    {"joins", r.joins}};
-  }
+  for (const auto& [id, r] : learners_in) learners[id] = learner_accounting(r);
   return {{"learners", learners}, {"rejected", rejects_.by_reason}, {"bytes_from_learners", bytes_from_learners},
           {"bytes_to_learners", bytes_to_learners}};
 }
@@ -412,15 +415,10 @@ void SyncerCore::restore_accounting(const nlohmann::json& a) {
 nlohmann::json SyncerCore::status(double now_s) const {
   nlohmann::json learners = nlohmann::json::object();
   for (const auto& [id, r] : learners_) {
-    learners[id] = {{"active", r.active}, {"finished", r.finished}, {"joins", r.joins},
-                    {"joined_version", r.joined_version}, {"joined_s", r.joined_s},
-                    {"first_merge_after_join_s", r.first_merge_after_join_s},
-                    {"contributions_merged", r.contributions_merged},
-                    {"contributions_rejected", r.contributions_rejected},
-                    {"step_equivalents_merged", r.step_equivalents_merged},
-                    {"step_equivalents_rejected", r.step_equivalents_rejected},
-                    {"steps_merged_fragment0", r.steps_merged_fragment0},
-                    {"tokens_merged", r.tokens_merged}, {"tokens_per_s", r.tokens_per_s}};
+    learners[id] = learner_accounting(r);
+    learners[id].update({{"active", r.active}, {"finished", r.finished}, {"joined_version", r.joined_version},
+                         {"joined_s", r.joined_s}, {"first_merge_after_join_s", r.first_merge_after_join_s},
+                         {"tokens_per_s", r.tokens_per_s}});
   }
   int64_t pending = 0;
   std::vector<uint64_t> fragment_versions;
