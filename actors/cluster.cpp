@@ -234,17 +234,7 @@ Expected<std::unique_ptr<LocalCluster>> LocalCluster::start(RuntimeOptions optio
 
 Expected<nlohmann::json> LocalCluster::query(caf::atom_value name, const std::string& command,
                                              std::vector<std::string> args, double timeout_s) {
-  auto target = impl_->system->registry().get<caf::actor>(name);
-  if (!target) return make_error(ErrorCode::unavailable, "no actor registered as " + caf::to_string(name));
-  caf::scoped_actor self{*impl_->system};
-  Expected<nlohmann::json> result = make_error(ErrorCode::unavailable, "no answer");
-  self->request(target, std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000)), admin_atom::value,
-                admin_request("cluster", command, std::move(args)))
-      .receive([&](WireBytes& bytes) { result = read_admin_reply(std::move(bytes)); },
-               [&](caf::error& error) {
-                 result = make_error(ErrorCode::unavailable, caf::to_string(name) + ": " + impl_->system->render(error));
-               });
-  return result;
+  return ask_admin(*impl_->system, name, "cluster", command, std::move(args), timeout_s);
 }
 
 bool LocalCluster::kill(caf::atom_value name) {

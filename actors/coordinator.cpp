@@ -85,17 +85,7 @@ struct Coordinator::Impl {
 
   Expected<nlohmann::json> query(caf::atom_value name, const std::string& command = "status",
                                  std::vector<std::string> args = {}, double timeout_s = 5) {
-    auto target = system->registry().get<caf::actor>(name);
-    if (!target) return make_error(ErrorCode::unavailable, "no actor registered as " + caf::to_string(name));
-    caf::scoped_actor self{*system};
-    Expected<nlohmann::json> result = make_error(ErrorCode::unavailable, "no answer");
-    self->request(target, std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000)), admin_atom::value,
-                  admin_request("coordinator", command, std::move(args)))
-        .receive([&](WireBytes& bytes) { result = read_admin_reply(std::move(bytes)); },
-                 [&](caf::error& error) {
-                   result = make_error(ErrorCode::unavailable, caf::to_string(name) + ": " + system->render(error));
-                 });
-    return result;
+    return ask_admin(*system, name, "coordinator", command, std::move(args), timeout_s);
   }
 
   nlohmann::json status(caf::atom_value name) {

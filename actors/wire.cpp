@@ -4,6 +4,9 @@
 #include <cstring>
 #include <memory>
 
+#include <caf/actor_system.hpp>
+#include <caf/scoped_actor.hpp>
+
 namespace archipelago::actors {
 
 using namespace archipelago::messages;
@@ -74,6 +77,21 @@ Expected<AdminRequest> read_admin_request(WireBytes&& bytes) {
   if (!request) return make_error(ErrorCode::unknown_type, std::string("expected admin_request, got ") +
                                                                message_name(envelope->body));
   return *request;
+}
+
+Expected<nlohmann::json> ask_admin(caf::actor_system& system, caf::atom_value name, const std::string& sender,
+                                   const std::string& command, std::vector<std::string> args, double timeout_s) {
+  auto target = system.registry().get<caf::actor>(name);
+  if (!target) return make_error(ErrorCode::unavailable, "no actor registered as " + caf::to_string(name));
+  caf::scoped_actor self{system};
+  Expected<nlohmann::json> result = make_error(ErrorCode::unavailable, "no answer");
+  self->request(target, std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000)), admin_atom::value,
+                admin_request(sender, command, std::move(args)))
+      .receive([&](WireBytes& bytes) { result = read_admin_reply(std::move(bytes)); },
+               [&](caf::error& error) {
+                 result = make_error(ErrorCode::unavailable, caf::to_string(name) + ": " + system.render(error));
+               });
+  return result;
 }
 
 Expected<nlohmann::json> read_admin_reply(WireBytes&& bytes) {

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include <caf/atom.hpp>
+#include <caf/fwd.hpp>
 #include <caf/string_view.hpp>
 #include <nlohmann/json.hpp>
 
@@ -79,6 +80,10 @@ WireBytes admin_reply(const std::string& sender, uint64_t request_id, bool ok, c
 // Parses an AdminRequest (command + args) out of wire bytes.
 Expected<messages::AdminRequest> read_admin_request(WireBytes&& bytes);
 Expected<nlohmann::json> read_admin_reply(WireBytes&& bytes);
+// Asks the actor registered as `name` (from outside any actor: a scoped actor that blocks up to
+// `timeout_s`) and returns the JSON of its reply; unavailable when nothing is registered or no reply came.
+Expected<nlohmann::json> ask_admin(caf::actor_system& system, caf::atom_value name, const std::string& sender,
+                                   const std::string& command, std::vector<std::string> args, double timeout_s);
 
 // Reassembles chunked tensors, one stream per key (e.g. "learner-2/3" or "fragment/3"). When a
 // tensor completes, add() returns its decoded floats; until then an empty optional-like result.
