@@ -229,12 +229,10 @@ void save_checkpoint(LearnerActor* self) {
     return;
   }
   const auto begin = Clock::now();
-  const auto& layout = *st.spec.layout;
   LearnerCheckpoint checkpoint;
   checkpoint.step = st.step;
   checkpoint.incarnation = st.spec.incarnation;
   checkpoint.optimizer = st.replica->export_optimizer_state();
-  const auto flat = st.replica->read_parameters();
   for (size_t p = 0; p < st.fragments.size(); ++p) {
     const auto& slot = st.fragments[p];
     LearnerCheckpoint::Fragment f;
@@ -242,7 +240,7 @@ void save_checkpoint(LearnerActor* self) {
     f.steps = slot.steps_since;
     f.tokens = slot.tokens_since;
     f.loss_sum = slot.loss_sum;
-    f.unsent = training::gather_fragment(layout.plan, layout.parameters, static_cast<int>(p), flat.data());
+    f.unsent = read_fragment(self, static_cast<int>(p));
     for (size_t i = 0; i < f.unsent.size(); ++i) f.unsent[i] -= slot.ref[i];
     checkpoint.fragments.push_back(std::move(f));
   }
