@@ -12,6 +12,7 @@
 #include "actors/compute_threads.hpp"
 #include "actors/evaluator.hpp"
 #include "actors/failure_monitor.hpp"
+#include "actors/fragment_state.hpp"
 #include "actors/learner.hpp"
 #include "actors/run_setup.hpp"
 #include "actors/store_actor.hpp"
@@ -224,7 +225,7 @@ Expected<std::unique_ptr<LocalCluster>> LocalCluster::start(RuntimeOptions optio
   if (run.mode == "async") {
     impl->log->info("async mode: per-arrival merges{}; dynamic local steps: a learner runs round(H x its speed / "
                     "the fastest learner's speed) inner steps per fragment period",
-                    setup.outer.optimizer == "delayed_nesterov" ? " with Delayed Nesterov" : " with plain Nesterov");
+                    uses_delayed_nesterov(setup.run.mode, setup.outer.optimizer) ? " with Delayed Nesterov" : " with plain Nesterov");
   }
   impl->log->info("{} cluster: {} learner(s) x {} compute thread(s), {} fragment(s), {} parameters, step limit {}, "
                   "run dir {}", run.mode, impl->learner_slots, threads, layout->plan.fragments.size(),
@@ -325,10 +326,12 @@ Expected<ClusterResult> LocalCluster::run(const std::function<void(const Progres
   auto tokens_of = [&](const Snapshot& s) {
     return s.learners.value("steps_computed", int64_t{0}) * impl.tokens_per_learner_step;
   };
-  auto bytes_of = [&](const Snapshot& s, int64_t tokens) {
-    if (run.mode == "ddp") return ddp_equivalent_bytes(tokens, impl.tokens_per_learner_step / run.learners, result.parameters);
-    return s.syncer.value("bytes_from_learners", int64_t{0}) + s.syncer.value("bytes_to_learners", int64_t{0});
+  // Measured where the bytes cross a link: learner -> syncer, syncer -> learners, store -> learners.
+  auto bytes_up_of = [](const Snapshot& s) { return s.syncer.value("bytes_from_learners", int64_t{0}); };
+  auto bytes_down_of = [](const Snapshot& s) {
+    return s.syncer.value("bytes_to_learners", int64_t{0}) + s.store.value("bytes_served_learners", int64_t{0});
   };
+  auto bytes_of = [&](const Snapshot& s) { return bytes_up_of(s) + bytes_down_of(s); };
   auto sample = [&](const Snapshot& s) {
     ProgressSample p;
     p.elapsed_s = elapsed_s();
@@ -342,7 +345,7 @@ Expected<ClusterResult> LocalCluster::run(const std::function<void(const Progres
     p.alive = s.monitor.value("alive", 0);
     p.total = impl.learner_slots;
     p.goodput = goodput_of(s, p.elapsed_s).goodput;
-    p.bytes_sent = bytes_of(s, p.tokens);
+    p.bytes_sent = bytes_of(s);
     p.bytes_ddp_equivalent = ddp_equivalent_bytes(p.tokens, impl.tokens_per_learner_step / (run.mode == "ddp" ? run.learners : 1),
                                                   result.parameters);
     p.restarts = s.learners.value("restarts", int64_t{0});
@@ -436,18 +439,36 @@ Expected<ClusterResult> LocalCluster::run(const std::function<void(const Progres
   result.steps = impl.learner_slots > 0 ? last.learners.value("steps_computed", int64_t{0}) / impl.learner_slots : 0;
   if (run.mode == "ddp") result.steps = last.learners.value("steps_computed", int64_t{0});
   result.train_loss = last.syncer.value("train_loss", 0.0);
-  result.bytes_sent = bytes_of(last, result.tokens);
+  result.bytes_up = bytes_up_of(last);
+  result.bytes_down = bytes_down_of(last);
+  result.bytes_sent = result.bytes_up + result.bytes_down;
+  for (const auto& n : last.syncer.value("fragment_commits", nlohmann::json::array())) {
+    result.fragment_commits += n.get<int64_t>();
+  }
+  // Fragment rounds of the schedule: every H inner steps of the leading learner (the pace the
+  // quorum follows; a straggler's slower periods are merged into its rounds).
+  int64_t leading_steps = 0;
+  for (int m = 0; m < impl.learner_slots; ++m) {
+    leading_steps = std::max(leading_steps,
+                             field(field(last.learners, "children"), learner_id(m)).value("steps_computed", int64_t{0}));
+  }
+  const double fragment_rounds =
+      static_cast<double>(impl.layout->plan.fragments.size()) * leading_steps / std::max(1, run.inner_steps);
+  result.versions_per_fragment_round = fragment_rounds > 0 ? result.fragment_commits / fragment_rounds : 0;
   result.bytes_ddp_equivalent = ddp_equivalent_bytes(
       result.tokens, impl.tokens_per_learner_step / (run.mode == "ddp" ? run.learners : 1), result.parameters);
   result.goodput = goodput_of(last, result.wall_s);
   result.restarts = last.learners.value("restarts", int64_t{0});
   result.infrastructure_restarts = last.root.value("restarts", int64_t{0});
   result.rejected_updates = last.syncer.value("rejected_total", int64_t{0});
+  result.learner_nonfinite_recoveries = last.monitor.value("learner_nonfinite_recoveries", int64_t{0});
   nlohmann::json links = {
       {"learners->syncer", last.syncer.value("bytes_from_learners", int64_t{0})},
       {"syncer->learners", last.syncer.value("bytes_to_learners", int64_t{0})},
       {"syncer->store", last.store.value("bytes_received", int64_t{0})},
-      {"store->learners+syncer", last.store.value("bytes_served", int64_t{0})},
+      {"store->learners", last.store.value("bytes_served_learners", int64_t{0})},
+      {"store->evaluator+syncer", last.store.value("bytes_served", int64_t{0}) -
+                                      last.store.value("bytes_served_learners", int64_t{0})},
       {"learners->monitor", last.monitor.value("heartbeat_bytes", int64_t{0})}};
   result.details = {{"syncer", last.syncer}, {"monitor", last.monitor}, {"learner_supervisor", last.learners},
                     {"root_supervisor", last.root}, {"evaluator", last.evaluator}, {"store", last.store},

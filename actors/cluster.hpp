@@ -64,12 +64,17 @@ struct ClusterResult {
   double heldout_loss = 0;          // of the final committed version
   double train_loss = 0;
   double wall_s = 0;
-  int64_t bytes_sent = 0;           // learner <-> syncer, both directions
-  int64_t bytes_ddp_equivalent = 0;
+  int64_t bytes_sent = 0;           // bytes_up + bytes_down, counted where they crossed the links
+  int64_t bytes_up = 0;             // learners -> syncer (pseudo-gradients)
+  int64_t bytes_down = 0;           // syncer -> learners (broadcasts) + store -> learners (state fetches)
+  int64_t bytes_ddp_equivalent = 0; // computed: 2 x fp32 model per data-parallel worker-step, same tokens
+  int64_t fragment_commits = 0;     // Σ over fragments of the commits that changed it, this run
+  double versions_per_fragment_round = 0;  // fragment_commits ÷ (P × the leading learner's inner steps ÷ H)
   Goodput goodput;
   int64_t restarts = 0;             // learner restarts
   int64_t infrastructure_restarts = 0;  // syncer / store / monitor / evaluator restarts
   int64_t rejected_updates = 0;
+  int64_t learner_nonfinite_recoveries = 0;  // learner steps that went NaN/Inf and were undone
   std::vector<double> kill_to_merge_s;  // per injected learner kill: kill -> restarted learner's first merge
   std::vector<ProgressSample> curve;
   nlohmann::json details;           // statuses of every actor at the end, links, per-learner accounts

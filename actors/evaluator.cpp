@@ -4,6 +4,7 @@
 
 #include <caf/all.hpp>
 
+#include "actors/broadcast.hpp"
 #include "actors/wire.hpp"
 #include "common/log.hpp"
 #include "training/replica.hpp"
@@ -23,8 +24,7 @@ struct Waiter {
 struct EvaluatorState {
   EvaluatorSpec spec;
   std::unique_ptr<training::Replica> replica;
-  std::vector<std::vector<float>> fragments;
-  std::vector<uint64_t> versions;
+  std::vector<BroadcastCopy> fragments;  // B_p of every fragment, from broadcasts and store fetches
   TensorInbox inbox;
   Outbox outbox{"evaluator"};
   uint64_t scored_version = 0;
@@ -42,15 +42,15 @@ struct EvaluatorState {
 using EvaluatorActor = caf::stateful_actor<EvaluatorState>;
 
 bool complete(const EvaluatorState& st) {
-  for (auto v : st.versions) {
-    if (v == 0) return false;
+  for (const auto& f : st.fragments) {
+    if (f.version == 0) return false;
   }
-  return !st.versions.empty();
+  return !st.fragments.empty();
 }
 
 uint64_t held_version(const EvaluatorState& st) {
   uint64_t v = 0;
-  for (auto x : st.versions) v = std::max(v, x);
+  for (const auto& f : st.fragments) v = std::max(v, f.version);
   return v;
 }
 
@@ -70,7 +70,8 @@ void score(EvaluatorActor* self) {
     const auto& layout = *st.spec.layout;
     std::vector<float> flat(layout.parameter_count);
     for (size_t p = 0; p < st.fragments.size(); ++p) {
-      training::scatter_fragment(layout.plan, layout.parameters, static_cast<int>(p), st.fragments[p].data(), flat.data());
+      training::scatter_fragment(layout.plan, layout.parameters, static_cast<int>(p), st.fragments[p].values.data(),
+                                 flat.data());
     }
     st.replica->write_parameters(flat);
     const auto begin = Clock::now();
@@ -113,7 +114,6 @@ caf::behavior evaluator_behavior(EvaluatorActor* self, EvaluatorSpec spec) {
   auto& st = self->state;
   st.spec = std::move(spec);
   st.fragments.resize(st.spec.layout->plan.fragments.size());
-  st.versions.assign(st.fragments.size(), 0);
   self->send(self, init_atom::value);
   return {
       [=](init_atom) {
@@ -148,10 +148,12 @@ caf::behavior evaluator_behavior(EvaluatorActor* self, EvaluatorSpec spec) {
                                       std::to_string(global->version), global->chunk);
         if (!added || !added->complete) return;
         const auto p = global->fragment_id;
-        if (global->version <= st.versions[p]) return;
-        st.fragments[p] = std::move(added->values);
-        st.versions[p] = global->version;
-        maybe_schedule(self);
+        const auto applied = apply_broadcast(st.fragments[p], global->version, global->delta_base, std::move(added->values));
+        if (applied == ApplyResult::gap) {
+          fetch(self);  // a delta against a version it does not hold: B_p comes from the store
+          return;
+        }
+        if (applied == ApplyResult::applied) maybe_schedule(self);
       },
       [=](admin_atom, WireBytes& bytes) -> caf::result<WireBytes> {
         auto& st = self->state;

@@ -24,6 +24,8 @@ struct Record {
   Liveness state = Liveness::alive;
   uint64_t step = 0;
   double tokens_per_s = 0;
+  int64_t nonfinite_recoveries = 0;       // earlier incarnations
+  int64_t nonfinite_recoveries_now = 0;   // the current incarnation, as its last heartbeat said
   int64_t deaths = 0;
   std::string last_reason;
 };
@@ -89,11 +91,14 @@ caf::behavior monitor_behavior(MonitorActor* self, std::shared_ptr<const Runtime
             self->monitor(sender);
             record.history = HeartbeatHistory{};
             record.state = Liveness::alive;
+            record.nonfinite_recoveries += record.nonfinite_recoveries_now;
+            record.nonfinite_recoveries_now = 0;
           }
           if (record.state == Liveness::dead) return;  // a late beat of a dead incarnation
           observe_heartbeat(record.history, st.now(), static_cast<int64_t>(beat->step));
           record.step = beat->step;
           if (beat->tokens_per_sec > 0) record.tokens_per_s = beat->tokens_per_sec;
+          record.nonfinite_recoveries_now = static_cast<int64_t>(beat->nonfinite_recoveries);
         } else if (auto* leave = std::get_if<Leave>(&envelope->body)) {
           auto it = st.learners.find(leave->learner_id);
           if (it != st.learners.end() && leave->reason == "finished") it->second.state = Liveness::finished;
@@ -113,14 +118,18 @@ caf::behavior monitor_behavior(MonitorActor* self, std::shared_ptr<const Runtime
         auto request = read_admin_request(std::move(bytes));
         nlohmann::json learners = nlohmann::json::object();
         int alive = 0;
+        int64_t nonfinite = 0;
         for (const auto& [id, r] : st.learners) {
           alive += r.state == Liveness::alive ? 1 : 0;
+          nonfinite += r.nonfinite_recoveries + r.nonfinite_recoveries_now;
           learners[id] = {{"state", liveness_name(r.state)}, {"step", r.step}, {"tokens_per_s", r.tokens_per_s},
                           {"deaths", r.deaths}, {"mean_interval_s", r.history.mean_interval_s},
                           {"timeout_s", suspect_timeout(r.history, st.options->detector)},
-                          {"last_reason", r.last_reason}};
+                          {"last_reason", r.last_reason},
+                          {"nonfinite_recoveries", r.nonfinite_recoveries + r.nonfinite_recoveries_now}};
         }
         nlohmann::json j = {{"alive", alive}, {"learners", learners}, {"heartbeats", st.heartbeats},
+                            {"learner_nonfinite_recoveries", nonfinite},
                             {"heartbeat_bytes", st.heartbeat_bytes}};
         return admin_reply("monitor", request ? request->request_id : 0, true, "ok", j);
       },

@@ -9,6 +9,7 @@
 
 #include <caf/all.hpp>
 
+#include "actors/broadcast.hpp"
 #include "actors/learner_checkpoint.hpp"
 #include "actors/policy.hpp"
 #include "actors/wire.hpp"
@@ -30,9 +31,9 @@ const char* phase_name(Phase p) {
 }
 
 struct FragmentSlot {
-  std::vector<float> global;      // a received global θ_p not yet installed (fetching phase)
+  BroadcastCopy global;           // B_p: the broadcast state of the latest global received (broadcast.hpp)
   std::vector<float> ref;         // θ_ref,p: the update is θ_ref − θ_local (policy.hpp, install_global)
-  uint64_t version = 0;           // version of the last received global (0: none yet)
+  uint64_t version = 0;           // version of the last global installed (0: none yet)
   bool outstanding = false;       // an update is in flight and no newer global arrived since
   uint64_t outstanding_base = 0;
   int64_t outstanding_step = 0;
@@ -66,6 +67,9 @@ struct LearnerState {
   double checkpoint_s = 0;          // time the learner's thread spent on them (the file is written aside)
   std::future<Status> checkpoint_write;  // the file write in flight (one at a time)
   std::string checkpoint_error;     // why the last load or save failed (empty: none)
+  int64_t nonfinite_recoveries = 0; // steps that went NaN/Inf and were undone from the globals
+  int64_t broadcast_gaps = 0;       // deltas that did not apply to the held B_p (a store fetch followed)
+  bool poisoned = false;            // fault injection: the non-finite step was injected already
   TensorInbox inbox;
   Outbox outbox{""};
   caf::actor syncer;               // the syncer that welcomed us (empty: not joined)
@@ -103,7 +107,8 @@ void send_to(LearnerActor* self, const caf::actor& to, Message body) {
 void send_heartbeat(LearnerActor* self) {
   auto& st = self->state;
   st.last_beat = Clock::now();
-  Heartbeat beat{st.id, static_cast<uint64_t>(st.step), st.tokens_per_s};
+  Heartbeat beat{st.id, static_cast<uint64_t>(st.step), st.tokens_per_s,
+                 static_cast<uint64_t>(st.nonfinite_recoveries)};
   send_to(self, lookup(self, monitor_name()), beat);
   send_to(self, st.spec.supervisor, beat);
 }
@@ -116,11 +121,26 @@ void send_join(LearnerActor* self) {
                              opts(self).syncer.auth_token});
 }
 
+std::vector<float> read_fragment(LearnerActor* self, int p);
+
+// Asks the store for the latest committed state. It skips every fragment this learner already
+// holds: its copy of B_p, or before its first step its own initial weights (the same seed gives the
+// same θ0, so a fresh run's learners fetch nothing but the digests' answer).
 void send_fetch(LearnerActor* self) {
   auto& st = self->state;
   st.fetch_sent = Clock::now();
-  send_to(self, lookup(self, store_name()), Join{st.id, "local", "local", opts(self).setup.run.device, 0,
-                                                 opts(self).syncer.auth_token});
+  Join fetch{st.id, "local", "local", opts(self).setup.run.device, 0, opts(self).syncer.auth_token};
+  for (int p = 0; p < static_cast<int>(st.fragments.size()); ++p) {
+    const auto& held = st.fragments[p].global;
+    if (!held.values.empty()) {
+      fetch.held_digests.push_back(broadcast_digest(held.values));
+    } else if (st.steps_this_incarnation == 0 && st.replica) {
+      fetch.held_digests.push_back(broadcast_digest(read_fragment(self, p)));
+    } else {
+      fetch.held_digests.push_back(0);
+    }
+  }
+  send_to(self, lookup(self, store_name()), fetch);
 }
 
 std::vector<float> read_fragment(LearnerActor* self, int p) {
@@ -149,16 +169,48 @@ void write_fragment(LearnerActor* self, int p, const std::vector<float>& values)
 void install_fragment(LearnerActor* self, int p) {
   auto& slot = self->state.fragments[p];
   auto local = read_fragment(self, p);
-  install_global(self->state.install, opts(self).syncer.alpha, local.data(), slot.ref.data(), slot.global.data(),
-                 static_cast<int64_t>(local.size()));
+  install_global(self->state.install, opts(self).syncer.alpha, local.data(), slot.ref.data(),
+                 slot.global.values.data(), static_cast<int64_t>(local.size()));
   write_fragment(self, p, local);
-  slot.global.clear();
 }
 
 void start_training(LearnerActor* self) {
   auto& st = self->state;
   st.phase = Phase::training;
   self->send(self, step_atom::value);
+}
+
+// Decoupled: the schedule slot of fragment p at the current step, (step − offset_p) / H; the syncer
+// counts an update towards its open round only when it is not behind it.
+uint64_t schedule_slot(LearnerActor* self, int p) {
+  auto& st = self->state;
+  const int H = opts(self).setup.run.inner_steps;
+  const int64_t offset = fragment_offset(p, static_cast<int>(st.fragments.size()), H, st.staggered);
+  return st.step > offset ? static_cast<uint64_t>((st.step - offset) / H) : 0;
+}
+
+// The local model went NaN/Inf: every fragment goes back to the latest global received (B_p), the
+// unsent work since is dropped, AdamW's moments are reset, and the learner trains on.
+void recover_from_nonfinite(LearnerActor* self, const std::string& why) {
+  auto& st = self->state;
+  st.nonfinite_recoveries += 1;
+  for (int p = 0; p < static_cast<int>(st.fragments.size()); ++p) {
+    auto& slot = st.fragments[p];
+    if (slot.global.values.empty()) continue;
+    slot.ref = slot.global.values;
+    write_fragment(self, p, slot.ref);
+    slot.feedback.reset();
+    slot.steps_since = slot.tokens_since = 0;
+    slot.loss_sum = 0;
+    slot.restored = false;
+  }
+  training::OptimizerState fresh;
+  fresh.schedule_steps = st.replica->steps_taken();
+  Status reset = st.replica->import_optimizer_state(fresh);
+  if (!reset) st.log->error("{}: cannot reset AdamW: {}", st.id, reset.error().to_string());
+  st.log->warn("{}: non-finite step at step {} ({}): reinstalled the globals, reset AdamW (recovery {})", st.id,
+               st.step, why, st.nonfinite_recoveries);
+  send_heartbeat(self);
 }
 
 void send_update(LearnerActor* self, int p, const std::vector<float>& flat) {
@@ -172,15 +224,18 @@ void send_update(LearnerActor* self, int p, const std::vector<float>& flat) {
   std::vector<uint8_t> encoded;
   Status status = slot.feedback.encode(st.codec, delta.data(), delta.size(), encoded);
   if (!status) {
-    // A NaN/Inf local model: the update is dropped here (the syncer would refuse it anyway).
+    // A NaN/Inf local model: nothing is sent (the syncer would refuse it); the learner starts again
+    // from the globals instead of keeping a slot that sends nothing.
     st.log->error("{}: cannot encode the update of fragment {}: {}", st.id, p, status.error().to_string());
+    recover_from_nonfinite(self, status.error().to_string());
     return;
   }
   const float loss = static_cast<float>(slot.loss_sum / std::max<int64_t>(1, slot.steps_since));
+  const uint64_t round = schedule_slot(self, p);
   auto messages = st.outbox.wrap_tensor(st.codec, delta.size(), encoded, [&](TensorChunk chunk) -> Message {
     return FragmentUpdate{st.id, static_cast<uint32_t>(p), slot.version, static_cast<uint32_t>(slot.steps_since),
                           static_cast<uint64_t>(slot.tokens_since), std::isfinite(loss) ? loss : 0.0f,
-                          std::move(chunk), st.tokens_per_s};
+                          std::move(chunk), st.tokens_per_s, round};
   });
   if (!messages) return;
   for (auto& m : *messages) self->send(st.syncer, std::move(m));
@@ -268,18 +323,21 @@ void finish(LearnerActor* self, const std::string& why) {
 // Draining: every fragment with unsent steps goes out once its previous update was answered.
 void drain(LearnerActor* self) {
   auto& st = self->state;
-  bool pending_work = false;
   std::vector<float> flat;
   for (size_t p = 0; p < st.fragments.size(); ++p) {
     auto& slot = st.fragments[p];
-    if (slot.steps_since == 0) continue;
-    pending_work = true;
-    if (slot.outstanding || !st.connected) continue;
+    if (slot.steps_since == 0 || slot.outstanding || !st.connected) continue;
     if (flat.empty()) flat = st.replica->read_parameters();
     send_update(self, static_cast<int>(p), flat);
   }
+  const bool pending_work = std::any_of(st.fragments.begin(), st.fragments.end(),
+                                        [](const auto& f) { return f.steps_since > 0; });
+  // Once every fragment's last work is handed off the learner leaves: the syncer merges updates of
+  // learners that left, and a broadcast of those merges to a learner that will not train on it
+  // would only cost downlink bytes. A fragment still in flight is waited for (its next update
+  // needs the base its merge brings).
   const bool timed_out = seconds(Clock::now() - st.drain_started) > opts(self).drain_timeout_s;
-  if ((!pending_work && !any_outstanding(self)) || timed_out) finish(self, timed_out ? "drain timeout" : "budget spent");
+  if (!pending_work || timed_out) finish(self, timed_out ? "drain timeout" : "budget spent");
 }
 
 void begin_drain(LearnerActor* self) {
@@ -302,6 +360,13 @@ void run_step(LearnerActor* self) {
     return;
   }
   const auto begin = Clock::now();
+  const auto& faults = opts(self).faults;
+  if (faults.nonfinite_learner == st.spec.index && !st.poisoned && st.step >= faults.nonfinite_at_step) {
+    // Fault injection: a NaN in the weights, as a bad batch or a hardware fault would leave them.
+    st.poisoned = true;
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    st.replica->write_range(0, 1, &nan);
+  }
   training::StepStats stats;
   if (st.cursors.size() == 1) {
     stats = st.replica->step(st.cursors[0].next());
@@ -310,7 +375,6 @@ void run_step(LearnerActor* self) {
     for (auto& cursor : st.cursors) batches.push_back(cursor.next());
     stats = st.replica->step_averaged(batches);
   }
-  const auto& faults = opts(self).faults;
   if (faults.slow_learner == st.spec.index && faults.slow_factor > 1) {
     // Fault injection: slower hardware. The learner's thread is busy for (factor − 1) × its step time more.
     std::this_thread::sleep_for((Clock::now() - begin) * (faults.slow_factor - 1));
@@ -328,6 +392,11 @@ void run_step(LearnerActor* self) {
     slot.loss_sum += stats.cross_entropy;
   }
   if (seconds(Clock::now() - st.last_beat) >= opts(self).detector.heartbeat_s) send_heartbeat(self);
+  if (!std::isfinite(stats.loss)) {
+    recover_from_nonfinite(self, "loss " + std::to_string(stats.loss));
+    self->send(self, step_atom::value);
+    return;
+  }
 
   const auto& run = opts(self).setup.run;
   const int P = static_cast<int>(st.fragments.size());
@@ -367,8 +436,8 @@ void start_from_globals(LearnerActor* self) {
     slot.next_due = next_due_step(st.step, q, static_cast<int>(st.fragments.size()), run.inner_steps, st.staggered);
     slot.period = run.inner_steps;
     // θ_ref = θ_G, and θ = θ_G (+ the restored unsent work u, which the next update of q carries).
-    slot.ref = std::move(slot.global);
-    slot.global.clear();
+    slot.ref = slot.global.values;
+    slot.version = slot.global.version;
     std::vector<float> local = slot.ref;
     if (restored) {
       const auto& saved = restored->fragments[q];
@@ -402,6 +471,7 @@ void on_global(LearnerActor* self, const std::string& from, const GlobalFragment
   auto& st = self->state;
   const int p = static_cast<int>(fragment.fragment_id);
   if (p >= static_cast<int>(st.fragments.size())) return;
+  if (st.phase == Phase::init || st.phase == Phase::joining) return;  // the fetch brings the state
   auto added = st.inbox.add(from + "/" + std::to_string(p) + "/" + std::to_string(fragment.version), fragment.chunk);
   if (!added) {
     st.log->warn("{}: dropped a bad global fragment {}: {}", st.id, p, added.error().to_string());
@@ -409,28 +479,34 @@ void on_global(LearnerActor* self, const std::string& from, const GlobalFragment
   }
   if (!added->complete) return;
   auto& slot = st.fragments[p];
-  if (fragment.version <= slot.version) return;
   if (static_cast<int64_t>(added->values.size()) != st.spec.layout->plan.fragments[p].numel) return;
-  slot.global = std::move(added->values);
-  slot.version = fragment.version;
+  const auto applied = apply_broadcast(slot.global, fragment.version, fragment.delta_base, std::move(added->values));
+  if (applied == ApplyResult::old) return;
+  if (applied == ApplyResult::gap) {
+    // A delta against a B_p this learner does not hold (it missed a broadcast): B_p comes from the store.
+    st.broadcast_gaps += 1;
+    if (st.phase != Phase::fetching && seconds(Clock::now() - st.fetch_sent) > 1.0) {
+      st.log->info("{}: fragment {} version {} is a delta against version {}, it holds {}: fetching the state", st.id,
+                   p, fragment.version, fragment.delta_base, slot.global.version);
+      send_fetch(self);
+    }
+    return;
+  }
   if (fragment.fastest_tokens_per_sec > 0) st.fastest_tokens_per_s = fragment.fastest_tokens_per_sec;
   if (slot.outstanding && fragment.version > slot.outstanding_base) slot.outstanding = false;
 
   if (st.phase == Phase::fetching) {
-    const bool complete = std::all_of(st.fragments.begin(), st.fragments.end(), [](const auto& f) { return f.version > 0; });
+    const bool complete = std::all_of(st.fragments.begin(), st.fragments.end(),
+                                      [](const auto& f) { return f.global.version > 0; });
     if (!complete) return;
     start_from_globals(self);
     return;
   }
-  if (st.phase == Phase::init || st.phase == Phase::joining) {
-    slot.global.clear();
-    return;
-  }
+  slot.version = slot.global.version;
   if (mode(self) == "ddp") {
     // ddp: the global model is this learner's own model of a moment ago; installing it would undo
     // the steps taken since, so only the base of the next update moves.
-    slot.ref = std::move(slot.global);
-    slot.global.clear();
+    slot.ref = slot.global.values;
   } else {
     install_fragment(self, p);
   }
@@ -445,9 +521,22 @@ void on_global(LearnerActor* self, const std::string& from, const GlobalFragment
 void on_welcome(LearnerActor* self, const std::string& from, const Welcome& welcome) {
   auto& st = self->state;
   if (from == "store") {
-    if (st.phase != Phase::fetching) return;
     if (!welcome.accepted) return;  // nothing committed yet: the beat timer fetches again
+    // Fragments it already holds are not sent: its copy (or its initial weights) is that version.
+    for (uint32_t p : welcome.held_fragments) {
+      if (p >= st.fragments.size() || p >= welcome.fragment_versions.size()) continue;
+      auto& held = st.fragments[p].global;
+      if (held.values.empty()) {
+        if (st.phase != Phase::fetching) continue;
+        held.values = read_fragment(self, static_cast<int>(p));
+      }
+      held.version = std::max(held.version, welcome.fragment_versions[p]);
+    }
+    if (st.phase != Phase::fetching) return;
     st.welcome_version = std::max(st.welcome_version, welcome.version);
+    const bool complete = std::all_of(st.fragments.begin(), st.fragments.end(),
+                                      [](const auto& f) { return f.global.version > 0; });
+    if (complete) start_from_globals(self);
     return;
   }
   if (!welcome.accepted) {
@@ -604,6 +693,13 @@ caf::behavior learner_behavior(LearnerActor* self, LearnerSpec spec) {
       [=](admin_atom, WireBytes& bytes) -> WireBytes {
         auto& st = self->state;
         auto request = read_admin_request(std::move(bytes));
+        if (request && request->command == "digests") {
+          nlohmann::json fragments = nlohmann::json::array();
+          for (const auto& f : st.fragments) {
+            fragments.push_back({{"version", f.global.version}, {"digest", broadcast_digest(f.global.values)}});
+          }
+          return admin_reply(st.id, request->request_id, true, "ok", {{"fragments", fragments}});
+        }
         std::vector<uint64_t> versions;
         std::vector<int> periods;
         for (const auto& f : st.fragments) {
@@ -618,7 +714,9 @@ caf::behavior learner_behavior(LearnerActor* self, LearnerSpec spec) {
                             {"checkpoints_written", st.checkpoints_written},
                             {"checkpoints_skipped", st.checkpoints_skipped}, {"checkpoint_s", st.checkpoint_s},
                             {"checkpoint_error", st.checkpoint_error}, {"periods", periods},
-                            {"fastest_tokens_per_s", st.fastest_tokens_per_s}};
+                            {"fastest_tokens_per_s", st.fastest_tokens_per_s},
+                            {"learner_nonfinite_recoveries", st.nonfinite_recoveries},
+                            {"broadcast_gaps", st.broadcast_gaps}};
         return admin_reply(st.id, request ? request->request_id : 0, true, "ok", j);
       },
   };

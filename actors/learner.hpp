@@ -5,7 +5,7 @@
 //                    ^  (retry every beat)                                                     │ ^
 //                    │                              sync mode: all fragments sent ─> waiting ──┘ │
 //                    └── syncer down / Welcome{refused}: rejoin, but keep training ──────────────┘
-//   training ──step limit or deadline──> draining (last Δ out, wait for their merges) ──> finished (quit normal)
+//   training ──step limit or deadline──> draining (last Δ of every fragment out) ──> finished (quit normal)
 //
 // Runs detached (its own thread): one inner step per self-sent `step`, so GlobalFragments,
 // heartbeat timers and admin requests are handled between steps, and it never waits for the

@@ -63,7 +63,7 @@ double grace_window(const SyncTimings& t, const SyncerOptions& o) {
 MergeDecision decide_merge(const std::string& mode, double now_s, const PendingFragment& p, int quorum,
                            double grace_s) {
   MergeDecision d;
-  if (p.contributors == 0) {
+  if (p.contributors + p.late == 0) {
     d.reason = "nothing pending";
     return d;
   }
@@ -88,7 +88,7 @@ MergeDecision decide_merge(const std::string& mode, double now_s, const PendingF
   }
   const int effective = std::max(1, std::min(quorum, p.active_learners));
   if (p.contributors < effective || p.quorum_reached_s < 0) {
-    d.reason = format("below quorum: %.0f of %.0f", p.contributors, effective);
+    d.reason = format("below quorum: %.0f of %.0f on time (%.0f late)", p.contributors, effective, p.late);
     return d;
   }
   const double deadline = p.quorum_reached_s + grace_s;

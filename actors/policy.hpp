@@ -60,14 +60,18 @@ struct MergeDecision {
   std::string reason;
 };
 struct PendingFragment {
-  int contributors = 0;        // distinct learners with a pending contribution
+  int contributors = 0;        // distinct learners with a pending contribution that counts for the quorum
+                               // (decoupled: not behind the fragment's open round; other modes: all)
   int active_learners = 0;     // learners joined and not dead, failed or finished
-  int contributors_active = 0; // of the contributors, those still active
+  int contributors_active = 0; // distinct active learners with any pending contribution (late ones too)
   double quorum_reached_s = -1;  // when `contributors` first reached the quorum; < 0: not yet
+  int late = 0;                // distinct learners whose only pending updates are behind the open round:
+                               // merged with the round, never counted towards its quorum
 };
 // mode "sync": merge once every active learner contributed (or none are left and some pending).
-// "decoupled": quorum K' = min(K, active) (at least 1); merge at once when every active learner
-// contributed, else wait `grace_s` after the quorum was reached. "async"/"ddp": every arrival.
+// "decoupled" (one merge closes the fragment's round): quorum K' = min(K, active) (at least 1) of
+// learners on time for the round; merge at once when every active learner contributed (late ones
+// included), else wait `grace_s` after the quorum was reached. "async"/"ddp": every arrival.
 MergeDecision decide_merge(const std::string& mode, double now_s, const PendingFragment& pending, int quorum,
                            double grace_s);
 

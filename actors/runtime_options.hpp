@@ -42,6 +42,8 @@ struct FaultOptions {
   int crash_learner_on_start = -1;  // this learner index fails at every start (restart-intensity demo)
   int slow_learner = -1;            // this learner index runs `slow_factor` times slower (a straggler)
   double slow_factor = 1.0;
+  int nonfinite_learner = -1;       // this learner index gets a NaN in its weights once, at `nonfinite_at_step`
+  int64_t nonfinite_at_step = 0;
   uint64_t seed = 7;                // of the kill schedule
 };
 

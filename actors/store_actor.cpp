@@ -1,6 +1,7 @@
 #include "actors/store_actor.hpp"
 
 #include <map>
+#include <set>
 
 #include <caf/all.hpp>
 
@@ -22,6 +23,8 @@ struct StoreState {
   int64_t failed_commits = 0;
   int64_t bytes_received = 0;  // from the syncer
   int64_t bytes_served = 0;    // state sent to joining learners and restoring syncers
+  int64_t bytes_served_learners = 0;  // of which to learners (a link in a multi-site run)
+  int64_t fragments_held = 0;  // fragments a requester already held (digest matched): not sent
   int64_t serves = 0;
   std::shared_ptr<spdlog::logger> log = component_logger("store");
   const char* name = "checkpoint_store";
@@ -29,8 +32,9 @@ struct StoreState {
 
 using StoreActor = caf::stateful_actor<StoreState>;
 
-void send_bytes(StoreActor* self, const caf::actor& to, WireBytes bytes) {
+void send_bytes(StoreActor* self, const caf::actor& to, WireBytes bytes, bool to_learner = false) {
   self->state.bytes_served += static_cast<int64_t>(bytes.size());
+  if (to_learner) self->state.bytes_served_learners += static_cast<int64_t>(bytes.size());
   self->send(to, std::move(bytes));
 }
 
@@ -94,8 +98,11 @@ void on_persist(StoreActor* self, const caf::actor& sender, const Persist& persi
   reply_persisted(self, sender, persist.version, true, "");
 }
 
-// Sends a stored version as GlobalFragments (to a learner) or as Persist chunks (to the syncer).
-void serve_latest(StoreActor* self, const caf::actor& to, bool as_persist) {
+// Sends a stored version as GlobalFragments (to a learner or the evaluator), each labelled with the
+// version it last changed at, or as Persist chunks (to the syncer). `held`: digests of what the
+// requester holds per fragment; a fragment whose stored bytes have that digest is not sent.
+void serve_latest(StoreActor* self, const caf::actor& to, bool as_persist, const std::string& requester = "",
+                  const std::vector<uint64_t>& held = {}) {
   auto& st = self->state;
   auto latest = st.store->latest_committed();
   if (!latest) {
@@ -109,23 +116,43 @@ void serve_latest(StoreActor* self, const caf::actor& to, bool as_persist) {
   }
   st.serves += 1;
   const uint64_t version = latest->version;
+  const bool to_learner = learner_index(requester) >= 0;
+  auto manifest = nlohmann::json::parse(latest->manifest_json, nullptr, false);
+  std::vector<uint64_t> fragment_versions;
+  if (manifest.is_object() && manifest.contains("fragment_versions")) {
+    fragment_versions = manifest["fragment_versions"].get<std::vector<uint64_t>>();
+  }
+  auto version_of = [&](uint32_t fragment) {
+    return fragment < fragment_versions.size() ? fragment_versions[fragment] : version;
+  };
+  std::set<uint32_t> skip;
   if (!as_persist) {
-    auto welcome = st.outbox.wrap(Welcome{version, static_cast<uint32_t>(latest->fragments.size()), true, ""});
-    if (welcome) send_bytes(self, to, std::move(*welcome));
+    Welcome welcome{version, static_cast<uint32_t>(latest->fragments.size()), true, ""};
+    for (const auto& [fragment, blob] : latest->fragments) {
+      welcome.fragment_versions.push_back(version_of(fragment));
+      if (fragment < held.size() && held[fragment] == chunk_checksum(blob.data(), blob.size())) {
+        welcome.held_fragments.push_back(fragment);
+        skip.insert(fragment);
+      }
+    }
+    st.fragments_held += static_cast<int64_t>(skip.size());
+    auto bytes = st.outbox.wrap(welcome);
+    if (bytes) send_bytes(self, to, std::move(*bytes), to_learner);
   }
   auto send_tensor = [&](uint32_t fragment, const storage::Blob& blob, PersistKind kind) {
     const uint64_t count = blob.size() / sizeof(float);
     auto messages = st.outbox.wrap_tensor(Codec::fp32, count, blob, [&](TensorChunk chunk) -> Message {
       if (as_persist) return Persist{version, fragment, kind, std::move(chunk), ""};
-      return GlobalFragment{fragment, version, std::move(chunk)};
+      return GlobalFragment{fragment, version_of(fragment), std::move(chunk)};
     });
     if (!messages) {
       st.log->error("cannot serve fragment {} of version {}: {}", fragment, version, messages.error().to_string());
       return;
     }
-    for (auto& m : *messages) send_bytes(self, to, std::move(m));
+    for (auto& m : *messages) send_bytes(self, to, std::move(m), to_learner);
   };
   for (const auto& [fragment, blob] : latest->fragments) {
+    if (skip.count(fragment)) continue;
     send_tensor(fragment, blob, PersistKind::parameters);
     if (as_persist) {
       auto it = latest->optimizer_state.find(fragment);
@@ -155,8 +182,8 @@ caf::behavior store_behavior(StoreActor* self, std::shared_ptr<storage::Checkpoi
         }
         if (auto* persist = std::get_if<Persist>(&envelope->body)) {
           on_persist(self, sender, *persist);
-        } else if (std::get_if<Join>(&envelope->body)) {
-          serve_latest(self, sender, false);
+        } else if (auto* join = std::get_if<Join>(&envelope->body)) {
+          serve_latest(self, sender, false, join->learner_id, join->held_digests);
         } else if (auto* request = std::get_if<AdminRequest>(&envelope->body); request && request->command == "restore") {
           serve_latest(self, sender, true);
         } else {
@@ -174,16 +201,20 @@ caf::behavior store_behavior(StoreActor* self, std::shared_ptr<storage::Checkpoi
             auto data = st.store->get(info.version);
             if (!data) continue;
             uint64_t digest = 0;
+            nlohmann::json outer = nlohmann::json::array();
             for (const auto& [fragment, blob] : data->fragments) {
               digest = digest * 1000003u ^ chunk_checksum(blob.data(), blob.size()) ^ fragment;
+              auto it = data->optimizer_state.find(fragment);
+              outer.push_back(it == data->optimizer_state.end() ? 0 : chunk_checksum(it->second.data(), it->second.size()));
             }
-            versions.push_back({{"version", info.version}, {"digest", digest}});
+            versions.push_back({{"version", info.version}, {"digest", digest}, {"outer_digests", outer}});
           }
           return admin_reply("store", request->request_id, true, "ok", {{"versions", versions}});
         }
         auto latest = st.store->latest_committed_version();
         nlohmann::json j = {{"commits", st.commits}, {"failed_commits", st.failed_commits},
                             {"bytes_received", st.bytes_received}, {"bytes_served", st.bytes_served},
+                            {"bytes_served_learners", st.bytes_served_learners}, {"fragments_held", st.fragments_held},
                             {"serves", st.serves}, {"latest_version", latest ? *latest : 0}};
         return admin_reply("store", request ? request->request_id : 0, true, "ok", j);
       },

@@ -30,10 +30,12 @@ struct SyncerState {
   Outbox outbox{"syncer"};
   TensorInbox inbox;                       // learner updates, key "learner/fragment"
   TensorInbox restore_inbox;               // the store's replay, key "fragment/kind"
-  std::vector<std::vector<float>> restore_parameters, restore_momentum;
+  std::vector<std::vector<float>> restore_broadcast, restore_outer;  // per fragment, from the store
   double restore_requested_s = -1;
   std::deque<std::pair<WireBytes, caf::actor>> deferred;  // arrived before the state was ready, with sender
   std::optional<StagedCommit> staged;
+  uint64_t restored_version = 0;           // the version the last restore loaded (0: none)
+  nlohmann::json restored_digests;         // broadcast_digests() right after that restore
   std::map<std::string, caf::actor> learner_handles;
   int64_t bytes_to_store = 0;
   Clock::time_point started = Clock::now();
@@ -54,8 +56,8 @@ void request_restore(SyncerActor* self) {
   auto store = lookup(self, store_name());
   st.restore_requested_s = st.now();
   if (!store) return;  // retried on the next tick
-  st.restore_parameters.assign(st.core->fragment_count(), {});
-  st.restore_momentum.assign(st.core->fragment_count(), {});
+  st.restore_broadcast.assign(st.core->fragment_count(), {});
+  st.restore_outer.assign(st.core->fragment_count(), {});
   st.restore_inbox.clear();
   auto bytes = st.outbox.wrap(AdminRequest{0, "restore", {}});
   if (bytes) self->send(store, std::move(*bytes));
@@ -76,9 +78,11 @@ void send_persist(SyncerActor* self, const StagedCommit& commit) {
       self->send(store, std::move(m));
     }
   };
-  for (int p : commit.fragments) {
-    send_tensor(p, st.core->fragment(p).parameters, PersistKind::parameters);
-    send_tensor(p, st.core->fragment(p).momentum, PersistKind::outer_momentum);
+  // Per fragment: B_p as the parameters (what joining learners are served) and the outer-state blob.
+  for (const auto& staged : commit.fragments) {
+    auto stored = to_stored(staged.next);
+    send_tensor(staged.fragment, stored.broadcast, PersistKind::parameters);
+    send_tensor(staged.fragment, stored.outer, PersistKind::outer_momentum);
   }
   nlohmann::json manifest = commit.manifest;
   manifest["bytes_from_learners"] = st.core->bytes_from_learners;
@@ -106,13 +110,19 @@ void broadcast(SyncerActor* self, const StagedCommit& commit) {
   }
   if (auto evaluator = lookup(self, evaluator_name())) recipients.push_back(evaluator);
   const double fastest = st.core->fastest_tokens_per_s();
-  for (int p : commit.fragments) {
-    const auto& values = st.core->fragment(p).parameters;
-    auto encoded = float_bytes(values);
-    auto messages = st.outbox.wrap_tensor(Codec::fp32, values.size(), encoded, [&](TensorChunk chunk) -> Message {
-      return GlobalFragment{static_cast<uint32_t>(p), commit.version, std::move(chunk), fastest};
+  for (const auto& staged : commit.fragments) {
+    const auto& downlink = staged.downlink;
+    const uint64_t count = static_cast<uint64_t>(st.core->fragment_numel(staged.fragment));
+    auto messages = st.outbox.wrap_tensor(downlink.codec, count, downlink.payload, [&](TensorChunk chunk) -> Message {
+      GlobalFragment global{static_cast<uint32_t>(staged.fragment), commit.version, std::move(chunk), fastest};
+      global.delta_base = downlink.delta_base;
+      return global;
     });
-    if (!messages) continue;
+    if (!messages) {
+      st.log->error("cannot broadcast fragment {} of version {}: {}", staged.fragment, commit.version,
+                    messages.error().to_string());
+      continue;
+    }
     for (auto& m : *messages) {
       st.core->bytes_to_learners += static_cast<int64_t>(m.size()) * learners;
       for (const auto& r : recipients) self->send(r, m);
@@ -132,6 +142,9 @@ void try_merge(SyncerActor* self) {
     return;
   }
   st.staged = std::move(*staged);
+  if (st.log->should_log(spdlog::level::debug)) {
+    st.log->debug("staged version {}: {}", st.staged->version, st.staged->manifest["contributors"].dump());
+  }
   send_persist(self, *st.staged);
 }
 
@@ -139,7 +152,7 @@ void finish_restore(SyncerActor* self, const Persist& marker) {
   auto& st = self->state;
   auto manifest = nlohmann::json::parse(marker.manifest_json, nullptr, false);
   if (manifest.is_discarded()) manifest = nlohmann::json::object();
-  Status restored = st.core->restore(marker.version, std::move(st.restore_parameters), std::move(st.restore_momentum),
+  Status restored = st.core->restore(marker.version, std::move(st.restore_broadcast), std::move(st.restore_outer),
                                      manifest);
   if (!restored) {
     st.log->error("cannot restore version {}: {}; retrying", marker.version, restored.error().to_string());
@@ -147,6 +160,8 @@ void finish_restore(SyncerActor* self, const Persist& marker) {
     return;
   }
   st.log->info("restored committed version {} from the checkpoint store", marker.version);
+  st.restored_version = marker.version;
+  st.restored_digests = st.core->broadcast_digests();
   st.phase = Phase::ready;
 }
 
@@ -204,7 +219,7 @@ void on_update(SyncerActor* self, const caf::actor& sender, const DecodedEnvelop
   }
   if (!added->complete) return;
   UpdateHeader header{update.learner_id, update.fragment_id, update.base_version, update.inner_steps, update.tokens,
-                      update.train_loss};
+                      update.train_loss, update.round};
   if (st.core->accept(header, std::move(added->values), st.now())) return;
   try_merge(self);
 }
@@ -260,7 +275,7 @@ void handle(SyncerActor* self, WireBytes&& bytes, const caf::actor& sender) {
           if (body.fragment_id >= static_cast<uint32_t>(st.core->fragment_count())) return;
           auto added = st.restore_inbox.add(std::to_string(body.fragment_id) + (params ? "/p" : "/m"), body.chunk);
           if (added && added->complete) {
-            (params ? st.restore_parameters : st.restore_momentum)[body.fragment_id] = std::move(added->values);
+            (params ? st.restore_broadcast : st.restore_outer)[body.fragment_id] = std::move(added->values);
           }
         } else {
           st.log->warn("ignored a {} message from {}", message_name(envelope->body), envelope->sender_id);
@@ -295,6 +310,11 @@ caf::behavior syncer_behavior(SyncerActor* self, SyncerSpec spec) {
       [=](admin_atom, WireBytes& bytes) -> WireBytes {
         auto& st = self->state;
         auto request = read_admin_request(std::move(bytes));
+        if (request && request->command == "digests") {
+          return admin_reply("syncer", request->request_id, true, "ok",
+                             {{"fragments", st.core->broadcast_digests()}, {"version", st.core->latest_version()},
+                              {"restored_version", st.restored_version}, {"restored_fragments", st.restored_digests}});
+        }
         auto status = st.core->status(st.now());
         status["phase"] = st.phase == Phase::ready ? "ready" : st.phase == Phase::restoring ? "restoring" : "initializing";
         status["bytes_to_store"] = st.bytes_to_store;

@@ -47,23 +47,34 @@ int64_t RejectCounters::total() const {
   return sum;
 }
 
+std::vector<int> StagedCommit::fragment_ids() const {
+  std::vector<int> ids;
+  for (const auto& f : fragments) ids.push_back(f.fragment);
+  return ids;
+}
+
+const StagedFragment* StagedCommit::find(int fragment) const {
+  for (const auto& f : fragments) {
+    if (f.fragment == fragment) return &f;
+  }
+  return nullptr;
+}
+
 SyncerCore::SyncerCore(RuntimeOptions options, std::vector<std::vector<float>> initial)
     : options_(std::move(options)), mode_(options_.setup.run.mode) {
-  auto rule = training::parse_merge_rule(options_.setup.outer.merge);
-  if (rule) merge_rule_ = *rule;
-  const bool delayed = mode_ == "async" && options_.setup.outer.optimizer == "delayed_nesterov";
+  const auto& outer = options_.setup.outer;
+  rules_.mode = mode_;
+  if (auto rule = training::parse_merge_rule(outer.merge)) rules_.merge = *rule;
+  rules_.lr = outer.lr;
+  rules_.momentum = outer.momentum;
+  rules_.delayed_nesterov = uses_delayed_nesterov(mode_, outer.optimizer);
+  rules_.delayed_every = outer.delayed_every;
+  if (auto codec = messages::parse_codec(outer.downlink_codec)) rules_.downlink = *codec;
   for (auto& values : initial) {
-    FragmentState f;
-    f.numel = static_cast<int64_t>(values.size());
-    f.momentum.assign(values.size(), 0.0f);
-    f.parameters = std::move(values);
-    total_numel_ += f.numel;
-    if (delayed) {
-      delayed_.push_back(std::make_unique<training::DelayedNesterovOuter>(
-          f.numel, options_.setup.outer.lr, options_.setup.outer.momentum, options_.setup.outer.delayed_every));
-    }
-    fragments_.push_back(std::move(f));
+    total_numel_ += static_cast<int64_t>(values.size());
+    fragments_.push_back(initial_fragment(std::move(values), rules_));
   }
+  fragment_commits_.assign(fragments_.size(), 0);
   for (const char* r : {"stale", "duplicate", "unknown_learner", "wrong_shape", "non_finite", "malformed",
                         "unauthenticated"}) {
     rejects_.by_reason[r] = 0;
@@ -75,40 +86,46 @@ StagedCommit SyncerCore::stage_initial(double now_s) {
   commit.version = 1;
   last_attempted_version_ = 1;
   commit.started_s = now_s;
+  nlohmann::json outer_state = nlohmann::json::array();
   for (int p = 0; p < fragment_count(); ++p) {
-    commit.fragments.push_back(p);
-    commit.previous_parameters.push_back(fragments_[p].parameters);
-    commit.previous_momentum.push_back(fragments_[p].momentum);
+    StagedFragment staged;
+    staged.fragment = p;
+    staged.next = fragments_[p];
+    staged.next.pending.clear();
+    outer_state.push_back(to_stored(staged.next).entry);
+    commit.fragments.push_back(std::move(staged));
   }
-  commit.manifest = {{"version", 1}, {"kind", "initial"}, {"mode", mode_}, {"fragments", commit.fragments},
+  commit.manifest = {{"version", 1}, {"kind", "initial"}, {"mode", mode_}, {"fragments", commit.fragment_ids()},
                      {"fragment_versions", std::vector<uint64_t>(fragments_.size(), 1)},
-                     {"accounting", accounting_json()}};
+                     {"outer_state", outer_state}, {"accounting", accounting_json()}};
   in_flight_ = true;
   return commit;
 }
 
-Status SyncerCore::restore(uint64_t version, std::vector<std::vector<float>> parameters,
-                           std::vector<std::vector<float>> momentum, const nlohmann::json& manifest) {
-  if (parameters.size() != fragments_.size() || momentum.size() != fragments_.size()) {
-    return make_error(ErrorCode::inconsistent, "stored version has " + std::to_string(parameters.size()) +
+Status SyncerCore::restore(uint64_t version, std::vector<std::vector<float>> broadcast,
+                           std::vector<std::vector<float>> outer, const nlohmann::json& manifest) {
+  if (broadcast.size() != fragments_.size() || outer.size() != fragments_.size()) {
+    return make_error(ErrorCode::inconsistent, "stored version has " + std::to_string(broadcast.size()) +
                                                    " fragments, the model has " + std::to_string(fragments_.size()));
   }
   std::vector<uint64_t> fragment_versions(fragments_.size(), version);
   if (manifest.contains("fragment_versions") && manifest["fragment_versions"].size() == fragments_.size()) {
     fragment_versions = manifest["fragment_versions"].get<std::vector<uint64_t>>();
   }
+  const nlohmann::json entries = manifest.value("outer_state", nlohmann::json::array());
+  std::vector<FragmentState> restored;
   for (size_t p = 0; p < fragments_.size(); ++p) {
-    auto& f = fragments_[p];
-    if (static_cast<int64_t>(parameters[p].size()) != f.numel || momentum[p].size() != parameters[p].size()) {
+    if (static_cast<int64_t>(broadcast[p].size()) != fragments_[p].numel) {
       return make_error(ErrorCode::inconsistent, "stored fragment " + std::to_string(p) + " has the wrong shape");
     }
-    f.parameters = std::move(parameters[p]);
-    f.momentum = std::move(momentum[p]);
-    f.version = fragment_versions[p];
-    f.commit_versions = {f.version};
-    f.pending.clear();
-    f.first_arrival_s = f.quorum_reached_s = -1;
+    const nlohmann::json entry = p < entries.size() ? entries[p] : nlohmann::json();
+    auto value = from_stored(std::move(broadcast[p]), std::move(outer[p]), entry, fragment_versions[p], rules_);
+    if (!value) {
+      return make_error(ErrorCode::inconsistent, "stored fragment " + std::to_string(p) + ": " + value.error().reason);
+    }
+    restored.push_back(std::move(*value));
   }
+  fragments_ = std::move(restored);
   latest_version_ = version;
   last_attempted_version_ = std::max(last_attempted_version_, version);
   in_flight_ = false;
@@ -191,6 +208,38 @@ std::optional<RejectReason> SyncerCore::screen(const std::string& sender_id, uin
   return std::nullopt;
 }
 
+int SyncerCore::effective_quorum() const {
+  return std::max(1, std::min(options_.setup.outer.quorum, std::max(1, active_learners())));
+}
+
+uint64_t SyncerCore::on_time_round(int p) const {
+  // Normally the open round. When every learner that kept the schedule has gone, the ones left are
+  // all behind it: their next slot opens the round instead, so the run never waits for the dead.
+  int64_t leading = -1;
+  for (const auto& [_, r] : learners_) {
+    if (r.active && p < static_cast<int>(r.last_round.size())) leading = std::max(leading, r.last_round[p]);
+  }
+  const uint64_t open = fragments_[p].next_round;
+  if (leading < 0) return open;
+  return std::min<uint64_t>(open, static_cast<uint64_t>(leading) + 1);
+}
+
+void SyncerCore::update_quorum(int p, double now_s) {
+  auto& f = fragments_[p];
+  std::set<std::string> on_time;
+  for (const auto& c : f.pending) {
+    if (c.on_time) on_time.insert(c.learner_id);
+  }
+  if (on_time.empty()) {
+    f.quorum_reached_s = -1;
+    return;
+  }
+  if (f.quorum_reached_s < 0 && static_cast<int>(on_time.size()) >= effective_quorum()) {
+    f.quorum_reached_s = now_s;
+    if (f.first_arrival_s >= 0) ema(timings_.quorum_s, now_s - f.first_arrival_s);
+  }
+}
+
 std::optional<RejectReason> SyncerCore::accept(const UpdateHeader& h, std::vector<float> delta, double now_s) {
   auto& f = fragments_[h.fragment];
   const double share = static_cast<double>(f.numel) / static_cast<double>(std::max<int64_t>(1, total_numel_));
@@ -218,21 +267,20 @@ std::optional<RejectReason> SyncerCore::accept(const UpdateHeader& h, std::vecto
   c.learner_id = h.learner_id;
   c.fragment = static_cast<int>(h.fragment);
   c.base_version = h.base_version;
+  c.round = h.round;
+  c.on_time = mode_ != "decoupled" || h.round >= on_time_round(c.fragment);
   c.steps = h.inner_steps;
   c.tokens = static_cast<int64_t>(h.tokens);
   c.train_loss = h.train_loss;
   c.staleness = staleness.staleness;
   c.arrived_s = now_s;
   c.delta = std::move(delta);
+  auto& record = learners_[h.learner_id];
+  record.last_round.resize(fragments_.size(), -1);
+  record.last_round[h.fragment] = std::max<int64_t>(record.last_round[h.fragment], static_cast<int64_t>(h.round));
   if (f.pending.empty()) f.first_arrival_s = now_s;
   f.pending.push_back(std::move(c));
-  std::set<std::string> distinct;
-  for (const auto& p : f.pending) distinct.insert(p.learner_id);
-  const int quorum = std::max(1, std::min(options_.setup.outer.quorum, std::max(1, active_learners())));
-  if (f.quorum_reached_s < 0 && static_cast<int>(distinct.size()) >= quorum) {
-    f.quorum_reached_s = now_s;
-    ema(timings_.quorum_s, now_s - f.first_arrival_s);
-  }
+  update_quorum(static_cast<int>(h.fragment), now_s);
   return std::nullopt;
 }
 
@@ -241,13 +289,18 @@ std::vector<int> SyncerCore::ready_fragments(double now_s, double* next_deadline
   std::vector<int> ready;
   const double grace = grace_s();
   for (int p = 0; p < fragment_count(); ++p) {
+    update_quorum(p, now_s);  // the quorum shrinks when learners leave
     const auto& f = fragments_[p];
     PendingFragment pending;
-    std::set<std::string> distinct;
-    for (const auto& c : f.pending) distinct.insert(c.learner_id);
-    pending.contributors = static_cast<int>(distinct.size());
+    std::set<std::string> on_time, any;
+    for (const auto& c : f.pending) {
+      any.insert(c.learner_id);
+      if (c.on_time) on_time.insert(c.learner_id);
+    }
+    pending.contributors = static_cast<int>(on_time.size());
+    pending.late = static_cast<int>(any.size() - on_time.size());
     pending.active_learners = active_learners();
-    for (const auto& id : distinct) {
+    for (const auto& id : any) {
       auto it = learners_.find(id);
       if (it != learners_.end() && it->second.active) pending.contributors_active += 1;
     }
@@ -266,90 +319,70 @@ Expected<StagedCommit> SyncerCore::stage(const std::vector<int>& fragment_ids, d
   if (in_flight_) return make_error(ErrorCode::conflict, "a commit is already in flight");
   StagedCommit commit;
   commit.version = std::max(latest_version_, last_attempted_version_) + 1;
-  last_attempted_version_ = commit.version;
   commit.started_s = now_s;
   nlohmann::json contributors = nlohmann::json::array();
   std::vector<uint64_t> fragment_versions;
   for (const auto& f : fragments_) fragment_versions.push_back(f.version);
   for (int p : fragment_ids) {
-    auto& f = fragments_[p];
+    const auto& f = fragments_[p];
     if (f.pending.empty()) continue;
-    // A fixed merge order (learner index, then arrival) makes sync mode deterministic.
-    std::stable_sort(f.pending.begin(), f.pending.end(), [](const auto& a, const auto& b) {
-      return a.learner != b.learner ? a.learner < b.learner : a.arrived_s < b.arrived_s;
-    });
-    std::vector<training::Contribution> inputs;
-    for (const auto& c : f.pending) inputs.push_back({c.delta.data(), c.tokens, std::max<int64_t>(1, c.steps)});
-    auto merged = training::merge(inputs, f.numel, merge_rule_);
-    if (!merged) return merged.error();
-    // Decoupled: a round merged in pieces (quorum + grace, stragglers later) must move θ as far as
-    // one merged at once, so each piece counts for its share of the round's expected contributors.
+    // Decoupled: a period merged in pieces (quorum + grace, stragglers in the next round) must move θ
+    // as far as one merged at once, so each piece counts for its share of the expected contributors.
     double share = 1.0;
     if (mode_ == "decoupled") {
-      std::set<std::string> contributors, expected;
-      for (const auto& c : f.pending) contributors.insert(c.learner_id);
-      expected = contributors;
+      std::set<std::string> contributors_of_round, expected;
+      for (const auto& c : f.pending) contributors_of_round.insert(c.learner_id);
+      expected = contributors_of_round;
       for (const auto& [id, r] : learners_) {
         if (r.active) expected.insert(id);
       }
-      share = static_cast<double>(contributors.size()) / static_cast<double>(expected.size());
-      for (auto& v : *merged) v = static_cast<float>(v * share);
+      share = static_cast<double>(contributors_of_round.size()) / static_cast<double>(expected.size());
     }
-    commit.fragments.push_back(p);
-    commit.previous_parameters.push_back(f.parameters);
-    commit.previous_momentum.push_back(f.momentum);
-    if (mode_ == "ddp") {
-      for (int64_t i = 0; i < f.numel; ++i) f.parameters[i] -= (*merged)[i];  // θ ← θ_local (plain checkpoint)
-    } else if (!delayed_.empty()) {
-      delayed_[p]->step(f.parameters.data(), merged->data());
-      f.momentum = delayed_[p]->momentum_buffer();
-    } else {
-      training::NesterovOuter outer(f.numel, options_.setup.outer.lr, options_.setup.outer.momentum);
-      outer.set_momentum_buffer(std::move(f.momentum));
-      outer.step(f.parameters.data(), merged->data());
-      f.momentum = outer.momentum_buffer();
-    }
+    auto staged = stage_fragment(p, f, rules_, share);
+    if (!staged) return staged.error();
     fragment_versions[p] = commit.version;
-    for (auto& c : f.pending) {
+    for (const auto& c : staged->merged) {
       contributors.push_back({{"learner", c.learner_id}, {"fragment", p}, {"base", c.base_version}, {"share", share},
-                              {"staleness", c.staleness}, {"steps", c.steps}, {"tokens", c.tokens},
-                              {"train_loss", c.train_loss}});
-      c.delta = {};
-      commit.merged.push_back(std::move(c));
+                              {"round", c.round}, {"on_time", c.on_time}, {"staleness", c.staleness},
+                              {"steps", c.steps}, {"tokens", c.tokens}, {"train_loss", c.train_loss}});
     }
-    f.pending.clear();
-    f.first_arrival_s = f.quorum_reached_s = -1;
+    commit.fragments.push_back(std::move(*staged));
   }
   if (commit.fragments.empty()) return make_error(ErrorCode::invalid_argument, "no fragment had pending updates");
+  last_attempted_version_ = commit.version;
   std::vector<int> carried;
+  nlohmann::json outer_state = nlohmann::json::array();
   for (int p = 0; p < fragment_count(); ++p) {
-    if (std::find(commit.fragments.begin(), commit.fragments.end(), p) == commit.fragments.end()) carried.push_back(p);
+    const StagedFragment* staged = commit.find(p);
+    if (!staged) carried.push_back(p);
+    outer_state.push_back(to_stored(staged ? staged->next : fragments_[p]).entry);
   }
-  commit.manifest = {{"version", commit.version}, {"mode", mode_}, {"fragments", commit.fragments},
+  commit.manifest = {{"version", commit.version}, {"mode", mode_}, {"fragments", commit.fragment_ids()},
                      {"carried", carried}, {"fragment_versions", fragment_versions},
-                     {"contributors", contributors}};
+                     {"outer_state", outer_state}, {"contributors", contributors}};
   auto credited = learners_;
-  credit(credited, commit.merged, now_s);
+  credit(credited, commit, now_s);
   commit.manifest["accounting"] = accounting_json(credited);
   in_flight_ = true;
   return commit;
 }
 
-void SyncerCore::commit_succeeded(const StagedCommit& commit, double now_s) {
+void SyncerCore::commit_succeeded(StagedCommit& commit, double now_s) {
   in_flight_ = false;
   latest_version_ = commit.version;
   commits_ += 1;
-  for (int p : commit.fragments) {
-    auto& f = fragments_[p];
-    f.version = commit.version;
-    f.commit_versions.push_back(commit.version);
-    if (f.commit_versions.size() > kCommitHistory) f.commit_versions.erase(f.commit_versions.begin());
-  }
-  credit(learners_, commit.merged, now_s);
-  for (const auto& c : commit.merged) {
-    merges_ += 1;
-    loss_sum_ += c.train_loss;
-    loss_count_ += 1;
+  credit(learners_, commit, now_s);
+  for (auto& staged : commit.fragments) {
+    const int p = staged.fragment;
+    for (const auto& c : staged.merged) {
+      merges_ += 1;
+      loss_sum_ += c.train_loss;
+      loss_count_ += 1;
+    }
+    if (!staged.merged.empty()) fragment_commits_[p] += 1;
+    // Moves the staged value in; the commit keeps its downlink message for the broadcast.
+    fragments_[p] = commit_fragment(std::move(staged), std::move(fragments_[p]), commit.version, kCommitHistory);
+    update_quorum(p, now_s);
   }
   if (loss_count_ > 0) last_train_loss_ = loss_sum_ / loss_count_;
   loss_sum_ = 0;
@@ -359,28 +392,27 @@ void SyncerCore::commit_succeeded(const StagedCommit& commit, double now_s) {
 
 void SyncerCore::commit_failed(const StagedCommit& commit, const std::string& reason) {
   in_flight_ = false;
-  for (size_t i = 0; i < commit.fragments.size(); ++i) {
-    auto& f = fragments_[commit.fragments[i]];
-    f.parameters = commit.previous_parameters[i];
-    f.momentum = commit.previous_momentum[i];
-  }
-  component_logger("syncer")->error("commit of version {} failed ({}): {} contribution(s) discarded", commit.version,
-                                    reason, commit.merged.size());
+  size_t merged = 0;
+  for (const auto& f : commit.fragments) merged += f.merged.size();
+  component_logger("syncer")->error("commit of version {} failed ({}): the staged state is dropped; {} "
+                                    "contribution(s) stay pending for the next attempt", commit.version, reason, merged);
 }
 
-void SyncerCore::credit(std::map<std::string, LearnerRecord>& learners,
-                        const std::vector<PendingContribution>& merged, double now_s) const {
-  for (const auto& c : merged) {
-    auto it = learners.find(c.learner_id);
-    if (it == learners.end()) continue;
-    auto& r = it->second;
-    const double share = static_cast<double>(fragments_[c.fragment].numel) / std::max<int64_t>(1, total_numel_);
-    r.contributions_merged += 1;
-    r.step_equivalents_merged += c.steps * share;
-    r.tokens_merged += static_cast<int64_t>(c.tokens * share);
-    if (c.fragment == 0) r.steps_merged_fragment0 += c.steps;
-    // Only work sent after the (re)join counts: a dead incarnation's last updates may still merge.
-    if (r.first_merge_after_join_s < 0 && c.arrived_s >= r.joined_s) r.first_merge_after_join_s = now_s;
+void SyncerCore::credit(std::map<std::string, LearnerRecord>& learners, const StagedCommit& commit,
+                        double now_s) const {
+  for (const auto& staged : commit.fragments) {
+    for (const auto& c : staged.merged) {
+      auto it = learners.find(c.learner_id);
+      if (it == learners.end()) continue;
+      auto& r = it->second;
+      const double share = static_cast<double>(fragments_[c.fragment].numel) / std::max<int64_t>(1, total_numel_);
+      r.contributions_merged += 1;
+      r.step_equivalents_merged += c.steps * share;
+      r.tokens_merged += static_cast<int64_t>(c.tokens * share);
+      if (c.fragment == 0) r.steps_merged_fragment0 += c.steps;
+      // Only work sent after the (re)join counts: a dead incarnation's last updates may still merge.
+      if (r.first_merge_after_join_s < 0 && c.arrived_s >= r.joined_s) r.first_merge_after_join_s = now_s;
+    }
   }
 }
 
@@ -421,10 +453,11 @@ nlohmann::json SyncerCore::status(double now_s) const {
                          {"tokens_per_s", r.tokens_per_s}});
   }
   int64_t pending = 0;
-  std::vector<uint64_t> fragment_versions;
+  std::vector<uint64_t> fragment_versions, open_rounds;
   for (const auto& f : fragments_) {
     pending += static_cast<int64_t>(f.pending.size());
     fragment_versions.push_back(f.version);
+    open_rounds.push_back(f.next_round);
   }
   return {{"mode", mode_},
           {"version", latest_version_},
@@ -434,6 +467,10 @@ nlohmann::json SyncerCore::status(double now_s) const {
           {"pending", pending},
           {"active_learners", active_learners()},
           {"fragment_versions", fragment_versions},
+          {"fragment_commits", fragment_commits_},
+          {"open_rounds", open_rounds},
+          {"downlink_codec", messages::codec_name(rules_.downlink)},
+          {"outer_optimizer", rules_.delayed_nesterov ? "delayed_nesterov" : "nesterov"},
           {"train_loss", last_train_loss_},
           {"grace_s", grace_s()},
           {"timings", {{"step_s", timings_.step_s}, {"quorum_s", timings_.quorum_s}, {"sync_s", timings_.sync_s}}},
@@ -443,6 +480,15 @@ nlohmann::json SyncerCore::status(double now_s) const {
           {"bytes_to_learners", bytes_to_learners},
           {"learners", learners},
           {"accounting", accounting_json()}};
+}
+
+nlohmann::json SyncerCore::broadcast_digests() const {
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& f : fragments_) {
+    out.push_back({{"version", f.version}, {"digest", broadcast_digest(f.broadcast)},
+                   {"outer_digest", broadcast_digest(to_stored(f).outer)}, {"arrivals", f.outer.arrivals}});
+  }
+  return out;
 }
 
 }  // namespace archipelago::actors

@@ -1,17 +1,19 @@
 // The outer optimizer's state and rules, without actors: what the syncer actor (actors/syncer.hpp)
 // wraps with messaging. Kept apart so it can be unit-tested and, later, sharded by fragment.
 //
-// State per fragment p: global parameters θ_p, outer momentum, the version at which θ_p last
-// changed, the versions of its recent commits (for staleness) and the pending contributions
-// (pseudo-gradients Δ = θ_p(base) − θ_local,p from learners). In decoupled mode a merge of k of
-// the n expected learners (active ∪ contributors) is scaled by k/n, so a round merged in pieces
-// moves θ as far as one merged at once. A global `version` counts commits:
-// one commit carries every fragment that was ready to merge at that moment (in sync mode with one
-// fragment that is one version per round).
+// State: one FragmentState value per fragment (actors/fragment_state.hpp: θ_p, B_p, the whole
+// outer-optimizer state, versions, the open round, pending contributions) plus the learners' records
+// and counters. A global `version` counts commits; one commit carries every fragment that was ready
+// to merge at that moment. Decoupled mode runs rounds per fragment: an update sent in a schedule
+// slot behind the fragment's open round is late; it merges with that round but does not count
+// towards its quorum, so one round is at most one outer step, one version and one broadcast of p.
+// In decoupled mode a merge of k of the n expected learners (active ∪ contributors) is scaled by
+// k/n, so a period merged in pieces moves θ as far as one merged at once.
 //
-// Invariants: θ only changes through stage() → commit_succeeded(); at most one commit is in flight;
-// committed versions are strictly increasing; a rejected update changes nothing but a counter.
-// Not thread-safe: owned by one syncer actor.
+// Invariants: a fragment's value only changes through stage() → commit_succeeded(), which swaps in
+// the staged value; commit_failed() drops it and leaves every value as it was; at most one commit is
+// in flight; committed versions are strictly increasing; a rejected update changes nothing but a
+// counter. Not thread-safe: owned by one syncer actor.
 #pragma once
 
 #include <cstdint>
@@ -23,6 +25,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "actors/fragment_state.hpp"
 #include "actors/policy.hpp"
 #include "actors/runtime_options.hpp"
 #include "common/error.hpp"
@@ -56,41 +59,18 @@ struct LearnerRecord {
   int64_t steps_merged_fragment0 = 0;    // data position hint for --resume
   int64_t tokens_merged = 0;
   double tokens_per_s = 0;               // its throughput, as its last update reported it
+  std::vector<int64_t> last_round;       // per fragment: schedule slot of its last accepted update (-1: none)
 };
 
-struct PendingContribution {
-  int learner = -1;
-  int fragment = 0;
-  std::string learner_id;
-  uint64_t base_version = 0;
-  int64_t steps = 0;
-  int64_t tokens = 0;
-  float train_loss = 0;
-  int64_t staleness = 0;
-  double arrived_s = 0;
-  std::vector<float> delta;
-};
-
-struct FragmentState {
-  int64_t numel = 0;
-  std::vector<float> parameters;
-  std::vector<float> momentum;
-  uint64_t version = 0;                  // version at which θ_p last changed
-  std::vector<uint64_t> commit_versions; // recent versions at which θ_p changed, ascending
-  std::vector<PendingContribution> pending;
-  double first_arrival_s = -1;
-  double quorum_reached_s = -1;
-};
-
-// One commit being made durable: new θ/momentum of the merged fragments and what to restore on failure.
+// One commit being made durable: the staged value of every merged fragment and its manifest.
 struct StagedCommit {
   uint64_t version = 0;
-  std::vector<int> fragments;
-  std::vector<std::vector<float>> previous_parameters;
-  std::vector<std::vector<float>> previous_momentum;
-  std::vector<PendingContribution> merged;  // deltas dropped; for accounting
+  std::vector<StagedFragment> fragments;
   nlohmann::json manifest;
   double started_s = 0;
+
+  std::vector<int> fragment_ids() const;
+  const StagedFragment* find(int fragment) const;
 };
 
 // What an accepted update header must carry (one whole, reassembled tensor).
@@ -101,6 +81,7 @@ struct UpdateHeader {
   uint32_t inner_steps = 0;
   uint64_t tokens = 0;
   float train_loss = 0;
+  uint64_t round = 0;
 };
 
 class SyncerCore {
@@ -114,13 +95,15 @@ class SyncerCore {
   uint64_t latest_version() const { return latest_version_; }
   bool commit_in_flight() const { return in_flight_; }
   const FragmentState& fragment(int p) const { return fragments_[p]; }
+  const FragmentRules& rules() const { return rules_; }
 
   // ---- restoring -------------------------------------------------------------------------------
   // Version 1 of a fresh run: the initial parameters, zero momentum.
   StagedCommit stage_initial(double now_s);
-  // Loads a committed version (from the checkpoint store). `manifest` restores counters.
-  Status restore(uint64_t version, std::vector<std::vector<float>> parameters,
-                 std::vector<std::vector<float>> momentum, const nlohmann::json& manifest);
+  // Loads a committed version (from the checkpoint store): per fragment B_p and the outer-state blob
+  // (fragment_state.hpp, to_stored). `manifest` restores the rest of each value and the counters.
+  Status restore(uint64_t version, std::vector<std::vector<float>> broadcast,
+                 std::vector<std::vector<float>> outer, const nlohmann::json& manifest);
 
   // ---- learners --------------------------------------------------------------------------------
   messages::Welcome join(const messages::Join& join, double now_s);
@@ -137,13 +120,18 @@ class SyncerCore {
   // ---- merging ---------------------------------------------------------------------------------
   // Fragments whose merge is due now; `next_deadline_s` (< 0: none) says when to look again.
   std::vector<int> ready_fragments(double now_s, double* next_deadline_s);
-  // Merges and outer-steps the fragments, returns the commit to persist. Requires !commit_in_flight().
+  // Stages new values of the fragments (merge, outer step, downlink) and returns the commit to
+  // persist; the current values do not change. Requires !commit_in_flight().
   Expected<StagedCommit> stage(const std::vector<int>& fragments, double now_s);
-  void commit_succeeded(const StagedCommit& commit, double now_s);
+  // Swaps the staged values in (the commit's broadcasts may go out now). Empties `commit.fragments`' values.
+  void commit_succeeded(StagedCommit& commit, double now_s);
   void commit_failed(const StagedCommit& commit, const std::string& reason);
 
   // ---- reporting -------------------------------------------------------------------------------
   nlohmann::json status(double now_s) const;
+  // Per fragment: version and digest of B_p (receivers' copies must match), digest of the stored
+  // outer-state blob (the store's copy of that version must match) and Delayed Nesterov's count.
+  nlohmann::json broadcast_digests() const;
   const std::map<std::string, LearnerRecord>& learners() const { return learners_; }
   const RejectCounters& rejects() const { return rejects_; }
   const SyncTimings& timings() const { return timings_; }
@@ -157,19 +145,23 @@ class SyncerCore {
   int64_t bytes_to_learners = 0;
 
  private:
-  // Credits merged contributions to their learners' counters.
-  void credit(std::map<std::string, LearnerRecord>& learners, const std::vector<PendingContribution>& merged,
-              double now_s) const;
+  // Credits a commit's merged contributions to their learners' counters.
+  void credit(std::map<std::string, LearnerRecord>& learners, const StagedCommit& commit, double now_s) const;
+  // The quorum threshold of fragment p's open round for an update arriving now (decoupled).
+  uint64_t on_time_round(int p) const;
+  // Marks when fragment p's on-time contributors reached the quorum (and records the quorum time).
+  void update_quorum(int p, double now_s);
+  int effective_quorum() const;
   nlohmann::json accounting_json(const std::map<std::string, LearnerRecord>& learners) const;
   nlohmann::json accounting_json() const { return accounting_json(learners_); }
   void restore_accounting(const nlohmann::json& accounting);
 
   RuntimeOptions options_;
   std::string mode_;
-  training::MergeRule merge_rule_ = training::MergeRule::token_weighted;
+  FragmentRules rules_;
   std::vector<FragmentState> fragments_;
+  std::vector<int64_t> fragment_commits_;  // per fragment, commits since this syncer started
   int64_t total_numel_ = 0;
-  std::vector<std::unique_ptr<training::DelayedNesterovOuter>> delayed_;  // async + delayed_nesterov
   std::map<std::string, LearnerRecord> learners_;
   std::map<std::string, double> last_arrival_;  // "learner/fragment" -> time, for step-time estimates
   RejectCounters rejects_;

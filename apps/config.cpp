@@ -155,6 +155,7 @@ Expected<Config> to_config(const toml::table& table) {
   c.outer.fragment_layout = r.get_string("outer.fragment_layout");
   c.outer.quorum = static_cast<int>(r.get_int("outer.quorum"));
   c.outer.codec = r.get_string("outer.codec");
+  c.outer.downlink_codec = r.get_string("outer.downlink_codec");
   c.outer.delayed_every = static_cast<int>(r.get_int("outer.delayed_every"));
 
   c.syncer.alpha = r.get_double("outer.alpha");
@@ -184,6 +185,8 @@ Expected<Config> to_config(const toml::table& table) {
   c.faults.crash_learner_on_start = static_cast<int>(r.get_int("faults.crash_learner_on_start"));
   c.faults.slow_learner = static_cast<int>(r.get_int("faults.slow_learner"));
   c.faults.slow_factor = r.get_double("faults.slow_factor");
+  c.faults.nonfinite_learner = static_cast<int>(r.get_int("faults.nonfinite_learner"));
+  c.faults.nonfinite_at_step = r.get_int("faults.nonfinite_at_step");
   c.faults.seed = static_cast<uint64_t>(r.get_int("faults.seed"));
 
   c.data.corpus = r.get_string("data.corpus");
@@ -228,7 +231,7 @@ Expected<Config> to_config(const toml::table& table) {
            at_least("inner.clip_norm", c.inner.clip_norm, 0),
            at_least("inner.batch_size", c.inner.batch_size, 1),
            one_of("inner.precision", c.inner.precision, {"fp32", "bf16"}),
-           one_of("outer.optimizer", c.outer.optimizer, {"nesterov", "delayed_nesterov"}),
+           one_of("outer.optimizer", c.outer.optimizer, {"auto", "nesterov", "delayed_nesterov"}),
            at_least("outer.lr", c.outer.lr, 0),
            in_open_range("outer.momentum", c.outer.momentum, -1e-12, 1),
            one_of("outer.merge", c.outer.merge, {"mean", "token_weighted", "rda"}),
@@ -236,6 +239,7 @@ Expected<Config> to_config(const toml::table& table) {
            one_of("outer.fragment_layout", c.outer.fragment_layout, {"balanced", "strided"}),
            at_least("outer.quorum", c.outer.quorum, 1),
            one_of("outer.codec", c.outer.codec, {"fp32", "bf16", "int8", "int4"}),
+           one_of("outer.downlink_codec", c.outer.downlink_codec, {"fp32", "bf16", "int8", "int4"}),
            at_least("outer.delayed_every", c.outer.delayed_every, 1),
            in_open_range("outer.alpha", c.syncer.alpha, -1e-12, 1),
            one_of("outer.install", install, {"mix", "carry"}),
@@ -261,6 +265,8 @@ Expected<Config> to_config(const toml::table& table) {
            at_least("faults.crash_learner_on_start", c.faults.crash_learner_on_start, -1),
            at_least("faults.slow_learner", c.faults.slow_learner, -1),
            at_least("faults.slow_factor", c.faults.slow_factor, 1),
+           at_least("faults.nonfinite_learner", c.faults.nonfinite_learner, -1),
+           at_least("faults.nonfinite_at_step", static_cast<double>(c.faults.nonfinite_at_step), 0),
            at_least("faults.seed", static_cast<double>(r.get_int("faults.seed")), 0),
            one_of("data.split", c.data.split, {"tail", "documents"}),
            in_open_range("data.heldout_fraction", c.data.heldout_fraction, 0, 1),

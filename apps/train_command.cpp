@@ -132,8 +132,21 @@ void print_summary_table(const json& s) {
                            num(s["heldout_loss"].get<double>(), "%.4f"));
   row("wall time", num(s["wall_s"].get<double>(), "%.1f s"));
   row("tokens / s", num(s["tokens_per_s"].get<double>(), "%.0f"));
-  row("MB sent", num(s["bytes_sent"].get<int64_t>() / 1e6, "%.1f"));
-  row("MB data-parallel equiv.", num(s["bytes_ddp_equivalent"].get<int64_t>() / 1e6, "%.1f"));
+  if (s.contains("bytes_up")) {
+    row("MB sent (measured)", num(s["bytes_sent"].get<int64_t>() / 1e6, "%.1f") + "  (up " +
+                                  num(s["bytes_up"].get<int64_t>() / 1e6, "%.1f") + ", down " +
+                                  num(s["bytes_down"].get<int64_t>() / 1e6, "%.1f") + ")");
+  } else {
+    row("MB sent (computed)", num(s["bytes_sent"].get<int64_t>() / 1e6, "%.1f"));
+  }
+  row("MB data-parallel equiv.", num(s["bytes_ddp_equivalent"].get<int64_t>() / 1e6, "%.1f") +
+                                     (s.value("bytes_sent", int64_t{0}) > 0
+                                          ? "  (" + num(static_cast<double>(s["bytes_ddp_equivalent"].get<int64_t>()) /
+                                                            s["bytes_sent"].get<int64_t>(), "%.0f") + "x the bytes sent)"
+                                          : std::string()));
+  if (s.contains("versions_per_fragment_round")) {
+    row("versions / fragment round", num(s["versions_per_fragment_round"].get<double>(), "%.2f"));
+  }
   if (s.contains("versions_committed")) {
     row("versions committed", std::to_string(s["versions_committed"].get<int64_t>()));
     row("goodput", num(s["goodput"].get<double>(), "%.3f") + "  (badput: restart " +
@@ -228,7 +241,13 @@ int run_train(const TrainArguments& arguments) {
         {"initial_heldout_loss", r.initial_heldout_loss}, {"heldout_loss", r.heldout_loss},
         {"train_loss", r.train_loss}, {"wall_s", r.wall_s},
         {"tokens_per_s", r.wall_s > 0 ? r.tokens / r.wall_s : 0.0}, {"bytes_sent", r.bytes_sent},
-        {"bytes_ddp_equivalent", r.bytes_ddp_equivalent}, {"blas", blas.library}, {"blas_gflops", blas.gflops},
+        {"bytes_up", r.bytes_up}, {"bytes_down", r.bytes_down}, {"bytes_measured", true},
+        {"bytes_ddp_equivalent", r.bytes_ddp_equivalent},
+        {"ddp_bytes_ratio", r.bytes_sent > 0 ? static_cast<double>(r.bytes_ddp_equivalent) / r.bytes_sent : 0.0},
+        {"versions_per_fragment_round", r.versions_per_fragment_round}, {"fragment_commits", r.fragment_commits},
+        {"uplink_codec", config->outer.codec}, {"downlink_codec", config->outer.downlink_codec},
+        {"learner_nonfinite_recoveries", r.learner_nonfinite_recoveries},
+        {"blas", blas.library}, {"blas_gflops", blas.gflops},
         {"device", config->run.device}, {"precision", config->inner.precision},
         {"versions_committed", r.versions_committed}, {"start_version", r.start_version},
         {"final_version", r.final_version}, {"goodput", r.goodput.goodput},
@@ -273,6 +292,7 @@ int run_train(const TrainArguments& arguments) {
       {"wall_s", result->wall_s},
       {"tokens_per_s", result->wall_s > 0 ? result->tokens / result->wall_s : 0.0},
       {"bytes_sent", result->bytes_sent},
+      {"bytes_measured", false},  // no links: the model's fp32 bytes up and down per learner and sync, computed
       {"bytes_ddp_equivalent", result->bytes_ddp_equivalent},
       {"blas", blas.library},
       {"blas_gflops", blas.gflops},

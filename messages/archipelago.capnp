@@ -42,6 +42,9 @@ struct Join {
   device @3 :Text;      # "cpu", "cuda:0", ... (informational).
   speedHint @4 :Float64;  # expected tokens/s, used to size inner steps before real measurements.
   authToken @5 :Text;   # shared secret of the run; unauthenticated learners are refused.
+  heldDigests @6 :List(UInt64);  # to the store: XXH3-64 of the fp32 bytes of each fragment the requester
+                                 # already holds (index = fragment; empty = none); the store does not send
+                                 # a fragment whose stored broadcast state has the same digest.
 }
 
 # syncer -> learner: answer to Join. The global state itself follows as GlobalFragment messages.
@@ -50,6 +53,9 @@ struct Welcome {
   fragmentCount @1 :UInt32;  # number of parameter fragments the model is split into.
   accepted @2 :Bool;         # false: the learner must not train; see `reason`.
   reason @3 :Text;           # why the learner was refused (empty when accepted).
+  heldFragments @4 :List(UInt32);  # from the store: fragments not sent because the requester holds them
+                                   # (its held digest matched); the rest follow as GlobalFragment messages.
+  fragmentVersions @5 :List(UInt64);  # from the store: the version each fragment last changed at (index = fragment).
 }
 
 # learner -> syncer: one chunk of a fragment's pseudo-gradient after a round of inner steps.
@@ -62,6 +68,9 @@ struct FragmentUpdate {
   trainLoss @5 :Float32;  # mean training loss over those steps (must be finite).
   chunk @6 :TensorChunk;  # the encoded pseudo-gradient, or one chunk of it.
   tokensPerSec @7 :Float64;  # the learner's throughput per compute second (0 = not measured yet; finite, >= 0).
+  round @8 :UInt64;       # decoupled mode: the schedule slot of this fragment the update is due in,
+                          # (step - offset) / H; the syncer counts an update towards the quorum of
+                          # its open round only when it is not behind that round.
 }
 
 # syncer -> learners: one chunk of a committed global fragment.
@@ -71,6 +80,10 @@ struct GlobalFragment {
   chunk @2 :TensorChunk;  # the encoded parameters, or one chunk of them.
   fastestTokensPerSec @3 :Float64;  # async mode: the fastest active learner's throughput (0 = unknown);
                                     # a learner runs floor(H * its own / fastest) inner steps per period.
+  deltaBase @4 :UInt64;   # 0: `chunk` holds the fragment's values, B <- chunk. Otherwise `chunk` holds
+                          # Q(theta - B) against the broadcast state B of version `deltaBase`, and
+                          # B <- B + chunk (float adds in element order, the same on every receiver);
+                          # a receiver that does not hold version `deltaBase` fetches B from the store.
 }
 
 # learner -> failure monitor: liveness and throughput, every ~100-500 ms.
@@ -78,6 +91,7 @@ struct Heartbeat {
   learnerId @0 :Text;       # sender learner.
   step @1 :UInt64;          # inner steps taken since the learner started.
   tokensPerSec @2 :Float64; # recent throughput (must be finite, >= 0).
+  nonfiniteRecoveries @3 :UInt64;  # this incarnation's steps that went NaN/Inf and were undone from the globals.
 }
 
 # What a Persist chunk carries.

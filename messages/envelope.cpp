@@ -98,8 +98,19 @@ Status validate(const Message& message, const DecodeLimits& limits) {
       m && !(finite(m->fastest_tokens_per_sec) && m->fastest_tokens_per_sec >= 0)) {
     return make_error(ErrorCode::non_finite, "fastest tokens/s of a global fragment is not a finite, non-negative number");
   }
+  if (auto* m = std::get_if<GlobalFragment>(&message); m && m->delta_base >= m->version && m->delta_base != 0) {
+    return make_error(ErrorCode::invalid_argument, "a global fragment's delta base must be older than its version");
+  }
   if (auto* m = std::get_if<Heartbeat>(&message); m && !finite(m->tokens_per_sec)) {
     return make_error(ErrorCode::non_finite, "tokens/s is not finite");
+  }
+  constexpr size_t kMaxFragments = 1 << 16;
+  if (auto* m = std::get_if<Join>(&message); m && m->held_digests.size() > kMaxFragments) {
+    return make_error(ErrorCode::invalid_argument, "a join lists more held fragments than any model has");
+  }
+  if (auto* m = std::get_if<Welcome>(&message);
+      m && (m->held_fragments.size() > kMaxFragments || m->fragment_versions.size() > kMaxFragments)) {
+    return make_error(ErrorCode::invalid_argument, "a welcome lists more fragments than any model has");
   }
   if (auto* m = std::get_if<Join>(&message); m && !finite(m->speed_hint)) {
     return make_error(ErrorCode::non_finite, "speed hint is not finite");

@@ -50,6 +50,7 @@ struct Join {
   std::string device;
   double speed_hint = 0.0;
   std::string auth_token;
+  std::vector<uint64_t> held_digests;  // to the store: what the requester holds, per fragment
 };
 
 struct Welcome {
@@ -57,6 +58,8 @@ struct Welcome {
   uint32_t fragment_count = 0;
   bool accepted = false;
   std::string reason;
+  std::vector<uint32_t> held_fragments;     // from the store: not sent, the requester holds them
+  std::vector<uint64_t> fragment_versions;  // from the store: per fragment, the version it last changed at
 };
 
 struct FragmentUpdate {
@@ -68,6 +71,7 @@ struct FragmentUpdate {
   float train_loss = 0.0f;
   TensorChunk chunk;
   double tokens_per_sec = 0;  // the sender's throughput (0: not measured yet)
+  uint64_t round = 0;         // decoupled: schedule slot of the fragment this update is due in
 };
 
 struct GlobalFragment {
@@ -75,12 +79,14 @@ struct GlobalFragment {
   uint64_t version = 0;
   TensorChunk chunk;
   double fastest_tokens_per_sec = 0;  // async mode's dynamic local steps (0: unknown)
+  uint64_t delta_base = 0;            // 0: absolute values; else a delta against B of this version
 };
 
 struct Heartbeat {
   std::string learner_id;
   uint64_t step = 0;
   double tokens_per_sec = 0.0;
+  uint64_t nonfinite_recoveries = 0;
 };
 
 enum class PersistKind : uint8_t { parameters = 0, outer_momentum = 1 };

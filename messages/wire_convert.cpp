@@ -66,12 +66,18 @@ void write_body(capnp::MessageBuilder& builder, wire::Envelope::Body::Builder bo
           out.setDevice(text(m.device));
           out.setSpeedHint(m.speed_hint);
           out.setAuthToken(text(m.auth_token));
+          auto digests = out.initHeldDigests(static_cast<unsigned>(m.held_digests.size()));
+          for (unsigned i = 0; i < m.held_digests.size(); ++i) digests.set(i, m.held_digests[i]);
         } else if constexpr (std::is_same_v<T, Welcome>) {
           auto out = body.initWelcome();
           out.setVersion(m.version);
           out.setFragmentCount(m.fragment_count);
           out.setAccepted(m.accepted);
           out.setReason(text(m.reason));
+          auto held = out.initHeldFragments(static_cast<unsigned>(m.held_fragments.size()));
+          for (unsigned i = 0; i < m.held_fragments.size(); ++i) held.set(i, m.held_fragments[i]);
+          auto versions = out.initFragmentVersions(static_cast<unsigned>(m.fragment_versions.size()));
+          for (unsigned i = 0; i < m.fragment_versions.size(); ++i) versions.set(i, m.fragment_versions[i]);
         } else if constexpr (std::is_same_v<T, FragmentUpdate>) {
           auto out = body.initFragmentUpdate();
           out.setLearnerId(text(m.learner_id));
@@ -81,18 +87,21 @@ void write_body(capnp::MessageBuilder& builder, wire::Envelope::Body::Builder bo
           out.setTokens(m.tokens);
           out.setTrainLoss(m.train_loss);
           out.setTokensPerSec(m.tokens_per_sec);
+          out.setRound(m.round);
           write_chunk(builder, out.initChunk(), m.chunk, external);
         } else if constexpr (std::is_same_v<T, GlobalFragment>) {
           auto out = body.initGlobalFragment();
           out.setFragmentId(m.fragment_id);
           out.setVersion(m.version);
           out.setFastestTokensPerSec(m.fastest_tokens_per_sec);
+          out.setDeltaBase(m.delta_base);
           write_chunk(builder, out.initChunk(), m.chunk, external);
         } else if constexpr (std::is_same_v<T, Heartbeat>) {
           auto out = body.initHeartbeat();
           out.setLearnerId(text(m.learner_id));
           out.setStep(m.step);
           out.setTokensPerSec(m.tokens_per_sec);
+          out.setNonfiniteRecoveries(m.nonfinite_recoveries);
         } else if constexpr (std::is_same_v<T, Persist>) {
           auto out = body.initPersist();
           out.setVersion(m.version);
@@ -133,13 +142,17 @@ Expected<Message> read_body(wire::Envelope::Body::Reader body,
   switch (body.which()) {
     case Which::JOIN: {
       auto in = body.getJoin();
-      return Message(Join{string(in.getLearnerId()), string(in.getNode()), string(in.getSite()),
-                          string(in.getDevice()), in.getSpeedHint(), string(in.getAuthToken())});
+      Join join{string(in.getLearnerId()), string(in.getNode()), string(in.getSite()),
+                string(in.getDevice()), in.getSpeedHint(), string(in.getAuthToken())};
+      for (auto d : in.getHeldDigests()) join.held_digests.push_back(d);
+      return Message(std::move(join));
     }
     case Which::WELCOME: {
       auto in = body.getWelcome();
-      return Message(Welcome{in.getVersion(), in.getFragmentCount(), in.getAccepted(),
-                             string(in.getReason())});
+      Welcome welcome{in.getVersion(), in.getFragmentCount(), in.getAccepted(), string(in.getReason())};
+      for (auto f : in.getHeldFragments()) welcome.held_fragments.push_back(f);
+      for (auto v : in.getFragmentVersions()) welcome.fragment_versions.push_back(v);
+      return Message(std::move(welcome));
     }
     case Which::FRAGMENT_UPDATE: {
       auto in = body.getFragmentUpdate();
@@ -147,17 +160,19 @@ Expected<Message> read_body(wire::Envelope::Body::Reader body,
       if (!chunk) return chunk.error();
       return Message(FragmentUpdate{string(in.getLearnerId()), in.getFragmentId(),
                                     in.getBaseVersion(), in.getInnerSteps(), in.getTokens(),
-                                    in.getTrainLoss(), std::move(*chunk), in.getTokensPerSec()});
+                                    in.getTrainLoss(), std::move(*chunk), in.getTokensPerSec(), in.getRound()});
     }
     case Which::GLOBAL_FRAGMENT: {
       auto in = body.getGlobalFragment();
       auto chunk = read_chunk(in.getChunk(), owner);
       if (!chunk) return chunk.error();
-      return Message(GlobalFragment{in.getFragmentId(), in.getVersion(), std::move(*chunk), in.getFastestTokensPerSec()});
+      return Message(GlobalFragment{in.getFragmentId(), in.getVersion(), std::move(*chunk), in.getFastestTokensPerSec(),
+                                    in.getDeltaBase()});
     }
     case Which::HEARTBEAT: {
       auto in = body.getHeartbeat();
-      return Message(Heartbeat{string(in.getLearnerId()), in.getStep(), in.getTokensPerSec()});
+      return Message(Heartbeat{string(in.getLearnerId()), in.getStep(), in.getTokensPerSec(),
+                               in.getNonfiniteRecoveries()});
     }
     case Which::PERSIST: {
       auto in = body.getPersist();

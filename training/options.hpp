@@ -40,14 +40,15 @@ struct InnerOptions {
 };
 
 struct OuterOptions {
-  std::string optimizer = "nesterov";  // nesterov | delayed_nesterov
+  std::string optimizer = "auto";      // auto (async: delayed_nesterov, else nesterov) | nesterov | delayed_nesterov
   double lr = 0.7;
   double momentum = 0.9;
   std::string merge = "token_weighted";  // mean | token_weighted | rda
   int fragments = 1;                     // P
   std::string fragment_layout = "balanced";  // balanced | strided
   int quorum = 1;                        // K (used by the actor runtime)
-  std::string codec = "fp32";            // fp32 | bf16 | int8 | int4 (used by the actor runtime)
+  std::string codec = "fp32";            // uplink: fp32 | bf16 | int8 | int4 (used by the actor runtime)
+  std::string downlink_codec = "fp32";   // downlink (broadcast deltas): fp32 | bf16 | int8 | int4 (actor runtime)
   int delayed_every = 4;                 // N of Delayed Nesterov
 };
 

@@ -66,36 +66,48 @@ Expected<std::vector<float>> merge(const std::vector<Contribution>& contribution
   return std::vector<float>(accumulator.begin(), accumulator.end());
 }
 
-NesterovOuter::NesterovOuter(int64_t n, double lr, double momentum)
-    : momentum_buffer_(n, 0.0f), lr_(static_cast<float>(lr)), momentum_(static_cast<float>(momentum)) {}
+OuterState zero_outer_state(int64_t n, bool delayed) {
+  OuterState state;
+  state.momentum.assign(n, 0.0f);
+  if (delayed) state.accumulated.assign(n, 0.0f);
+  return state;
+}
 
-void NesterovOuter::step(float* params, const float* delta) {
-  float* m = momentum_buffer_.data();
-  const int64_t n = static_cast<int64_t>(momentum_buffer_.size());
+void nesterov_step(OuterState& state, float* params, const float* delta, double lr, double momentum) {
+  float* m = state.momentum.data();
+  const auto lr_f = static_cast<float>(lr), mu = static_cast<float>(momentum);
+  const int64_t n = static_cast<int64_t>(state.momentum.size());
   for (int64_t i = 0; i < n; ++i) {
-    m[i] = momentum_ * m[i] + delta[i];
-    params[i] -= lr_ * (delta[i] + momentum_ * m[i]);
+    m[i] = mu * m[i] + delta[i];
+    params[i] -= lr_f * (delta[i] + mu * m[i]);
   }
 }
+
+void delayed_nesterov_arrival(OuterState& state, float* params, const float* delta, double lr, double momentum,
+                              int every) {
+  every = every < 1 ? 1 : every;
+  const int64_t n = static_cast<int64_t>(state.momentum.size());
+  const auto lr_f = static_cast<float>(lr), mu = static_cast<float>(momentum);
+  const float share = 1.0f / static_cast<float>(every);
+  float* acc = state.accumulated.data();
+  for (int64_t i = 0; i < n; ++i) {
+    acc[i] += delta[i];
+    params[i] -= lr_f * share * delta[i];
+  }
+  if (++state.arrivals < every) return;
+  float* m = state.momentum.data();
+  for (int64_t i = 0; i < n; ++i) {
+    m[i] = mu * m[i] + share * acc[i];
+    params[i] -= lr_f * mu * m[i];
+    acc[i] = 0.0f;
+  }
+  state.arrivals = 0;
+}
+
+NesterovOuter::NesterovOuter(int64_t n, double lr, double momentum)
+    : state_(zero_outer_state(n, false)), lr_(lr), momentum_(momentum) {}
 
 DelayedNesterovOuter::DelayedNesterovOuter(int64_t n, double lr, double momentum, int every)
-    : momentum_buffer_(n, 0.0f), accumulated_(n, 0.0f), lr_(static_cast<float>(lr)),
-      momentum_(static_cast<float>(momentum)), every_(every < 1 ? 1 : every) {}
-
-void DelayedNesterovOuter::step(float* params, const float* delta) {
-  const int64_t n = static_cast<int64_t>(momentum_buffer_.size());
-  const float share = 1.0f / static_cast<float>(every_);
-  for (int64_t i = 0; i < n; ++i) {
-    accumulated_[i] += delta[i];
-    params[i] -= lr_ * share * delta[i];
-  }
-  if (++arrivals_ < every_) return;
-  for (int64_t i = 0; i < n; ++i) {
-    momentum_buffer_[i] = momentum_ * momentum_buffer_[i] + share * accumulated_[i];
-    params[i] -= lr_ * momentum_ * momentum_buffer_[i];
-    accumulated_[i] = 0.0f;
-  }
-  arrivals_ = 0;
-}
+    : state_(zero_outer_state(n, true)), lr_(lr), momentum_(momentum), every_(every < 1 ? 1 : every) {}
 
 }  // namespace archipelago::training

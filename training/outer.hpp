@@ -36,41 +36,60 @@ std::vector<double> merge_weights(const std::vector<Contribution>& contributions
 // Fails on an empty list or weights that sum to zero.
 Expected<std::vector<float>> merge(const std::vector<Contribution>& contributions, int64_t n, MergeRule rule);
 
+// The whole state of one fragment's outer optimizer, as a value: copying it is a snapshot, and a
+// syncer stages a new one per commit (actors/fragment_state.hpp). Plain Nesterov uses `momentum`
+// only; Delayed Nesterov also keeps the arrivals since its last momentum update and their sum.
+struct OuterState {
+  std::vector<float> momentum;     // m (n values)
+  std::vector<float> accumulated;  // Delayed Nesterov: Σ Δ since the last momentum update (n values)
+  int64_t arrivals = 0;            // Delayed Nesterov: arrivals since the last momentum update
+};
+// A zero state for `n` parameters; `delayed` also sizes the accumulator.
+OuterState zero_outer_state(int64_t n, bool delayed);
+
 // Nesterov SGD, the same update as torch::optim::SGD(nesterov=true, dampening=0):
 //   m ← μ m + Δ;  θ ← θ − lr (Δ + μ m)
-class NesterovOuter {
- public:
-  NesterovOuter(int64_t n, double lr, double momentum);
-  void step(float* params, const float* delta);
-
-  const std::vector<float>& momentum_buffer() const { return momentum_buffer_; }
-  void set_momentum_buffer(std::vector<float> buffer) { momentum_buffer_ = std::move(buffer); }
-
- private:
-  std::vector<float> momentum_buffer_;
-  float lr_;
-  float momentum_;
-};
+void nesterov_step(OuterState& state, float* params, const float* delta, double lr, double momentum);
 
 // Delayed Nesterov (Liu et al., arXiv 2401.09135) for per-arrival asynchronous updates: each
 // arrival takes a plain step θ ← θ − lr·Δ/N; every N-th arrival also folds the mean of the last N
 // arrivals into the momentum and applies the look-ahead θ ← θ − lr·μ·m. Over N arrivals this is one
 // Nesterov step on their mean, and momentum is not amplified by consecutive stale updates.
+// `state.accumulated` must hold n values.
+void delayed_nesterov_arrival(OuterState& state, float* params, const float* delta, double lr, double momentum,
+                              int every);
+
+// The same two rules as objects owning their state (the reference engine and the oracle tests).
+class NesterovOuter {
+ public:
+  NesterovOuter(int64_t n, double lr, double momentum);
+  void step(float* params, const float* delta) { nesterov_step(state_, params, delta, lr_, momentum_); }
+
+  const std::vector<float>& momentum_buffer() const { return state_.momentum; }
+  void set_momentum_buffer(std::vector<float> buffer) { state_.momentum = std::move(buffer); }
+
+ private:
+  OuterState state_;
+  double lr_;
+  double momentum_;
+};
+
 class DelayedNesterovOuter {
  public:
   DelayedNesterovOuter(int64_t n, double lr, double momentum, int every);
-  void step(float* params, const float* delta);
+  void step(float* params, const float* delta) {
+    delayed_nesterov_arrival(state_, params, delta, lr_, momentum_, every_);
+  }
 
-  int pending() const { return arrivals_; }
-  const std::vector<float>& momentum_buffer() const { return momentum_buffer_; }
+  int64_t pending() const { return state_.arrivals; }
+  const std::vector<float>& momentum_buffer() const { return state_.momentum; }
+  const OuterState& state() const { return state_; }
 
  private:
-  std::vector<float> momentum_buffer_;
-  std::vector<float> accumulated_;
-  float lr_;
-  float momentum_;
+  OuterState state_;
+  double lr_;
+  double momentum_;
   int every_;
-  int arrivals_ = 0;
 };
 
 }  // namespace archipelago::training

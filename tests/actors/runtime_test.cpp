@@ -15,6 +15,7 @@
 #include "../training/test_corpus.hpp"
 #include "actors/cluster.hpp"
 #include "actors/wire.hpp"
+#include "cluster_queries.hpp"
 #include "test_support.hpp"
 #include "training/reference_engine.hpp"
 #include "training/replica.hpp"
@@ -22,39 +23,8 @@
 using namespace archipelago;
 using namespace archipelago::actors;
 using nlohmann::json;
+using namespace archipelago::actors::testing;
 
-namespace {
-
-json status(LocalCluster& cluster, caf::atom_value name) {
-  auto reply = cluster.query(name, "status", {}, 5);
-  return reply ? *reply : json::object();
-}
-
-json learner_record(LocalCluster& cluster, const std::string& id) {
-  auto s = status(cluster, syncer_name());
-  if (!s.contains("learners") || !s["learners"].contains(id)) return json::object();
-  return s["learners"][id];
-}
-
-int64_t merged(LocalCluster& cluster, const std::string& id) {
-  return learner_record(cluster, id).value("contributions_merged", int64_t{0});
-}
-
-int64_t monitor_step(LocalCluster& cluster, const std::string& id) {
-  auto s = status(cluster, monitor_name());
-  if (!s.contains("learners") || !s["learners"].contains(id)) return 0;
-  return s["learners"][id].value("step", int64_t{0});
-}
-
-std::map<uint64_t, uint64_t> version_digests(LocalCluster& cluster) {
-  std::map<uint64_t, uint64_t> out;
-  auto reply = cluster.query(store_name(), "versions", {}, 10);
-  if (!reply) return out;
-  for (const auto& v : (*reply)["versions"]) out[v["version"].get<uint64_t>()] = v["digest"].get<uint64_t>();
-  return out;
-}
-
-}  // namespace
 
 TEST_CASE("sync mode reproduces the reference engine's held-out loss") {
   auto options = testing::tiny_options("sync", "sync", 2, 0);

@@ -24,6 +24,23 @@ SyncerCore make_core(const std::string& mode, int quorum = 1) {
   return core;
 }
 
+// Stages and commits `fragments` now; fails the test when nothing could be staged.
+void merge_and_commit(SyncerCore& core, const std::vector<int>& fragments, double now) {
+  auto staged = core.stage(fragments, now);
+  REQUIRE_MESSAGE(staged.ok(), (staged.ok() ? "" : staged.error().to_string()));
+  core.commit_succeeded(*staged, now);
+}
+
+// What the store would hand a restarting syncer: per fragment B_p and the outer-state blob.
+void stored_blobs(const SyncerCore& core, std::vector<std::vector<float>>& broadcast,
+                  std::vector<std::vector<float>>& outer) {
+  for (int p = 0; p < core.fragment_count(); ++p) {
+    auto stored = to_stored(core.fragment(p));
+    broadcast.push_back(stored.broadcast);
+    outer.push_back(stored.outer);
+  }
+}
+
 messages::Join join_of(const std::string& id) { return {id, "n", "s", "cpu", 0, "archipelago-local"}; }
 
 messages::FragmentUpdate update_of(const std::string& id, uint32_t fragment, uint64_t count) {
@@ -69,31 +86,40 @@ TEST_CASE("syncer core: merge, outer step, commit and staleness") {
   REQUIRE(staged.ok());
   CHECK(staged->version == 2);
   CHECK(core.commit_in_flight());
-  CHECK(core.fragment(0).parameters[0] == doctest::Approx(1 - 0.3));  // lr 1, momentum 0: θ − mean Δ
+  CHECK(staged->find(0)->next.parameters[0] == doctest::Approx(1 - 0.3));  // lr 1, momentum 0: θ − mean Δ
+  CHECK(core.fragment(0).parameters[0] == 1);  // not in place before the store committed it
   core.commit_succeeded(*staged, 2);
+  CHECK(core.fragment(0).parameters[0] == doctest::Approx(1 - 0.3));
   CHECK(core.latest_version() == 2);
   CHECK(core.learners().at("learner-0").contributions_merged == 1);
-  // Base 1 is one commit of fragment 0 behind: accepted with bound 4; a failed commit rolls back.
+  // Base 1 is one commit of fragment 0 behind: accepted with bound 4; a failed commit changes nothing.
   REQUIRE_FALSE(core.accept(a, {1, 1, 1}, 3).has_value());
   auto second = core.stage({0}, 3);
   REQUIRE(second.ok());
+  // One of the two active learners: the merged Δ counts for half a round.
+  CHECK(second->find(0)->next.parameters[0] == doctest::Approx(0.7 - 0.5));
+  CHECK(core.fragment(0).parameters[0] == doctest::Approx(0.7));
   core.commit_failed(*second, "injected");
   CHECK(core.fragment(0).parameters[0] == doctest::Approx(0.7));
+  CHECK(core.fragment(0).pending.size() == 1);  // kept for the next attempt
   CHECK(core.latest_version() == 2);
-  // The next commit never reuses the failed version number.
+  // The next commit never reuses the failed version number, and merges what the failed one held.
   REQUIRE_FALSE(core.accept(b, {1, 1, 1}, 4).has_value());
   auto third = core.stage({0}, 4);
   REQUIRE(third.ok());
   CHECK(third->version == 4);
+  CHECK(third->find(0)->merged.size() == 2);
   core.commit_succeeded(*third, 4);
+  CHECK(core.fragment(0).pending.empty());
   // Beyond the staleness bound.
   auto o = testing::tiny_options("core2", "decoupled", 1, 10);
   o.syncer.max_staleness = 0;
   SyncerCore strict(o, {{0, 0}});
-  strict.commit_succeeded(strict.stage_initial(0), 0);
+  auto strict_initial = strict.stage_initial(0);
+  strict.commit_succeeded(strict_initial, 0);
   REQUIRE(strict.join(join_of("learner-0"), 0).accepted);
   REQUIRE_FALSE(strict.accept({"learner-0", 0, 1, 1, 1, 0}, {1, 1}, 0).has_value());
-  strict.commit_succeeded(*strict.stage({0}, 0), 0);
+  merge_and_commit(strict, {0}, 0);
   CHECK(strict.accept({"learner-0", 0, 1, 1, 1, 0}, {1, 1}, 0) == RejectReason::stale);
   CHECK(strict.rejects().by_reason.at("stale") == 1);
 }
@@ -105,15 +131,249 @@ TEST_CASE("syncer core: restore brings back parameters, versions and counters") 
   double deadline = 0;
   auto staged = core.stage(core.ready_fragments(0, &deadline), 0);
   REQUIRE(staged.ok());
-  core.commit_succeeded(*staged, 0);
   auto manifest = staged->manifest;
+  core.commit_succeeded(*staged, 0);
+  std::vector<std::vector<float>> broadcast, outer;
+  stored_blobs(core, broadcast, outer);
   auto restored = make_core("sync");
-  REQUIRE(restored.restore(2, {core.fragment(0).parameters, core.fragment(1).parameters},
-                           {core.fragment(0).momentum, core.fragment(1).momentum}, manifest).ok());
+  REQUIRE(restored.restore(2, broadcast, outer, manifest).ok());
   CHECK(restored.latest_version() == 2);
   CHECK(restored.fragment(1).parameters == core.fragment(1).parameters);
+  CHECK(restored.fragment(1).outer.momentum == core.fragment(1).outer.momentum);
   CHECK(restored.fragment(1).version == 2);
   CHECK(restored.fragment(0).version == 1);
   CHECK(restored.learners().at("learner-0").contributions_merged == 1);
   CHECK_FALSE(restored.restore(3, {{1}}, {{1}}, manifest).ok());  // wrong fragment count
+  outer[1].pop_back();
+  CHECK_FALSE(restored.restore(3, broadcast, outer, manifest).ok());  // a blob of the wrong size
+}
+
+namespace {
+
+// Async mode with Delayed Nesterov every `every` arrivals, lr 0.5, momentum 0.9, one fragment of 3.
+SyncerCore make_async_core(int every) {
+  auto o = testing::tiny_options("core-async", "async", 2, 10);
+  o.setup.outer.optimizer = "auto";
+  o.setup.outer.delayed_every = every;
+  o.setup.outer.lr = 0.5;
+  o.setup.outer.momentum = 0.9;
+  SyncerCore core(o, {{1, 2, 3}});
+  auto initial = core.stage_initial(0);
+  core.commit_succeeded(initial, 0);
+  REQUIRE(core.join(join_of("learner-0"), 0).accepted);
+  REQUIRE(core.join(join_of("learner-1"), 0).accepted);
+  return core;
+}
+
+void arrive(SyncerCore& core, const std::string& id, std::vector<float> delta, double now) {
+  UpdateHeader h{id, 0, core.latest_version(), 5, 50, 1.0f};
+  REQUIRE_FALSE(core.accept(h, std::move(delta), now).has_value());
+}
+
+}  // namespace
+
+TEST_CASE("syncer core: async mode uses Delayed Nesterov by default, counting arrivals") {
+  auto core = make_async_core(3);
+  CHECK(core.rules().delayed_nesterov);
+  // Two arrivals pending together are two arrivals of Delayed Nesterov, not one commit.
+  arrive(core, "learner-0", {0.1f, 0.2f, 0.3f}, 1);
+  arrive(core, "learner-1", {0.3f, 0.2f, 0.1f}, 1);
+  merge_and_commit(core, {0}, 1);
+  CHECK(core.fragment(0).outer.arrivals == 2);
+  CHECK(core.fragment(0).outer.momentum == std::vector<float>(3, 0.0f));  // not folded in yet
+  // The same two arrivals through the optimizer object, the oracle of tests/training/outer_test.cpp.
+  training::DelayedNesterovOuter oracle(3, 0.5, 0.9, 3);
+  std::vector<float> theta = {1, 2, 3};
+  const std::vector<float> a = {0.1f, 0.2f, 0.3f}, b = {0.3f, 0.2f, 0.1f};
+  oracle.step(theta.data(), a.data());
+  oracle.step(theta.data(), b.data());
+  CHECK(core.fragment(0).parameters == theta);
+  arrive(core, "learner-0", {0.2f, 0.2f, 0.2f}, 2);
+  merge_and_commit(core, {0}, 2);
+  CHECK(core.fragment(0).outer.arrivals == 0);  // the third arrival updated the momentum
+  CHECK(core.fragment(0).outer.momentum[0] != 0.0f);
+
+  auto o = testing::tiny_options("core-async-plain", "async", 1, 10);
+  o.setup.outer.optimizer = "nesterov";
+  CHECK_FALSE(SyncerCore(o, {{0.0f}}).rules().delayed_nesterov);
+  o.setup.run.mode = "decoupled";
+  o.setup.outer.optimizer = "auto";
+  CHECK_FALSE(SyncerCore(o, {{0.0f}}).rules().delayed_nesterov);
+}
+
+TEST_CASE("syncer core: a restarted syncer gets Delayed Nesterov's momentum, accumulator and count back") {
+  auto core = make_async_core(3);
+  for (int k = 0; k < 4; ++k) {  // one full period (momentum updated) and one arrival into the next
+    arrive(core, "learner-" + std::to_string(k % 2), {0.1f * (k + 1), -0.05f, 0.02f * k}, k + 1.0);
+    merge_and_commit(core, {0}, k + 1.0);
+  }
+  const FragmentState before = core.fragment(0);
+  REQUIRE(before.outer.arrivals == 1);
+  REQUIRE(before.outer.accumulated[0] != 0.0f);
+  REQUIRE(before.outer.momentum[0] != 0.0f);
+  // What the last commit persisted: its manifest and blobs.
+  auto probe = make_async_core(3);
+  std::vector<std::vector<float>> broadcast, outer;
+  stored_blobs(core, broadcast, outer);
+  nlohmann::json manifest = {{"fragment_versions", {before.version}},
+                             {"outer_state", {to_stored(before).entry}}};
+  REQUIRE(probe.restore(core.latest_version(), broadcast, outer, manifest).ok());
+  const auto& after = probe.fragment(0);
+  CHECK(after.parameters == before.parameters);
+  CHECK(after.broadcast == before.broadcast);
+  CHECK(after.outer.momentum == before.outer.momentum);
+  CHECK(after.outer.accumulated == before.outer.accumulated);
+  CHECK(after.outer.arrivals == before.outer.arrivals);
+  // And both continue identically: the next two arrivals complete the period on both.
+  for (auto* c : {&core, &probe}) {
+    arrive(*c, "learner-0", {0.3f, 0.1f, -0.2f}, 9);
+    merge_and_commit(*c, {0}, 9);
+    arrive(*c, "learner-1", {0.1f, 0.1f, 0.1f}, 10);
+    merge_and_commit(*c, {0}, 10);
+  }
+  CHECK(probe.fragment(0).outer.momentum == core.fragment(0).outer.momentum);
+  CHECK(probe.fragment(0).parameters == core.fragment(0).parameters);
+}
+
+TEST_CASE("syncer core: a failed commit leaves the fragment's whole state as it was") {
+  auto core = make_async_core(3);
+  arrive(core, "learner-0", {0.1f, 0.2f, 0.3f}, 1);
+  merge_and_commit(core, {0}, 1);
+  arrive(core, "learner-1", {0.4f, 0.4f, 0.4f}, 2);
+  const FragmentState before = core.fragment(0);
+  auto staged = core.stage({0}, 2);
+  REQUIRE(staged.ok());
+  REQUIRE(staged->find(0)->next.outer.arrivals == 2);  // the staged value moved on
+  core.commit_failed(*staged, "injected");
+  const auto& after = core.fragment(0);
+  CHECK(after.parameters == before.parameters);
+  CHECK(after.broadcast == before.broadcast);
+  CHECK(after.outer.momentum == before.outer.momentum);
+  CHECK(after.outer.accumulated == before.outer.accumulated);
+  CHECK(after.outer.arrivals == before.outer.arrivals);
+  CHECK(after.version == before.version);
+  CHECK(after.commit_versions == before.commit_versions);
+  REQUIRE(after.pending.size() == 1);
+  CHECK(after.pending[0].delta == before.pending[0].delta);
+  CHECK_FALSE(core.commit_in_flight());
+}
+
+namespace {
+
+SyncerCore make_decoupled_core(int learners, int quorum) {
+  auto o = testing::tiny_options("core-rounds", "decoupled", learners, 10);
+  o.setup.outer.quorum = quorum;
+  o.setup.outer.merge = "mean";
+  o.setup.outer.lr = 1.0;
+  o.setup.outer.momentum = 0.0;
+  o.syncer.grace_max_s = 0;  // a round closes as soon as its quorum is in
+  SyncerCore core(o, {{0, 0}, {0, 0}});
+  auto initial = core.stage_initial(0);
+  core.commit_succeeded(initial, 0);
+  for (int m = 0; m < learners; ++m) REQUIRE(core.join(join_of("learner-" + std::to_string(m)), 0).accepted);
+  return core;
+}
+
+void send_round(SyncerCore& core, int learner, uint64_t round, double now) {
+  const auto& f = core.fragment(0);
+  UpdateHeader h{"learner-" + std::to_string(learner), 0, f.version, 10, 100, 1.0f, round};
+  REQUIRE_FALSE(core.accept(h, {1.0f, 1.0f}, now).has_value());
+}
+
+std::vector<int> ready_now(SyncerCore& core, double now) {
+  double deadline = 0;
+  return core.ready_fragments(now, &deadline);
+}
+
+}  // namespace
+
+TEST_CASE("syncer core: decoupled rounds; an update behind its round merges with the next without counting for it") {
+  auto core = make_decoupled_core(3, 1);
+  send_round(core, 0, 0, 1);
+  REQUIRE(ready_now(core, 1) == std::vector<int>{0});  // quorum 1 on time; grace 0 (nothing measured yet)
+  merge_and_commit(core, {0}, 1);
+  CHECK(core.fragment(0).next_round == 1);
+  // learner-1 is late for round 0: it neither closes round 1 by itself nor is waited for.
+  send_round(core, 1, 0, 2);
+  CHECK(ready_now(core, 2).empty());
+  CHECK_FALSE(core.fragment(0).pending[0].on_time);
+  send_round(core, 0, 1, 3);
+  REQUIRE(ready_now(core, 3) == std::vector<int>{0});
+  auto staged = core.stage({0}, 3);
+  REQUIRE(staged.ok());
+  REQUIRE(staged->find(0)->merged.size() == 2);  // the late one merges with round 1
+  int late = 0;
+  for (const auto& c : staged->manifest["contributors"]) late += c["on_time"].get<bool>() ? 0 : 1;
+  CHECK(late == 1);
+  core.commit_succeeded(*staged, 3);
+  CHECK(core.fragment(0).next_round == 2);
+  CHECK(core.status(3)["fragment_commits"][0] == 2);
+  CHECK(core.learners().at("learner-1").contributions_merged == 1);
+  // Every active learner contributed: the round closes at once, late ones included.
+  send_round(core, 2, 0, 4);
+  send_round(core, 1, 1, 4);
+  CHECK(ready_now(core, 4).empty());
+  send_round(core, 0, 2, 4);
+  CHECK(ready_now(core, 4) == std::vector<int>{0});
+}
+
+TEST_CASE("syncer core: decoupled quorum 2 waits for two on-time learners; a dead leader is not waited for") {
+  auto core = make_decoupled_core(3, 2);
+  send_round(core, 0, 4, 1);
+  CHECK(ready_now(core, 1).empty());  // one of two
+  send_round(core, 2, 4, 1);
+  REQUIRE(ready_now(core, 1) == std::vector<int>{0});
+  merge_and_commit(core, {0}, 1);
+  CHECK(core.fragment(0).next_round == 5);
+  send_round(core, 1, 1, 2);  // behind: does not make the quorum
+  send_round(core, 0, 5, 2);
+  CHECK(ready_now(core, 2).empty());
+  send_round(core, 2, 5, 3);
+  CHECK(ready_now(core, 3) == std::vector<int>{0});
+  merge_and_commit(core, {0}, 3);
+  CHECK(core.fragment(0).next_round == 6);
+  // The two learners that kept the schedule leave; learner-1, far behind, must still make progress.
+  core.leave("learner-0", false, "test", 4);
+  core.leave("learner-2", false, "test", 4);
+  send_round(core, 1, 2, 5);
+  CHECK(core.fragment(0).pending[0].on_time);
+  CHECK(ready_now(core, 5) == std::vector<int>{0});
+}
+
+TEST_CASE("syncer core: the downlink moves B exactly as a receiver applies it, and carries the codec's error") {
+  auto o = testing::tiny_options("core-downlink", "decoupled", 1, 10);
+  o.setup.outer.downlink_codec = "int4";
+  o.setup.outer.merge = "mean";
+  o.setup.outer.lr = 1.0;
+  o.setup.outer.momentum = 0.0;
+  std::vector<float> initial(300);
+  for (size_t i = 0; i < initial.size(); ++i) initial[i] = std::sin(0.1 * i);
+  SyncerCore core(o, {initial});
+  auto first = core.stage_initial(0);
+  core.commit_succeeded(first, 0);
+  REQUIRE(core.join(join_of("learner-0"), 0).accepted);
+  BroadcastCopy receiver{1, core.fragment(0).broadcast};  // what a learner fetched from the store
+  for (int round = 0; round < 3; ++round) {
+    std::vector<float> delta(initial.size());
+    for (size_t i = 0; i < delta.size(); ++i) delta[i] = 0.01f * std::cos(0.37 * i + round);
+    UpdateHeader h{"learner-0", 0, core.fragment(0).version, 10, 100, 1.0f, static_cast<uint64_t>(round)};
+    REQUIRE_FALSE(core.accept(h, delta, round + 1.0).has_value());
+    auto staged = core.stage({0}, round + 1.0);
+    REQUIRE(staged.ok());
+    const auto& message = staged->find(0)->downlink;
+    CHECK(message.codec == messages::kInt4);
+    CHECK(message.delta_base == core.fragment(0).version);
+    CHECK(message.payload.size() < initial.size());  // 4 bits a value and block scales, not 32 bits
+    core.commit_succeeded(*staged, round + 1.0);
+    auto decoded = messages::decode_tensor(message.codec, message.payload.data(), message.payload.size(), initial.size());
+    REQUIRE(decoded.ok());
+    REQUIRE(apply_broadcast(receiver, core.fragment(0).version, message.delta_base, std::move(*decoded)) ==
+            ApplyResult::applied);
+    CHECK(broadcast_digest(receiver.values) == broadcast_digest(core.fragment(0).broadcast));  // bit for bit
+    CHECK(core.fragment(0).parameters != core.fragment(0).broadcast);  // the codec's error is still owed
+  }
+  // A receiver that missed a broadcast cannot apply the next delta.
+  BroadcastCopy behind{1, initial};
+  CHECK(apply_broadcast(behind, 9, 3, std::vector<float>(initial.size())) == ApplyResult::gap);
+  CHECK(behind.values == initial);
 }

@@ -1,0 +1,162 @@
+#include "actors/fragment_state.hpp"
+
+#include <algorithm>
+#include <numeric>
+
+namespace archipelago::actors {
+namespace {
+
+bool same_contribution(const PendingContribution& a, const PendingContribution& b) {
+  return a.learner_id == b.learner_id && a.base_version == b.base_version && a.arrived_s == b.arrived_s;
+}
+
+void append(std::vector<float>& out, const std::vector<float>& values) { out.insert(out.end(), values.begin(), values.end()); }
+
+}  // namespace
+
+bool uses_delayed_nesterov(const std::string& mode, const std::string& optimizer) {
+  return mode == "async" && optimizer != "nesterov";
+}
+
+FragmentState initial_fragment(std::vector<float> initial, const FragmentRules& rules) {
+  FragmentState f;
+  f.numel = static_cast<int64_t>(initial.size());
+  f.outer = training::zero_outer_state(f.numel, rules.delayed_nesterov);
+  f.broadcast = initial;
+  f.parameters = std::move(initial);
+  return f;
+}
+
+Expected<StagedFragment> stage_fragment(int fragment, const FragmentState& current, const FragmentRules& rules,
+                                        double share) {
+  if (current.pending.empty()) return make_error(ErrorCode::invalid_argument, "no pending contribution to merge");
+  // A fixed merge order (learner index, then arrival) makes sync mode deterministic.
+  std::vector<size_t> order(current.pending.size());
+  std::iota(order.begin(), order.end(), size_t{0});
+  const auto& pending = current.pending;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    if (rules.delayed_nesterov) return pending[a].arrived_s < pending[b].arrived_s;
+    return pending[a].learner != pending[b].learner ? pending[a].learner < pending[b].learner
+                                                    : pending[a].arrived_s < pending[b].arrived_s;
+  });
+  StagedFragment staged;
+  staged.fragment = fragment;
+  staged.share = share;
+  FragmentState& next = staged.next;
+  next.numel = current.numel;
+  next.parameters = current.parameters;
+  next.broadcast = current.broadcast;
+  next.outer = current.outer;
+  next.version = current.version;
+  next.commit_versions = current.commit_versions;
+  next.next_round = current.next_round;
+  if (rules.delayed_nesterov) {
+    if (next.outer.accumulated.size() != static_cast<size_t>(next.numel)) next.outer.accumulated.assign(next.numel, 0.0f);
+    for (size_t i : order) {  // N counts arrivals, not commits
+      training::delayed_nesterov_arrival(next.outer, next.parameters.data(), pending[i].delta.data(), rules.lr,
+                                         rules.momentum, rules.delayed_every);
+    }
+  } else {
+    std::vector<training::Contribution> inputs;
+    for (size_t i : order) inputs.push_back({pending[i].delta.data(), pending[i].tokens, std::max<int64_t>(1, pending[i].steps)});
+    auto merged = training::merge(inputs, current.numel, rules.merge);
+    if (!merged) return merged.error();
+    if (share != 1.0) {
+      for (auto& v : *merged) v = static_cast<float>(v * share);
+    }
+    if (rules.mode == "ddp") {
+      for (int64_t i = 0; i < next.numel; ++i) next.parameters[i] -= (*merged)[i];  // θ ← θ_local (plain checkpoint)
+    } else {
+      training::nesterov_step(next.outer, next.parameters.data(), merged->data(), rules.lr, rules.momentum);
+    }
+  }
+  uint64_t highest_round = next.next_round;
+  bool any_round = false;
+  for (size_t i : order) {
+    PendingContribution c = pending[i];
+    c.delta = {};
+    highest_round = std::max(highest_round, c.round);
+    any_round = true;
+    staged.merged.push_back(std::move(c));
+  }
+  if (rules.mode == "decoupled" && any_round) next.next_round = std::max(next.next_round, highest_round + 1);
+  auto downlink = encode_broadcast(rules.downlink, next.parameters, next.broadcast, current.version);
+  if (!downlink) return downlink.error();
+  staged.downlink = std::move(*downlink);
+  return staged;
+}
+
+FragmentState commit_fragment(StagedFragment&& staged, FragmentState&& current, uint64_t version, size_t history) {
+  FragmentState next = std::move(staged.next);
+  next.version = version;
+  next.commit_versions.push_back(version);
+  if (next.commit_versions.size() > history) {
+    next.commit_versions.erase(next.commit_versions.begin(),
+                               next.commit_versions.end() - static_cast<std::ptrdiff_t>(history));
+  }
+  for (auto& c : current.pending) {
+    const bool merged = std::any_of(staged.merged.begin(), staged.merged.end(),
+                                    [&](const PendingContribution& m) { return same_contribution(m, c); });
+    if (merged) continue;
+    c.on_time = c.on_time && c.round >= next.next_round;
+    if (next.first_arrival_s < 0 || c.arrived_s < next.first_arrival_s) next.first_arrival_s = c.arrived_s;
+    next.pending.push_back(std::move(c));
+  }
+  return next;
+}
+
+StoredFragment to_stored(const FragmentState& state) {
+  StoredFragment stored;
+  stored.broadcast = state.broadcast;
+  nlohmann::json layout = nlohmann::json::array();
+  if (state.parameters != state.broadcast) {
+    append(stored.outer, state.parameters);
+    layout.push_back("parameters");
+  }
+  append(stored.outer, state.outer.momentum);
+  layout.push_back("momentum");
+  if (!state.outer.accumulated.empty()) {
+    append(stored.outer, state.outer.accumulated);
+    layout.push_back("accumulated");
+  }
+  stored.entry = {{"layout", layout}, {"arrivals", state.outer.arrivals}, {"next_round", state.next_round}};
+  return stored;
+}
+
+Expected<FragmentState> from_stored(std::vector<float> broadcast, std::vector<float> outer, const nlohmann::json& entry,
+                                    uint64_t version, const FragmentRules& rules) {
+  FragmentState f;
+  f.numel = static_cast<int64_t>(broadcast.size());
+  std::vector<std::string> layout = {"momentum"};
+  if (entry.is_object() && entry.contains("layout")) layout = entry["layout"].get<std::vector<std::string>>();
+  const size_t n = broadcast.size();
+  if (outer.size() != n * layout.size()) {
+    return make_error(ErrorCode::inconsistent, "stored outer state holds " + std::to_string(outer.size()) +
+                                                   " values, its layout needs " + std::to_string(n * layout.size()));
+  }
+  f.parameters = broadcast;
+  for (size_t k = 0; k < layout.size(); ++k) {
+    std::vector<float> part(outer.begin() + k * n, outer.begin() + (k + 1) * n);
+    if (layout[k] == "parameters") {
+      f.parameters = std::move(part);
+    } else if (layout[k] == "momentum") {
+      f.outer.momentum = std::move(part);
+    } else if (layout[k] == "accumulated") {
+      f.outer.accumulated = std::move(part);
+    } else {
+      return make_error(ErrorCode::inconsistent, "stored outer state has an unknown part '" + layout[k] + "'");
+    }
+  }
+  if (f.outer.momentum.size() != n) f.outer.momentum.assign(n, 0.0f);
+  if (rules.delayed_nesterov && f.outer.accumulated.size() != n) f.outer.accumulated.assign(n, 0.0f);
+  if (entry.is_object()) {
+    f.outer.arrivals = entry.value("arrivals", int64_t{0});
+    f.next_round = entry.value("next_round", uint64_t{0});
+  }
+  f.broadcast = std::move(broadcast);
+  f.version = version;
+  f.commit_versions = {version};
+  return f;
+}
+
+}  // namespace archipelago::actors

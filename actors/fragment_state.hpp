@@ -1,0 +1,106 @@
+// The syncer's state of one parameter fragment as a value, and the pure steps that move it.
+//
+// A FragmentState holds everything the outer optimizer knows about fragment p: the global parameters
+// θ_p, the broadcast state B_p every learner holds (actors/broadcast.hpp), the whole outer-optimizer
+// state (Nesterov momentum, Delayed Nesterov's accumulator and arrival count), the versions at which
+// θ_p changed (for staleness), the decoupled schedule's open round and the pending contributions.
+//
+// Life of a commit: stage_fragment() reads a state and returns a *new* value (merge, outer step,
+// downlink encoding) without touching the current one; once the checkpoint store committed it,
+// commit_fragment() swaps it in, keeping the contributions that arrived meanwhile; a failed commit
+// drops the staged value and the current one is exactly as it was (its pending contributions too,
+// so they merge with the next attempt). to_stored()/from_stored() are what a committed version
+// persists, so a restarted syncer resumes with the same value. This value is the unit a syncer
+// shard owns. Pure functions over values: any thread; a value has one owner.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "actors/broadcast.hpp"
+#include "common/error.hpp"
+#include "messages/tensor_codec.hpp"
+#include "training/outer.hpp"
+
+namespace archipelago::actors {
+
+struct PendingContribution {
+  int learner = -1;
+  int fragment = 0;
+  std::string learner_id;
+  uint64_t base_version = 0;
+  uint64_t round = 0;        // decoupled: the schedule slot the learner sent it in
+  bool on_time = true;       // counts towards the quorum of the fragment's open round
+  int64_t steps = 0;
+  int64_t tokens = 0;
+  float train_loss = 0;
+  int64_t staleness = 0;
+  double arrived_s = 0;
+  std::vector<float> delta;  // Δ = θ_p(base) − θ_local,p
+};
+
+struct FragmentState {
+  int64_t numel = 0;
+  std::vector<float> parameters;          // θ_p
+  std::vector<float> broadcast;           // B_p: what a learner holding `version` holds, bit for bit
+  training::OuterState outer;             // momentum (+ Delayed Nesterov's accumulator and count)
+  uint64_t version = 0;                   // version at which θ_p (and B_p) last changed
+  std::vector<uint64_t> commit_versions;  // recent versions at which θ_p changed, ascending
+  uint64_t next_round = 0;                // decoupled: lowest schedule slot whose round is not closed
+  std::vector<PendingContribution> pending;
+  double first_arrival_s = -1;            // of the oldest pending contribution
+  double quorum_reached_s = -1;           // when the on-time contributors reached the quorum
+};
+
+// How a fragment's merges are made: fixed for a run.
+struct FragmentRules {
+  std::string mode;                       // sync | decoupled | async | ddp
+  training::MergeRule merge = training::MergeRule::token_weighted;
+  double lr = 0.7;
+  double momentum = 0.9;
+  bool delayed_nesterov = false;          // per-arrival Delayed Nesterov instead of one Nesterov step
+  int delayed_every = 4;                  // its N
+  messages::Codec downlink = messages::Codec::fp32;
+};
+
+// Delayed Nesterov is an async-mode rule: `outer.optimizer` auto or delayed_nesterov there.
+bool uses_delayed_nesterov(const std::string& mode, const std::string& optimizer);
+
+// A fresh fragment: θ = B = `initial`, zero outer state, version 1.
+FragmentState initial_fragment(std::vector<float> initial, const FragmentRules& rules);
+
+struct StagedFragment {
+  int fragment = -1;
+  FragmentState next;                      // without pending contributions
+  std::vector<PendingContribution> merged; // the contributions it merged, deltas dropped
+  BroadcastMessage downlink;               // Q(θ_new − B_old), or θ_new
+  double share = 1;                        // decoupled: scale of this round's merged Δ
+};
+
+// Merges every pending contribution of `current` and steps the outer optimizer. `share` scales the
+// merged Δ (decoupled: the round's contributors ÷ the learners expected). ddp: θ ← θ − merged Δ.
+// Async with Delayed Nesterov: one arrival per contribution, in arrival order.
+Expected<StagedFragment> stage_fragment(int fragment, const FragmentState& current, const FragmentRules& rules,
+                                        double share);
+// The staged value with the contributions that arrived after staging (kept pending, their on-time
+// flags re-checked against the new round). Takes `staged.next`; `staged.downlink` stays for the
+// broadcast. `history` bounds commit_versions.
+FragmentState commit_fragment(StagedFragment&& staged, FragmentState&& current, uint64_t version, size_t history);
+
+// What a version stores of a fragment: B_p as its parameters (served to joining learners), the outer
+// state blob (θ_p when it differs from B_p, momentum, accumulator) and a JSON entry describing it.
+struct StoredFragment {
+  std::vector<float> broadcast;
+  std::vector<float> outer;
+  nlohmann::json entry;
+};
+StoredFragment to_stored(const FragmentState& state);
+// Rebuilds a committed value; `entry` may be null (stores written before the entry existed: the blob
+// is the momentum alone and θ = B). inconsistent on wrong sizes.
+Expected<FragmentState> from_stored(std::vector<float> broadcast, std::vector<float> outer, const nlohmann::json& entry,
+                                    uint64_t version, const FragmentRules& rules);
+
+}  // namespace archipelago::actors

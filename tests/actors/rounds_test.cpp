@@ -1,0 +1,240 @@
+// Decoupled rounds and the compressed downlink in the actor runtime (tiny model): one version per
+// fragment per round with a straggler, every learner holding the syncer's B_p bit for bit for each
+// downlink codec (int4 both ways, RDA and quorum 2 included), Delayed Nesterov surviving a syncer
+// kill, a learner recovering from a non-finite step, and bytes measured on the links.
+// Tests wait on conditions (status polling with deadlines), never on sleeps.
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include <doctest/doctest.h>
+
+#include "../training/test_corpus.hpp"
+#include "actors/cluster.hpp"
+#include "actors/policy.hpp"
+#include "actors/wire.hpp"
+#include "cluster_queries.hpp"
+#include "test_support.hpp"
+
+using namespace archipelago;
+using namespace archipelago::actors;
+using namespace archipelago::actors::testing;
+using nlohmann::json;
+
+namespace {
+
+std::unique_ptr<LocalCluster> start_cluster(const RuntimeOptions& options) {
+  auto started = LocalCluster::start(options, training::testing::kjv());
+  REQUIRE_MESSAGE(started.ok(), (started.ok() ? "" : started.error().to_string()));
+  return std::move(*started);
+}
+
+json digests(LocalCluster& cluster, caf::atom_value name) {
+  auto reply = cluster.query(name, "digests", {}, 5);
+  return reply ? (*reply)["fragments"] : json::array();
+}
+
+// True once, for every fragment, every learner's copy of B_p is at the syncer's version and has the
+// syncer's digest (a learner behind by a broadcast in flight is waited for, a mismatch is not).
+bool copies_match(LocalCluster& cluster, int learners, int fragments, std::string& mismatch) {
+  auto syncer = digests(cluster, syncer_name());
+  if (static_cast<int>(syncer.size()) != fragments) return false;
+  for (int m = 0; m < learners; ++m) {
+    auto copy = digests(cluster, learner_name(m));
+    if (static_cast<int>(copy.size()) != fragments) return false;
+    for (int p = 0; p < fragments; ++p) {
+      if (copy[p]["version"] != syncer[p]["version"]) return false;
+      if (copy[p]["digest"] != syncer[p]["digest"]) {
+        mismatch = "learner " + std::to_string(m) + " fragment " + std::to_string(p) + " at version " +
+                   syncer[p]["version"].dump() + ": " + copy[p]["digest"].dump() + " vs " + syncer[p]["digest"].dump();
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
+void check_copies(LocalCluster& cluster, int learners, int fragments) {
+  std::string mismatch;
+  const bool matched = cluster.wait_for([&] { return copies_match(cluster, learners, fragments, mismatch) ||
+                                                     !mismatch.empty(); }, 20, 0.02);
+  CAPTURE(mismatch);
+  CHECK(matched);
+  CHECK(mismatch.empty());
+}
+
+}  // namespace
+
+TEST_CASE("decoupled rounds with a 3x straggler: at most one version per fragment per round, nobody waits") {
+  for (int quorum : {1, 2}) {
+    CAPTURE(quorum);
+    auto options = testing::tiny_options("rounds-k" + std::to_string(quorum), "decoupled", 3, 14);
+    options.setup.outer.quorum = quorum;
+    options.faults.slow_learner = 2;
+    options.faults.slow_factor = 3;
+    const int H = options.setup.run.inner_steps, P = options.setup.outer.fragments;
+    auto cluster = start_cluster(options);
+    REQUIRE(cluster->wait_for([&] { return merged(*cluster, learner_id(2)) >= 3; }, 30));
+    const int64_t straggler_merged = merged(*cluster, learner_id(2));
+    // A few more periods of the fast learners.
+    const int64_t fast_step = monitor_step(*cluster, learner_id(0));
+    REQUIRE(cluster->wait_for([&] { return monitor_step(*cluster, learner_id(0)) >= fast_step + 3 * H; }, 30));
+    auto syncer = status(*cluster, syncer_name());
+    const int64_t lead = std::max(monitor_step(*cluster, learner_id(0)), monitor_step(*cluster, learner_id(1)));
+    for (int p = 0; p < P; ++p) {
+      CAPTURE(p);
+      // Rounds of p the leading learner has reached: its due steps offset_p + kH so far.
+      const int64_t rounds = (lead - fragment_offset(p, P, H, true)) / H + 1;
+      CHECK(syncer["fragment_commits"][p].get<int64_t>() <= rounds);
+      CHECK(syncer["fragment_commits"][p].get<int64_t>() >= rounds / 2);
+    }
+    // The straggler's work keeps being merged (in rounds it arrived late for), and the others ran
+    // at their own pace: about three times its steps.
+    CHECK(cluster->wait_for([&] { return merged(*cluster, learner_id(2)) > straggler_merged; }, 20));
+    const double slow = static_cast<double>(monitor_step(*cluster, learner_id(2)));
+    CHECK(static_cast<double>(monitor_step(*cluster, learner_id(0))) > 2.0 * slow);
+    auto result = cluster->run();
+    REQUIRE(result.ok());
+    CHECK(result->versions_per_fragment_round <= 1.3);
+    CHECK(result->heldout_loss < result->initial_heldout_loss);
+  }
+}
+
+TEST_CASE("every learner holds the syncer's broadcast state bit for bit, for each downlink codec") {
+  for (std::string codec : {"fp32", "bf16", "int8"}) {
+    CAPTURE(codec);
+    auto options = testing::tiny_options("downlink-" + codec, "decoupled", 2, 6);
+    options.setup.outer.downlink_codec = codec;
+    auto cluster = start_cluster(options);
+    REQUIRE(cluster->wait_for([&] { return status(*cluster, syncer_name()).value("version", 0) >= 5; }, 20));
+    check_copies(*cluster, 2, options.setup.outer.fragments);
+    auto result = cluster->run();
+    REQUIRE(result.ok());
+    CHECK(result->heldout_loss < result->initial_heldout_loss);
+  }
+}
+
+TEST_CASE("int4 up and down, RDA and quorum 2: copies match, a restarted learner gets the same B_p, bytes shrink") {
+  auto options = testing::tiny_options("int4-rda-k2", "decoupled", 3, 16);
+  options.setup.outer.codec = "int4";
+  options.setup.outer.downlink_codec = "int4";
+  options.setup.outer.merge = "rda";
+  options.setup.outer.quorum = 2;
+  const int P = options.setup.outer.fragments;
+  auto cluster = start_cluster(options);
+  REQUIRE(cluster->wait_for([&] { return status(*cluster, syncer_name()).value("version", 0) >= 5; }, 20));
+  check_copies(*cluster, 3, P);
+  REQUIRE(cluster->kill(learner_name(1)));
+  REQUIRE(cluster->wait_for([&] { return learner_record(*cluster, learner_id(1)).value("joins", 0) >= 2; }, 15));
+  // The new incarnation fetched B_p (fp32) from the store and then follows the int4 deltas.
+  const uint64_t rejoined_at = status(*cluster, syncer_name()).value("version", uint64_t{0});
+  REQUIRE(cluster->wait_for([&] { return status(*cluster, syncer_name()).value("version", uint64_t{0}) >= rejoined_at + 3; }, 20));
+  check_copies(*cluster, 3, P);
+  auto result = cluster->run();
+  REQUIRE(result.ok());
+  CHECK(result->heldout_loss < result->initial_heldout_loss);
+  CHECK(result->restarts == 1);
+  CHECK(result->rejected_updates == 0);
+  // int4 is 4 bits a value plus a 4-byte scale per 64: at most 0.6 of a byte per parameter per message,
+  // against 4 for fp32. Every learner message carries at most one fragment.
+  const auto store = result->details["store"];
+  CHECK(store.value("bytes_served_learners", int64_t{0}) > 0);  // the restarted learner's fetch, measured
+  const double up_per_message_parameter =
+      static_cast<double>(result->bytes_up) / result->details["syncer"]["merged_contributions"].get<double>() /
+      (static_cast<double>(result->parameters) / P);
+  CHECK(up_per_message_parameter < 0.65);
+  CHECK(result->bytes_sent == result->bytes_up + result->bytes_down);
+  CHECK(result->bytes_ddp_equivalent > 50 * result->bytes_sent);
+}
+
+TEST_CASE("async mode: a killed syncer comes back with Delayed Nesterov's momentum, accumulator and count") {
+  auto options = testing::tiny_options("async-dn-kill", "async", 2, 14);
+  options.setup.outer.delayed_every = 3;
+  options.keep_versions = 0;  // every version stays: the one the syncer had at the kill is still there
+  const int P = options.setup.outer.fragments;
+  auto cluster = start_cluster(options);
+  REQUIRE(cluster->wait_for([&] { return status(*cluster, syncer_name()).value("version", 0) >= 8; }, 20));
+  auto before = cluster->query(syncer_name(), "digests", {}, 5);
+  REQUIRE(before.ok());
+  REQUIRE(status(*cluster, syncer_name())["outer_optimizer"] == "delayed_nesterov");
+  REQUIRE(cluster->kill(syncer_name()));
+  REQUIRE(cluster->wait_for([&] {
+    auto s = status(*cluster, syncer_name());
+    return s.value("phase", "") == "ready";
+  }, 15));
+  auto after = cluster->query(syncer_name(), "digests", {}, 5);
+  REQUIRE(after.ok());
+  const uint64_t version_before = (*before)["version"].get<uint64_t>();
+  const uint64_t restored = (*after)["restored_version"].get<uint64_t>();
+  CHECK(restored >= version_before);  // a commit may have landed between the query and the kill
+  auto stored = cluster->query(store_name(), "versions", {}, 10);
+  REQUIRE(stored.ok());
+  auto stored_outer = [&](uint64_t version) {
+    for (const auto& v : (*stored)["versions"]) {
+      if (v["version"].get<uint64_t>() == version) return v["outer_digests"];
+    }
+    return json::array();
+  };
+  // What the syncer held before the kill is what the store persisted for that version, and what the
+  // restarted one holds is what the store has for the version it restored.
+  std::vector<uint64_t> persisted_before;
+  for (int p = 0; p < P; ++p) {
+    CAPTURE(p);
+    const auto& b = (*before)["fragments"][p];
+    const auto& r = (*after)["restored_fragments"][p];
+    CHECK(stored_outer(b["version"].get<uint64_t>())[p] == b["outer_digest"]);
+    CHECK(stored_outer(r["version"].get<uint64_t>())[p] == r["outer_digest"]);
+    if (restored == version_before) {
+      CHECK(r["outer_digest"] == b["outer_digest"]);
+      CHECK(r["arrivals"] == b["arrivals"]);
+      CHECK(r["digest"] == b["digest"]);
+    }
+  }
+  auto result = cluster->run();
+  REQUIRE(result.ok());
+  CHECK(result->infrastructure_restarts == 1);
+  CHECK(result->heldout_loss < result->initial_heldout_loss);
+}
+
+TEST_CASE("a learner whose step goes non-finite recovers by itself and contributes again") {
+  auto options = testing::tiny_options("nonfinite", "decoupled", 2, 14);
+  options.faults.nonfinite_learner = 1;
+  options.faults.nonfinite_at_step = 25;
+  auto cluster = start_cluster(options);
+  REQUIRE(cluster->wait_for([&] {
+    return status(*cluster, monitor_name()).value("learner_nonfinite_recoveries", int64_t{0}) >= 1;
+  }, 20));
+  const int64_t merged_at_recovery = merged(*cluster, learner_id(1));
+  CHECK(cluster->wait_for([&] { return merged(*cluster, learner_id(1)) >= merged_at_recovery + 2; }, 20));
+  auto result = cluster->run();
+  REQUIRE(result.ok());
+  CHECK(result->learner_nonfinite_recoveries == 1);
+  CHECK(result->restarts == 0);              // it recovered without being restarted
+  CHECK(result->rejected_updates == 0);      // and never sent a NaN
+  CHECK(std::isfinite(result->heldout_loss));
+  CHECK(result->heldout_loss < result->initial_heldout_loss);
+}
+
+TEST_CASE("sync mode with fp32 both ways: the bytes measured on the links are the model's bytes per round") {
+  auto options = testing::tiny_options("bytes-sync", "sync", 2, 0);
+  options.setup.run.inner_steps = 5;
+  options.setup.run.max_tokens = int64_t{2} * 8 * 64 * 5 * 3;  // M · B · T · H · 3 rounds
+  options.setup.run.max_seconds = 60;
+  auto cluster = start_cluster(options);
+  auto result = cluster->run();
+  REQUIRE(result.ok());
+  const int64_t model_bytes = result->parameters * 4;
+  const int64_t rounds = 3;
+  REQUIRE(result->fragment_commits == rounds * options.setup.outer.fragments);
+  // Up: each learner sends every fragment once a round. Down: each round's broadcast reaches both
+  // learners; a fresh run's learners fetch nothing (their own θ0 has the stored digests). Framing
+  // (envelope, chunk header) is a few hundred bytes a message.
+  const int64_t payload = rounds * 2 * model_bytes;
+  CHECK(result->bytes_up >= payload);
+  CHECK(result->bytes_up <= payload + payload / 100);
+  CHECK(result->bytes_down >= payload);
+  CHECK(result->bytes_down <= payload + payload / 100);
+  CHECK(result->details["store"]["fragments_held"].get<int64_t>() == 2 * options.setup.outer.fragments);
+  CHECK(result->versions_per_fragment_round == doctest::Approx(1.0));
+}
