@@ -2,8 +2,11 @@
 //   overhead  tokens/s of one learner inside the runtime vs the bare inner loop (same model, data)
 //   compare   decoupled M=4 vs sync M=4 vs ddp at equal tokens: held-out loss and bytes
 //   goodput   decoupled M=4 with a learner killed every K seconds: goodput, kill -> first merge
+//   codecs    decoupled M=4 at equal tokens for each uplink x downlink codec pair and H: held-out
+//             loss, bytes per token up and down (measured on the links), versions per fragment round
 // Usage: bench_actors overhead [preset] [steps] [threads] | compare [preset] [steps] [H] [variants] |
-//        goodput [preset] [seconds] [kill-every-s] [learner-checkpoint-every]; one JSON line per result.
+//        goodput [preset] [seconds] [kill-every-s] [learner-checkpoint-every] |
+//        codecs [preset] [steps] [H,H,...] [up/down,up/down,...] [repeats]; one JSON line per result.
 // compare's variants (comma-separated, default decoupled,sync,ddp) may add decoupled-replace,
 // decoupled-mix and decoupled-carry (apply_variant); goodput takes one of them as a 6th argument.
 #include <chrono>
@@ -96,7 +99,12 @@ json run_cluster(actors::RuntimeOptions options, const std::shared_ptr<const tra
           {"steps", r.steps}, {"wall_s", r.wall_s}, {"tokens_per_s_wall", r.tokens / r.wall_s},
           {"tokens_per_s_steady", steady}, {"initial_heldout_loss", r.initial_heldout_loss},
           {"heldout_loss", r.heldout_loss}, {"versions_committed", r.versions_committed},
-          {"bytes_sent", r.bytes_sent}, {"bytes_ddp_equivalent", r.bytes_ddp_equivalent},
+          {"bytes_sent", r.bytes_sent}, {"bytes_up", r.bytes_up}, {"bytes_down", r.bytes_down},
+          {"bytes_ddp_equivalent", r.bytes_ddp_equivalent},
+          {"ddp_bytes_ratio", r.bytes_sent > 0 ? static_cast<double>(r.bytes_ddp_equivalent) / r.bytes_sent : 0.0},
+          {"bytes_up_per_token", r.tokens > 0 ? static_cast<double>(r.bytes_up) / r.tokens : 0.0},
+          {"bytes_down_per_token", r.tokens > 0 ? static_cast<double>(r.bytes_down) / r.tokens : 0.0},
+          {"versions_per_fragment_round", r.versions_per_fragment_round},
           {"goodput", actors::to_json(r.goodput)}, {"restarts", r.restarts},
           {"rejected_updates", r.rejected_updates}, {"kill_to_merge_s", r.kill_to_merge_s},
           {"learner_compute_s", r.details["learner_supervisor"]}};
@@ -180,8 +188,45 @@ int main(int argc, char** argv) {
                               {"learner_checkpoint_every", o.learner_checkpoint_every}, {"result", r}})
                              .dump()
                              .c_str());
+  } else if (mode == "codecs") {
+    const int64_t steps = argc > 3 ? std::atoll(argv[3]) : 125;
+    auto split = [](const std::string& text, char separator) {
+      std::vector<std::string> parts;
+      std::stringstream in(text);
+      for (std::string part; std::getline(in, part, separator);) parts.push_back(part);
+      return parts;
+    };
+    const auto horizons = split(argc > 4 ? argv[4] : "25,50,100", ',');
+    const auto pairs = split(argc > 5 ? argv[5] : "fp32/fp32,fp32/int8,fp32/int4,int8/fp32,int8/int8,int8/int4,"
+                                                  "int4/fp32,int4/int8,int4/int4", ',');
+    const int repeats = argc > 6 ? std::atoi(argv[6]) : 1;
+    for (int repeat = 0; repeat < repeats; ++repeat) {
+      for (const auto& h : horizons) {
+        for (const auto& pair : pairs) {
+          const auto codecs = split(pair, '/');
+          if (codecs.size() != 2) {
+            std::fprintf(stderr, "codec pair '%s' is not up/down\n", pair.c_str());
+            return 2;
+          }
+          auto o = base_options("codecs", preset, "decoupled", 4);
+          o.setup.run.inner_steps = std::atoi(h.c_str());
+          o.setup.run.max_tokens = steps * 4 * o.setup.inner.batch_size * o.setup.model.seq_len;
+          o.setup.outer.codec = codecs[0];
+          o.setup.outer.downlink_codec = codecs[1];
+          std::fprintf(stderr, "H %s, up %s, down %s (repeat %d) ...\n", h.c_str(), codecs[0].c_str(),
+                       codecs[1].c_str(), repeat);
+          auto r = run_cluster(o, text);
+          r.erase("learner_compute_s");
+          std::printf("%s\n", json({{"bench", "codecs"}, {"preset", preset}, {"H", o.setup.run.inner_steps},
+                                    {"up", codecs[0]}, {"down", codecs[1]}, {"repeat", repeat}, {"result", r}})
+                                  .dump()
+                                  .c_str());
+          std::fflush(stdout);
+        }
+      }
+    }
   } else {
-    std::fprintf(stderr, "usage: bench_actors overhead|compare|goodput [preset] [steps|seconds] [H|kill-every]\n");
+    std::fprintf(stderr, "usage: bench_actors overhead|compare|goodput|codecs [preset] [steps|seconds] [H|kill-every]\n");
     return 2;
   }
   return 0;

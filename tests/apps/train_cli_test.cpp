@@ -40,7 +40,9 @@ TEST_CASE("train --json runs a bounded tiny job and prints the summary as the la
     CHECK(summary["heldout_loss"].get<double>() < summary["initial_heldout_loss"].get<double>());
     CHECK(std::filesystem::exists(dir / mode / "metrics.jsonl"));
     CHECK(std::filesystem::exists(dir / mode / "summary.json"));
-    if (mode == "sync") CHECK(summary["bytes_ddp_equivalent"].get<int64_t>() == 10 * summary["bytes_sent"].get<int64_t>());
+    // The reference engine has no links: its bytes are computed and labelled so.
+    CHECK(summary["bytes_measured"] == false);
+    if (mode == "sync") CHECK(summary["bytes_sent"].get<int64_t>() < summary["bytes_ddp_equivalent"].get<int64_t>());
   }
   std::filesystem::remove_all(dir);
 }
