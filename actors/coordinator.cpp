@@ -268,7 +268,11 @@ Expected<nlohmann::json> Coordinator::run(const std::function<bool()>& stop_requ
       {"role", "coordinator"}, {"run_dir", impl.runtime->run_dir}, {"listen", impl.options.listen.host + ":" + std::to_string(impl.port)},
       {"tls", impl.options.transport.tls}, {"site", impl.options.site}, {"mode", run.mode},
       {"parameters", impl.setup.layout->parameter_count}, {"fragment_numel", fragment_numel},
-      {"codec", impl.runtime->setup.outer.codec}, {"learner_slots", run.learners},
+      {"codec", impl.runtime->setup.outer.codec}, {"downlink_codec", impl.runtime->setup.outer.downlink_codec},
+      {"learner_slots", run.learners},
+      // Measured on the node links: up = what the nodes sent here, down = what went to them.
+      {"bytes_up", snapshot.total().bytes_received}, {"bytes_down", snapshot.total().bytes_sent},
+      {"fragment_commits", syncer.value("fragment_commits", nlohmann::json::array())},
       {"start_version", first_version}, {"final_version", final_version},
       {"versions_committed", static_cast<int64_t>(final_version) - static_cast<int64_t>(first_version)},
       {"resumed_from_version", impl.resumed_from ? nlohmann::json(*impl.resumed_from) : nlohmann::json(nullptr)},

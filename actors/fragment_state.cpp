@@ -105,21 +105,23 @@ FragmentState commit_fragment(StagedFragment&& staged, FragmentState&& current, 
   return next;
 }
 
+nlohmann::json stored_entry(const FragmentState& state) {
+  nlohmann::json layout = nlohmann::json::array();
+  if (state.parameters != state.broadcast) layout.push_back("parameters");
+  layout.push_back("momentum");
+  if (!state.outer.accumulated.empty()) layout.push_back("accumulated");
+  return {{"layout", layout}, {"arrivals", state.outer.arrivals}, {"next_round", state.next_round}};
+}
+
 StoredFragment to_stored(const FragmentState& state) {
   StoredFragment stored;
   stored.broadcast = state.broadcast;
-  nlohmann::json layout = nlohmann::json::array();
-  if (state.parameters != state.broadcast) {
-    append(stored.outer, state.parameters);
-    layout.push_back("parameters");
+  stored.entry = stored_entry(state);
+  for (const auto& part : stored.entry["layout"]) {
+    if (part == "parameters") append(stored.outer, state.parameters);
+    if (part == "momentum") append(stored.outer, state.outer.momentum);
+    if (part == "accumulated") append(stored.outer, state.outer.accumulated);
   }
-  append(stored.outer, state.outer.momentum);
-  layout.push_back("momentum");
-  if (!state.outer.accumulated.empty()) {
-    append(stored.outer, state.outer.accumulated);
-    layout.push_back("accumulated");
-  }
-  stored.entry = {{"layout", layout}, {"arrivals", state.outer.arrivals}, {"next_round", state.next_round}};
   return stored;
 }
 

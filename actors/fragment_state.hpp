@@ -98,6 +98,8 @@ struct StoredFragment {
   nlohmann::json entry;
 };
 StoredFragment to_stored(const FragmentState& state);
+// The JSON entry alone (no copies of the tensors).
+nlohmann::json stored_entry(const FragmentState& state);
 // Rebuilds a committed value; `entry` may be null (stores written before the entry existed: the blob
 // is the momentum alone and θ = B). inconsistent on wrong sizes.
 Expected<FragmentState> from_stored(std::vector<float> broadcast, std::vector<float> outer, const nlohmann::json& entry,

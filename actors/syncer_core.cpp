@@ -92,7 +92,7 @@ StagedCommit SyncerCore::stage_initial(double now_s) {
     staged.fragment = p;
     staged.next = fragments_[p];
     staged.next.pending.clear();
-    outer_state.push_back(to_stored(staged.next).entry);
+    outer_state.push_back(stored_entry(staged.next));
     commit.fragments.push_back(std::move(staged));
   }
   commit.manifest = {{"version", 1}, {"kind", "initial"}, {"mode", mode_}, {"fragments", commit.fragment_ids()},
@@ -355,7 +355,7 @@ Expected<StagedCommit> SyncerCore::stage(const std::vector<int>& fragment_ids, d
   for (int p = 0; p < fragment_count(); ++p) {
     const StagedFragment* staged = commit.find(p);
     if (!staged) carried.push_back(p);
-    outer_state.push_back(to_stored(staged ? staged->next : fragments_[p]).entry);
+    outer_state.push_back(stored_entry(staged ? staged->next : fragments_[p]));
   }
   commit.manifest = {{"version", commit.version}, {"mode", mode_}, {"fragments", commit.fragment_ids()},
                      {"carried", carried}, {"fragment_versions", fragment_versions},

@@ -170,6 +170,15 @@ void arrive(SyncerCore& core, const std::string& id, std::vector<float> delta, d
   REQUIRE_FALSE(core.accept(h, std::move(delta), now).has_value());
 }
 
+// Every part of two fragment values that a restore or a failed commit must leave equal.
+void check_same_outer_state(const FragmentState& after, const FragmentState& before) {
+  CHECK(after.parameters == before.parameters);
+  CHECK(after.broadcast == before.broadcast);
+  CHECK(after.outer.momentum == before.outer.momentum);
+  CHECK(after.outer.accumulated == before.outer.accumulated);
+  CHECK(after.outer.arrivals == before.outer.arrivals);
+}
+
 }  // namespace
 
 TEST_CASE("syncer core: async mode uses Delayed Nesterov by default, counting arrivals") {
@@ -218,12 +227,7 @@ TEST_CASE("syncer core: a restarted syncer gets Delayed Nesterov's momentum, acc
   nlohmann::json manifest = {{"fragment_versions", {before.version}},
                              {"outer_state", {to_stored(before).entry}}};
   REQUIRE(probe.restore(core.latest_version(), broadcast, outer, manifest).ok());
-  const auto& after = probe.fragment(0);
-  CHECK(after.parameters == before.parameters);
-  CHECK(after.broadcast == before.broadcast);
-  CHECK(after.outer.momentum == before.outer.momentum);
-  CHECK(after.outer.accumulated == before.outer.accumulated);
-  CHECK(after.outer.arrivals == before.outer.arrivals);
+  check_same_outer_state(probe.fragment(0), before);
   // And both continue identically: the next two arrivals complete the period on both.
   for (auto* c : {&core, &probe}) {
     arrive(*c, "learner-0", {0.3f, 0.1f, -0.2f}, 9);
@@ -246,11 +250,7 @@ TEST_CASE("syncer core: a failed commit leaves the fragment's whole state as it 
   REQUIRE(staged->find(0)->next.outer.arrivals == 2);  // the staged value moved on
   core.commit_failed(*staged, "injected");
   const auto& after = core.fragment(0);
-  CHECK(after.parameters == before.parameters);
-  CHECK(after.broadcast == before.broadcast);
-  CHECK(after.outer.momentum == before.outer.momentum);
-  CHECK(after.outer.accumulated == before.outer.accumulated);
-  CHECK(after.outer.arrivals == before.outer.arrivals);
+  check_same_outer_state(after, before);
   CHECK(after.version == before.version);
   CHECK(after.commit_versions == before.commit_versions);
   REQUIRE(after.pending.size() == 1);
@@ -309,7 +309,8 @@ TEST_CASE("syncer core: decoupled rounds; an update behind its round merges with
   CHECK(core.fragment(0).next_round == 2);
   CHECK(core.status(3)["fragment_commits"][0] == 2);
   CHECK(core.learners().at("learner-1").contributions_merged == 1);
-  // Every active learner contributed: the round closes at once, late ones included.
+  // Late ones alone wait (their next updates are on time); with one on time and everyone in, the
+  // round closes at once, late ones included.
   send_round(core, 2, 0, 4);
   send_round(core, 1, 1, 4);
   CHECK(ready_now(core, 4).empty());
