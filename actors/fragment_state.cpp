@@ -99,7 +99,6 @@ FragmentState commit_fragment(StagedFragment&& staged, FragmentState&& current, 
                                     [&](const PendingContribution& m) { return same_contribution(m, c); });
     if (merged) continue;
     c.on_time = c.on_time && c.round >= next.next_round;
-    if (next.first_arrival_s < 0 || c.arrived_s < next.first_arrival_s) next.first_arrival_s = c.arrived_s;
     next.pending.push_back(std::move(c));
   }
   return next;

@@ -51,7 +51,6 @@ struct FragmentState {
   std::vector<uint64_t> commit_versions;  // recent versions at which θ_p changed, ascending
   uint64_t next_round = 0;                // decoupled: lowest schedule slot whose round is not closed
   std::vector<PendingContribution> pending;
-  double first_arrival_s = -1;            // of the oldest pending contribution
   double quorum_reached_s = -1;           // when the on-time contributors reached the quorum
 };
 

@@ -227,8 +227,11 @@ uint64_t SyncerCore::on_time_round(int p) const {
 void SyncerCore::update_quorum(int p, double now_s) {
   auto& f = fragments_[p];
   std::set<std::string> on_time;
+  double first_on_time_s = -1;  // the round's quorum time runs from its first on-time arrival
   for (const auto& c : f.pending) {
-    if (c.on_time) on_time.insert(c.learner_id);
+    if (!c.on_time) continue;
+    on_time.insert(c.learner_id);
+    if (first_on_time_s < 0 || c.arrived_s < first_on_time_s) first_on_time_s = c.arrived_s;
   }
   if (on_time.empty()) {
     f.quorum_reached_s = -1;
@@ -236,7 +239,7 @@ void SyncerCore::update_quorum(int p, double now_s) {
   }
   if (f.quorum_reached_s < 0 && static_cast<int>(on_time.size()) >= effective_quorum()) {
     f.quorum_reached_s = now_s;
-    if (f.first_arrival_s >= 0) ema(timings_.quorum_s, now_s - f.first_arrival_s);
+    ema(timings_.quorum_s, now_s - first_on_time_s);
   }
 }
 
@@ -278,7 +281,6 @@ std::optional<RejectReason> SyncerCore::accept(const UpdateHeader& h, std::vecto
   auto& record = learners_[h.learner_id];
   record.last_round.resize(fragments_.size(), -1);
   record.last_round[h.fragment] = std::max<int64_t>(record.last_round[h.fragment], static_cast<int64_t>(h.round));
-  if (f.pending.empty()) f.first_arrival_s = now_s;
   f.pending.push_back(std::move(c));
   update_quorum(static_cast<int>(h.fragment), now_s);
   return std::nullopt;
