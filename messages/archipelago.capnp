@@ -96,8 +96,9 @@ struct Heartbeat {
 
 # What a Persist chunk carries.
 enum PersistKind {
-  parameters @0;     # global parameters of the fragment.
-  outerMomentum @1;  # outer optimizer state of the fragment.
+  parameters @0;     # the fragment's broadcast state B_p (what every learner holds; served to joiners).
+  outerMomentum @1;  # the fragment's outer state: theta_p where it differs from B_p, the momentum and
+                     # Delayed Nesterov's accumulator, as the manifest's `outer_state` entry lays out.
 }
 
 # syncer -> checkpoint store: one chunk of a version to make durable.
