@@ -77,9 +77,9 @@ MergeDecision decide_merge(const std::string& mode, double now_s, const PendingF
     d.reason = "no active learner left to wait for";
     return d;
   }
-  // Decoupled: only with someone on time for the round. Late updates alone (e.g. the last work of
-  // learners that finished at different moments) wait for the round, or for nobody to be left.
-  if (p.contributors_active >= p.active_learners && (mode != "decoupled" || p.contributors > 0)) {
+  // Late ones included: a learner whose late update is pending may be waiting for its merge (a
+  // draining learner sends its last work only then), so everyone in never waits for more.
+  if (p.contributors_active >= p.active_learners) {
     d.action = MergeAction::merge_now;
     d.reason = "every active learner contributed";
     return d;

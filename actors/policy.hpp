@@ -71,8 +71,7 @@ struct PendingFragment {
 // mode "sync": merge once every active learner contributed (or none are left and some pending).
 // "decoupled" (one merge closes the fragment's round): quorum K' = min(K, active) (at least 1) of
 // learners on time for the round; merge at once when every active learner contributed (late ones
-// included, but at least one on time), else wait `grace_s` after the quorum was reached; late
-// updates alone wait for the round (or merge once no learner is active). "async"/"ddp": every arrival.
+// included), else wait `grace_s` after the quorum was reached. "async"/"ddp": every arrival.
 MergeDecision decide_merge(const std::string& mode, double now_s, const PendingFragment& pending, int quorum,
                            double grace_s);
 

@@ -80,8 +80,8 @@ TEST_CASE("policy: quorum and grace window") {
   // Late updates (behind the open round) never make the quorum, but merge when everyone is in.
   PendingFragment late_only{0, 3, 2, -1, 2};
   CHECK(decide_merge("decoupled", 5, late_only, 1, 0).action == MergeAction::wait);
-  PendingFragment everyone_late{0, 3, 3, -1, 3};  // their next updates are on time: no extra version
-  CHECK(decide_merge("decoupled", 5, everyone_late, 1, 0).action == MergeAction::wait);
+  PendingFragment everyone_late{0, 3, 3, -1, 3};  // one of them may be draining, waiting for this merge
+  CHECK(decide_merge("decoupled", 5, everyone_late, 1, 0).action == MergeAction::merge_now);
   PendingFragment one_on_time{1, 3, 3, 4.0, 2};
   CHECK(decide_merge("decoupled", 4.0, one_on_time, 2, 1.0).action == MergeAction::merge_now);  // all in
   PendingFragment left_late{0, 0, 0, -1, 1};

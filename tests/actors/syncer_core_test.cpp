@@ -309,8 +309,7 @@ TEST_CASE("syncer core: decoupled rounds; an update behind its round merges with
   CHECK(core.fragment(0).next_round == 2);
   CHECK(core.status(3)["fragment_commits"][0] == 2);
   CHECK(core.learners().at("learner-1").contributions_merged == 1);
-  // Late ones alone wait (their next updates are on time); with one on time and everyone in, the
-  // round closes at once, late ones included.
+  // Every active learner contributed: the round closes at once, late ones included.
   send_round(core, 2, 0, 4);
   send_round(core, 1, 1, 4);
   CHECK(ready_now(core, 4).empty());

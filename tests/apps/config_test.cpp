@@ -24,6 +24,9 @@ TEST_CASE("the embedded default is valid and is the documented run") {
   CHECK(config->outer.momentum == doctest::Approx(0.9));
   CHECK(config->inner.beta2 == doctest::Approx(0.99));
   CHECK(config->data.corpus == "kjv");
+  CHECK(config->outer.codec == "int4");           // the measured default: bench/actors/README.md, section 4
+  CHECK(config->outer.downlink_codec == "int4");
+  CHECK(config->outer.optimizer == "auto");        // Delayed Nesterov in async mode
 }
 
 TEST_CASE("a file overlays the default and --set overlays both") {
@@ -60,6 +63,9 @@ TEST_CASE("unknown keys and invalid values are rejected with the key named") {
       {std::nullopt, {"model.preset=huge"}, "model.preset"},
       {std::nullopt, {"outer.momentum=1.5"}, "outer.momentum"},
       {std::nullopt, {"outer.codec=int3"}, "outer.codec"},
+      {std::nullopt, {"outer.downlink_codec=fp8"}, "outer.downlink_codec"},
+      {std::nullopt, {"outer.optimizer=adam"}, "outer.optimizer"},
+      {std::nullopt, {"faults.nonfinite_learner=-2"}, "faults.nonfinite_learner"},
       {std::nullopt, {"data.heldout_fraction=0"}, "data.heldout_fraction"},
       {std::nullopt, {"inner.precision=fp8"}, "inner.precision"},
       {std::string("[train]\nspeed = 3\n"), {}, "train.speed"},
