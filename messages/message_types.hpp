@@ -50,7 +50,7 @@ struct Join {
   std::string device;
   double speed_hint = 0.0;
   std::string auth_token;
-  std::vector<uint64_t> held_digests;  // to the store: what the requester holds, per fragment
+  std::vector<uint64_t> held_digests{};  // to the store: what the requester holds, per fragment
 };
 
 struct Welcome {
@@ -58,8 +58,8 @@ struct Welcome {
   uint32_t fragment_count = 0;
   bool accepted = false;
   std::string reason;
-  std::vector<uint32_t> held_fragments;     // from the store: not sent, the requester holds them
-  std::vector<uint64_t> fragment_versions;  // from the store: per fragment, the version it last changed at
+  std::vector<uint32_t> held_fragments{};     // from the store: not sent, the requester holds them
+  std::vector<uint64_t> fragment_versions{};  // from the store: per fragment, the version it last changed at
 };
 
 struct FragmentUpdate {

@@ -142,14 +142,23 @@ Expected<Message> read_body(wire::Envelope::Body::Reader body,
   switch (body.which()) {
     case Which::JOIN: {
       auto in = body.getJoin();
-      Join join{string(in.getLearnerId()), string(in.getNode()), string(in.getSite()),
-                string(in.getDevice()), in.getSpeedHint(), string(in.getAuthToken())};
+      Join join;
+      join.learner_id = string(in.getLearnerId());
+      join.node = string(in.getNode());
+      join.site = string(in.getSite());
+      join.device = string(in.getDevice());
+      join.speed_hint = in.getSpeedHint();
+      join.auth_token = string(in.getAuthToken());
       for (auto d : in.getHeldDigests()) join.held_digests.push_back(d);
       return Message(std::move(join));
     }
     case Which::WELCOME: {
       auto in = body.getWelcome();
-      Welcome welcome{in.getVersion(), in.getFragmentCount(), in.getAccepted(), string(in.getReason())};
+      Welcome welcome;
+      welcome.version = in.getVersion();
+      welcome.fragment_count = in.getFragmentCount();
+      welcome.accepted = in.getAccepted();
+      welcome.reason = string(in.getReason());
       for (auto f : in.getHeldFragments()) welcome.held_fragments.push_back(f);
       for (auto v : in.getFragmentVersions()) welcome.fragment_versions.push_back(v);
       return Message(std::move(welcome));
