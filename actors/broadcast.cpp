@@ -1,7 +1,5 @@
 #include "actors/broadcast.hpp"
 
-#include <cstring>
-
 #include "messages/chunking.hpp"
 
 namespace archipelago::actors {

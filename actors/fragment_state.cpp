@@ -27,6 +27,18 @@ FragmentState initial_fragment(std::vector<float> initial, const FragmentRules& 
   return f;
 }
 
+FragmentState without_pending(const FragmentState& state) {
+  FragmentState copy;
+  copy.numel = state.numel;
+  copy.parameters = state.parameters;
+  copy.broadcast = state.broadcast;
+  copy.outer = state.outer;
+  copy.version = state.version;
+  copy.commit_versions = state.commit_versions;
+  copy.next_round = state.next_round;
+  return copy;
+}
+
 Expected<StagedFragment> stage_fragment(int fragment, const FragmentState& current, const FragmentRules& rules,
                                         double share) {
   if (current.pending.empty()) return make_error(ErrorCode::invalid_argument, "no pending contribution to merge");
@@ -41,15 +53,8 @@ Expected<StagedFragment> stage_fragment(int fragment, const FragmentState& curre
   });
   StagedFragment staged;
   staged.fragment = fragment;
-  staged.share = share;
+  staged.next = without_pending(current);
   FragmentState& next = staged.next;
-  next.numel = current.numel;
-  next.parameters = current.parameters;
-  next.broadcast = current.broadcast;
-  next.outer = current.outer;
-  next.version = current.version;
-  next.commit_versions = current.commit_versions;
-  next.next_round = current.next_round;
   if (rules.delayed_nesterov) {
     if (next.outer.accumulated.size() != static_cast<size_t>(next.numel)) next.outer.accumulated.assign(next.numel, 0.0f);
     for (size_t i : order) {  // N counts arrivals, not commits

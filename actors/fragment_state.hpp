@@ -76,8 +76,11 @@ struct StagedFragment {
   FragmentState next;                      // without pending contributions
   std::vector<PendingContribution> merged; // the contributions it merged, deltas dropped
   BroadcastMessage downlink;               // Q(θ_new − B_old), or θ_new
-  double share = 1;                        // decoupled: scale of this round's merged Δ
 };
+
+// A copy of `state` without its pending contributions (and so without a reached quorum): what a
+// staged value starts from. The deltas of the pending contributions are most of a value's bytes.
+FragmentState without_pending(const FragmentState& state);
 
 // Merges every pending contribution of `current` and steps the outer optimizer. `share` scales the
 // merged Δ (decoupled: the round's contributors ÷ the learners expected). ddp: θ ← θ − merged Δ.

@@ -90,8 +90,7 @@ StagedCommit SyncerCore::stage_initial(double now_s) {
   for (int p = 0; p < fragment_count(); ++p) {
     StagedFragment staged;
     staged.fragment = p;
-    staged.next = fragments_[p];
-    staged.next.pending.clear();
+    staged.next = without_pending(fragments_[p]);
     outer_state.push_back(stored_entry(staged.next));
     commit.fragments.push_back(std::move(staged));
   }
