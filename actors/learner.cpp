@@ -41,6 +41,7 @@ struct FragmentSlot {
   int period = 0;                 // async: inner steps of its current period (dynamic local steps)
   bool restored = false;          // holds work restored from a checkpoint: sent after the first step
   int64_t steps_since = 0;        // inner steps since the last update of this fragment
+  int64_t since_step = 0;         // the step this unsent work began at (its last update or install)
   int64_t tokens_since = 0;
   double loss_sum = 0;
   ErrorFeedback feedback;
@@ -62,6 +63,9 @@ struct LearnerState {
   std::unique_ptr<LearnerCheckpoint> restored;  // loaded at start, applied once the globals arrived
   int64_t restored_from_step = -1;  // step of the checkpoint this incarnation continued (-1: none)
   int64_t restored_steps = 0;       // unsent inner steps it brought back
+  int64_t restored_dropped = 0;     // checkpointed fragments whose work an update had already carried
+  int64_t steps_skipped = 0;        // data positions skipped at start: the syncer had work up to there
+  std::vector<uint64_t> received_until;  // the syncer's Welcome: per fragment, how far it has our work
   int64_t checkpoints_written = 0;
   int64_t checkpoints_skipped = 0;  // due while the previous one was still being written
   double checkpoint_s = 0;          // time the learner's thread spent on them (the file is written aside)
@@ -201,6 +205,7 @@ void recover_from_nonfinite(LearnerActor* self, const std::string& why) {
     write_fragment(self, p, slot.ref);
     slot.feedback.reset();
     slot.steps_since = slot.tokens_since = 0;
+    slot.since_step = st.step;
     slot.loss_sum = 0;
     slot.restored = false;
   }
@@ -235,7 +240,8 @@ void send_update(LearnerActor* self, int p, const std::vector<float>& flat) {
   auto messages = st.outbox.wrap_tensor(st.codec, delta.size(), encoded, [&](TensorChunk chunk) -> Message {
     return FragmentUpdate{st.id, static_cast<uint32_t>(p), slot.version, static_cast<uint32_t>(slot.steps_since),
                           static_cast<uint64_t>(slot.tokens_since), std::isfinite(loss) ? loss : 0.0f,
-                          std::move(chunk), st.tokens_per_s, round};
+                          std::move(chunk), st.tokens_per_s, round, static_cast<uint64_t>(slot.since_step),
+                          static_cast<uint64_t>(st.step)};
   });
   if (!messages) return;
   for (auto& m : *messages) self->send(st.syncer, std::move(m));
@@ -249,6 +255,7 @@ void send_update(LearnerActor* self, int p, const std::vector<float>& flat) {
   slot.outstanding_base = slot.version;
   slot.outstanding_step = st.step;
   slot.steps_since = 0;
+  slot.since_step = st.step;
   slot.tokens_since = 0;
   slot.loss_sum = 0;
 }
@@ -292,6 +299,7 @@ void save_checkpoint(LearnerActor* self) {
     const auto& slot = st.fragments[p];
     LearnerCheckpoint::Fragment f;
     f.version = slot.version;
+    f.since_step = slot.since_step;
     f.steps = slot.steps_since;
     f.tokens = slot.tokens_since;
     f.loss_sum = slot.loss_sum;
@@ -422,14 +430,52 @@ void run_step(LearnerActor* self) {
   self->send(self, step_atom::value);
 }
 
+// The data cursors of this learner, at its current step.
+Status open_cursors(LearnerActor* self) {
+  auto& st = self->state;
+  const auto& setup = opts(self).setup;
+  auto text = std::shared_ptr<const std::string>(st.spec.corpus, &st.spec.corpus->text);
+  st.cursors.clear();
+  for (size_t s = 0; s < st.spec.shards.size(); ++s) {
+    // ddp: worker s of the data-parallel step reads shard s; otherwise learner `index` reads its own.
+    const int stream = st.spec.shards.size() == 1 ? st.spec.index : static_cast<int>(s);
+    st.cursors.emplace_back(text, st.spec.shards[s], setup.inner.batch_size, setup.model.seq_len, setup.run.seed,
+                            stream, static_cast<uint64_t>(st.step));
+    if (st.cursors.back().empty()) return make_error(ErrorCode::invalid_argument, "empty data shard");
+  }
+  return {};
+}
+
 // Every fragment's global arrived: install them (θ ← θ_G, or θ_G + the restored unsent work) and train.
 void start_from_globals(LearnerActor* self) {
   auto& st = self->state;
   std::unique_ptr<LearnerCheckpoint> restored = std::move(st.restored);
+  auto received_until = [&](int q) -> int64_t {
+    return q < static_cast<int>(st.received_until.size()) ? static_cast<int64_t>(st.received_until[q]) : 0;
+  };
+  if (st.staggered) {
+    // The syncer already has this learner's work up to some step (a previous incarnation sent it after
+    // the position it restarts from): the data moves on past it rather than training on it twice.
+    int64_t until = 0;
+    for (int q = 0; q < static_cast<int>(st.fragments.size()); ++q) until = std::max(until, received_until(q));
+    if (until > st.step) {
+      st.log->info("{}: the syncer has its work up to step {}: its data continues there, not at step {}", st.id,
+                   until, st.step);
+      st.steps_skipped += until - st.step;
+      st.step = until;
+      Status opened = open_cursors(self);
+      if (!opened) {
+        st.log->error("{}: {}", st.id, opened.error().to_string());
+        self->quit(caf::exit_reason::unhandled_exception);
+        return;
+      }
+    }
+  }
   for (int q = 0; q < static_cast<int>(st.fragments.size()); ++q) {
     auto& slot = st.fragments[q];
     slot.feedback.reset();
     slot.steps_since = slot.tokens_since = 0;
+    slot.since_step = st.step;
     slot.loss_sum = 0;
     slot.restored = false;
     const auto& run = opts(self).setup.run;
@@ -439,9 +485,16 @@ void start_from_globals(LearnerActor* self) {
     slot.ref = slot.global.values;
     slot.version = slot.global.version;
     std::vector<float> local = slot.ref;
-    if (restored) {
+    if (restored && restored->fragments[q].steps > 0 && restored->fragments[q].since_step < received_until(q)) {
+      // An update of the previous incarnation, sent after this checkpoint, carried this work already.
+      st.restored_dropped += 1;
+      st.log->info("{}: fragment {}: its checkpointed work since step {} was sent before the restart (the syncer "
+                   "has it up to step {}): not sent again", st.id, q, restored->fragments[q].since_step,
+                   received_until(q));
+    } else if (restored) {
       const auto& saved = restored->fragments[q];
       for (size_t i = 0; i < local.size(); ++i) local[i] += saved.unsent[i];
+      slot.since_step = saved.since_step;
       slot.steps_since = saved.steps;
       slot.tokens_since = saved.tokens;
       slot.loss_sum = saved.loss_sum;
@@ -456,7 +509,7 @@ void start_from_globals(LearnerActor* self) {
     Status imported = st.replica->import_optimizer_state(optimizer);
     if (!imported) st.log->warn("{}: AdamW state not restored: {}", st.id, imported.error().to_string());
     st.restored_from_step = restored->step;
-    for (const auto& f : restored->fragments) st.restored_steps = std::max(st.restored_steps, f.steps);
+    for (const auto& f : st.fragments) st.restored_steps = std::max(st.restored_steps, f.steps_since);
     st.log->info("{} (incarnation {}) starts at step {} from version {} with its checkpoint of step {} ({} unsent "
                  "step(s) restored)", st.id, st.spec.incarnation, st.step, st.welcome_version, restored->step,
                  st.restored_steps);
@@ -553,6 +606,7 @@ void on_welcome(LearnerActor* self, const std::string& from, const Welcome& welc
   if (st.syncer != sender) self->monitor(sender);
   st.syncer = sender;
   st.connected = true;
+  st.received_until = welcome.received_until;
   for (auto& slot : st.fragments) slot.outstanding = false;  // a new syncer knows nothing in flight
   if (st.phase == Phase::joining) {
     st.welcome_version = welcome.version;
@@ -621,15 +675,7 @@ Status initialize(LearnerActor* self) {
     // Its data position ran ahead of what the supervisor last heard: do not train on those batches again.
     st.step = st.restored->step;
   }
-  auto text = std::shared_ptr<const std::string>(st.spec.corpus, &st.spec.corpus->text);
-  for (size_t s = 0; s < st.spec.shards.size(); ++s) {
-    // ddp: worker s of the data-parallel step reads shard s; otherwise learner `index` reads its own.
-    const int stream = st.spec.shards.size() == 1 ? st.spec.index : static_cast<int>(s);
-    st.cursors.emplace_back(text, st.spec.shards[s], setup.inner.batch_size, setup.model.seq_len, setup.run.seed,
-                            stream, static_cast<uint64_t>(st.step));
-    if (st.cursors.back().empty()) return make_error(ErrorCode::invalid_argument, "empty data shard");
-  }
-  return {};
+  return open_cursors(self);
 }
 
 caf::behavior learner_behavior(LearnerActor* self, LearnerSpec spec) {
@@ -711,6 +757,7 @@ caf::behavior learner_behavior(LearnerActor* self, LearnerSpec spec) {
                             {"fragment_versions", versions}, {"compute_s", st.compute_s}, {"wait_s", st.wait_s},
                             {"recovery_s", st.recovery_s}, {"tokens_per_s", st.tokens_per_s},
                             {"restored_from_step", st.restored_from_step}, {"restored_steps", st.restored_steps},
+                            {"restored_dropped", st.restored_dropped}, {"steps_skipped", st.steps_skipped},
                             {"checkpoints_written", st.checkpoints_written},
                             {"checkpoints_skipped", st.checkpoints_skipped}, {"checkpoint_s", st.checkpoint_s},
                             {"checkpoint_error", st.checkpoint_error}, {"periods", periods},

@@ -17,7 +17,7 @@ namespace archipelago::actors {
 namespace {
 
 constexpr uint32_t kMagic = 0x4b434c41;  // "ALCK"
-constexpr uint32_t kFormat = 1;
+constexpr uint32_t kFormat = 2;
 
 void put_double(std::string& out, double value) {
   uint64_t bits = 0;
@@ -76,6 +76,7 @@ Status save_learner_checkpoint(const std::string& path, const LearnerCheckpoint&
   put_le(bytes, c.fragments.size(), 4);
   for (const auto& f : c.fragments) {
     put_le(bytes, f.version, 8);
+    put_le(bytes, static_cast<uint64_t>(f.since_step), 8);
     put_le(bytes, static_cast<uint64_t>(f.steps), 8);
     put_le(bytes, static_cast<uint64_t>(f.tokens), 8);
     put_double(bytes, f.loss_sum);
@@ -154,12 +155,16 @@ Expected<LearnerCheckpoint> load_learner_checkpoint(const std::string& path, int
   c.fragments.resize(fragments);
   for (uint64_t p = 0; p < fragments; ++p) {
     auto& f = c.fragments[p];
-    uint64_t steps = 0, tokens = 0;
-    if (!r.le(f.version, 8) || !r.le(steps, 8) || !r.le(tokens, 8) || !get_double(r, f.loss_sum)) {
+    uint64_t since = 0, steps = 0, tokens = 0;
+    if (!r.le(f.version, 8) || !r.le(since, 8) || !r.le(steps, 8) || !r.le(tokens, 8) || !get_double(r, f.loss_sum)) {
       return make_error(ErrorCode::truncated, path + ": fragment " + std::to_string(p) + " ends early");
     }
+    f.since_step = static_cast<int64_t>(since);
     f.steps = static_cast<int64_t>(steps);
     f.tokens = static_cast<int64_t>(tokens);
+    if (f.since_step < 0 || f.since_step > c.step) {
+      return make_error(ErrorCode::inconsistent, path + ": fragment " + std::to_string(p) + "'s work begins after the checkpoint");
+    }
     if (f.steps < 0 || f.tokens < 0) return make_error(ErrorCode::inconsistent, path + ": negative counters");
     Status read = get_floats(r, f.unsent, static_cast<uint64_t>(fragment_sizes[p]), path + ": fragment " + std::to_string(p));
     if (!read) return read.error();

@@ -219,7 +219,7 @@ void on_update(SyncerActor* self, const caf::actor& sender, const DecodedEnvelop
   }
   if (!added->complete) return;
   UpdateHeader header{update.learner_id, update.fragment_id, update.base_version, update.inner_steps, update.tokens,
-                      update.train_loss, update.round};
+                      update.train_loss, update.round, update.from_step, update.to_step};
   if (st.core->accept(header, std::move(added->values), st.now())) return;
   try_merge(self);
 }

@@ -23,7 +23,8 @@ nlohmann::json learner_accounting(const LearnerRecord& r) {
           {"step_equivalents_rejected", r.step_equivalents_rejected},
           {"steps_merged_fragment0", r.steps_merged_fragment0},
           {"tokens_merged", r.tokens_merged},
-          {"joins", r.joins}};
+          {"joins", r.joins},
+          {"received_until", r.received_until}};
 }
 
 }  // namespace
@@ -155,6 +156,8 @@ messages::Welcome SyncerCore::join(const messages::Join& join, double now_s) {
   record.joined_s = now_s;
   record.first_merge_after_join_s = -1;
   record.joins += 1;
+  record.received_until.resize(fragments_.size(), 0);
+  welcome.received_until = record.received_until;
   welcome.accepted = true;
   return welcome;
 }
@@ -245,10 +248,29 @@ void SyncerCore::update_quorum(int p, double now_s) {
 std::optional<RejectReason> SyncerCore::accept(const UpdateHeader& h, std::vector<float> delta, double now_s) {
   auto& f = fragments_[h.fragment];
   const double share = static_cast<double>(f.numel) / static_cast<double>(std::max<int64_t>(1, total_numel_));
-  for (const auto& c : f.pending) {
-    if (c.learner_id == h.learner_id && c.base_version == h.base_version) {
-      count_reject(RejectReason::duplicate, h.learner_id, h.inner_steps * share);
-      return RejectReason::duplicate;
+  auto& record = learners_[h.learner_id];
+  record.received_until.resize(fragments_.size(), 0);
+  auto duplicate = [&](const std::string& why) {
+    component_logger("syncer")->warn("rejected update of fragment {} from {} (steps {}..{}, base {}): {}", h.fragment,
+                                     h.learner_id, h.from_step, h.to_step, h.base_version, why);
+    count_reject(RejectReason::duplicate, h.learner_id, h.inner_steps * share);
+    return RejectReason::duplicate;
+  };
+  if (mode_ == "decoupled" || mode_ == "async") {
+    // A learner's data position only moves on, so work that starts before the end of work already
+    // accepted from it was sent before: e.g. by its previous incarnation, after the checkpoint it
+    // restarted from. Merging it again would count those steps twice. (Two pending updates of one
+    // learner on the same base are fine here: an old incarnation's and the new one's are distinct work.)
+    if (h.from_step < record.received_until[h.fragment]) {
+      return duplicate("its work starts before the end of work already accepted from it (step " +
+                       std::to_string(record.received_until[h.fragment]) + ")");
+    }
+  } else {
+    // Sync and ddp: a restarted learner redoes its round from the same base; one of the two is kept.
+    for (const auto& c : f.pending) {
+      if (c.learner_id == h.learner_id && c.base_version == h.base_version) {
+        return duplicate("an update of it on the same base is pending");
+      }
     }
   }
   auto staleness = check_staleness(h.base_version, f.commit_versions, latest_version_, options_.syncer.max_staleness);
@@ -277,8 +299,8 @@ std::optional<RejectReason> SyncerCore::accept(const UpdateHeader& h, std::vecto
   c.staleness = staleness.staleness;
   c.arrived_s = now_s;
   c.delta = std::move(delta);
-  auto& record = learners_[h.learner_id];
   record.last_round.resize(fragments_.size(), -1);
+  record.received_until[h.fragment] = std::max(record.received_until[h.fragment], h.to_step);
   record.last_round[h.fragment] = std::max<int64_t>(record.last_round[h.fragment], static_cast<int64_t>(h.round));
   f.pending.push_back(std::move(c));
   update_quorum(static_cast<int>(h.fragment), now_s);
@@ -436,6 +458,7 @@ void SyncerCore::restore_accounting(const nlohmann::json& a) {
     r.steps_merged_fragment0 = j.value("steps_merged_fragment0", int64_t{0});
     r.tokens_merged = j.value("tokens_merged", int64_t{0});
     r.joins = j.value("joins", int64_t{0});
+    r.received_until = j.value("received_until", std::vector<uint64_t>{});
   }
   const nlohmann::json rejected = a.value("rejected", nlohmann::json::object());
   for (const auto& [reason, n] : rejected.items()) {

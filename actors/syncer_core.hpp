@@ -60,6 +60,7 @@ struct LearnerRecord {
   int64_t tokens_merged = 0;
   double tokens_per_s = 0;               // its throughput, as its last update reported it
   std::vector<int64_t> last_round;       // per fragment: schedule slot of its last accepted update (-1: none)
+  std::vector<uint64_t> received_until;  // per fragment: to_step of its last accepted update (0: none); persisted
 };
 
 // One commit being made durable: the staged value of every merged fragment and its manifest.
@@ -82,6 +83,8 @@ struct UpdateHeader {
   uint64_t tokens = 0;
   float train_loss = 0;
   uint64_t round = 0;
+  uint64_t from_step = 0;  // the learner's data positions the work spans
+  uint64_t to_step = 0;
 };
 
 class SyncerCore {

@@ -56,6 +56,10 @@ struct Welcome {
   heldFragments @4 :List(UInt32);  # from the store: fragments not sent because the requester holds them
                                    # (its held digest matched); the rest follow as GlobalFragment messages.
   fragmentVersions @5 :List(UInt64);  # from the store: the version each fragment last changed at (index = fragment).
+  receivedUntil @6 :List(UInt64);  # from the syncer (decoupled, async): per fragment, the `toStep` of the
+                                   # newest update it accepted from this learner (0 = none). A restarted
+                                   # learner continues its data after the largest, and drops checkpointed
+                                   # unsent work that an update of its previous incarnation already carried.
 }
 
 # learner -> syncer: one chunk of a fragment's pseudo-gradient after a round of inner steps.
@@ -71,6 +75,10 @@ struct FragmentUpdate {
   round @8 :UInt64;       # decoupled mode: the schedule slot of this fragment the update is due in,
                           # (step - offset) / H; the syncer counts an update towards the quorum of
                           # its open round only when it is not behind that round.
+  fromStep @9 :UInt64;    # the learner's data position (inner step) when this work began: its previous
+                          # update of the fragment, or the install it started from.
+  toStep @10 :UInt64;     # its data position when it sent this update (>= fromStep). The syncer refuses
+                          # an update that starts before the end of one it already accepted (a duplicate).
 }
 
 # syncer -> learners: one chunk of a committed global fragment.

@@ -94,6 +94,9 @@ Status validate(const Message& message, const DecodeLimits& limits) {
   if (auto* m = std::get_if<FragmentUpdate>(&message); m && !(finite(m->tokens_per_sec) && m->tokens_per_sec >= 0)) {
     return make_error(ErrorCode::non_finite, "tokens/s of an update is not a finite, non-negative number");
   }
+  if (auto* m = std::get_if<FragmentUpdate>(&message); m && m->from_step > m->to_step) {
+    return make_error(ErrorCode::invalid_argument, "an update's work ends before it begins (from_step > to_step)");
+  }
   if (auto* m = std::get_if<GlobalFragment>(&message);
       m && !(finite(m->fastest_tokens_per_sec) && m->fastest_tokens_per_sec >= 0)) {
     return make_error(ErrorCode::non_finite, "fastest tokens/s of a global fragment is not a finite, non-negative number");
@@ -109,7 +112,8 @@ Status validate(const Message& message, const DecodeLimits& limits) {
     return make_error(ErrorCode::invalid_argument, "a join lists more held fragments than any model has");
   }
   if (auto* m = std::get_if<Welcome>(&message);
-      m && (m->held_fragments.size() > kMaxFragments || m->fragment_versions.size() > kMaxFragments)) {
+      m && (m->held_fragments.size() > kMaxFragments || m->fragment_versions.size() > kMaxFragments ||
+            m->received_until.size() > kMaxFragments)) {
     return make_error(ErrorCode::invalid_argument, "a welcome lists more fragments than any model has");
   }
   if (auto* m = std::get_if<Join>(&message); m && !finite(m->speed_hint)) {

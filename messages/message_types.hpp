@@ -60,6 +60,7 @@ struct Welcome {
   std::string reason;
   std::vector<uint32_t> held_fragments{};     // from the store: not sent, the requester holds them
   std::vector<uint64_t> fragment_versions{};  // from the store: per fragment, the version it last changed at
+  std::vector<uint64_t> received_until{};     // from the syncer: per fragment, its last accepted update's to_step
 };
 
 struct FragmentUpdate {
@@ -72,6 +73,8 @@ struct FragmentUpdate {
   TensorChunk chunk;
   double tokens_per_sec = 0;  // the sender's throughput (0: not measured yet)
   uint64_t round = 0;         // decoupled: schedule slot of the fragment this update is due in
+  uint64_t from_step = 0;     // the sender's data position when this work began
+  uint64_t to_step = 0;       // ... and when it sent it
 };
 
 struct GlobalFragment {

@@ -78,6 +78,8 @@ void write_body(capnp::MessageBuilder& builder, wire::Envelope::Body::Builder bo
           for (unsigned i = 0; i < m.held_fragments.size(); ++i) held.set(i, m.held_fragments[i]);
           auto versions = out.initFragmentVersions(static_cast<unsigned>(m.fragment_versions.size()));
           for (unsigned i = 0; i < m.fragment_versions.size(); ++i) versions.set(i, m.fragment_versions[i]);
+          auto until = out.initReceivedUntil(static_cast<unsigned>(m.received_until.size()));
+          for (unsigned i = 0; i < m.received_until.size(); ++i) until.set(i, m.received_until[i]);
         } else if constexpr (std::is_same_v<T, FragmentUpdate>) {
           auto out = body.initFragmentUpdate();
           out.setLearnerId(text(m.learner_id));
@@ -88,6 +90,8 @@ void write_body(capnp::MessageBuilder& builder, wire::Envelope::Body::Builder bo
           out.setTrainLoss(m.train_loss);
           out.setTokensPerSec(m.tokens_per_sec);
           out.setRound(m.round);
+          out.setFromStep(m.from_step);
+          out.setToStep(m.to_step);
           write_chunk(builder, out.initChunk(), m.chunk, external);
         } else if constexpr (std::is_same_v<T, GlobalFragment>) {
           auto out = body.initGlobalFragment();
@@ -161,6 +165,7 @@ Expected<Message> read_body(wire::Envelope::Body::Reader body,
       welcome.reason = string(in.getReason());
       for (auto f : in.getHeldFragments()) welcome.held_fragments.push_back(f);
       for (auto v : in.getFragmentVersions()) welcome.fragment_versions.push_back(v);
+      for (auto s : in.getReceivedUntil()) welcome.received_until.push_back(s);
       return Message(std::move(welcome));
     }
     case Which::FRAGMENT_UPDATE: {
@@ -169,7 +174,8 @@ Expected<Message> read_body(wire::Envelope::Body::Reader body,
       if (!chunk) return chunk.error();
       return Message(FragmentUpdate{string(in.getLearnerId()), in.getFragmentId(),
                                     in.getBaseVersion(), in.getInnerSteps(), in.getTokens(),
-                                    in.getTrainLoss(), std::move(*chunk), in.getTokensPerSec(), in.getRound()});
+                                    in.getTrainLoss(), std::move(*chunk), in.getTokensPerSec(), in.getRound(),
+                                    in.getFromStep(), in.getToStep()});
     }
     case Which::GLOBAL_FRAGMENT: {
       auto in = body.getGlobalFragment();

@@ -22,8 +22,8 @@ LearnerCheckpoint sample() {
   c.optimizer.exp_avg = {0.1f, -0.2f, 0.3f, 0.4f, 0.5f};
   c.optimizer.exp_avg_sq = {1e-4f, 2e-4f, 3e-4f, 4e-4f, 5e-4f};
   c.fragments.resize(2);
-  c.fragments[0] = {7, 3, 1536, 12.5, {0.01f, -0.02f, 0.03f}};
-  c.fragments[1] = {6, 8, 4096, 30.25, {0.5f, -0.5f}};
+  c.fragments[0] = {7, 39, 3, 1536, 12.5, {0.01f, -0.02f, 0.03f}};
+  c.fragments[1] = {6, 34, 8, 4096, 30.25, {0.5f, -0.5f}};
   return c;
 }
 
@@ -56,6 +56,8 @@ TEST_CASE("learner checkpoint: round trip, and bad files are refused with the re
   CHECK(read->optimizer.exp_avg_sq == written.optimizer.exp_avg_sq);
   REQUIRE(read->fragments.size() == 2);
   CHECK(read->fragments[1].version == 6);
+  CHECK(read->fragments[1].since_step == 34);
+  CHECK(read->fragments[0].since_step == 39);
   CHECK(read->fragments[1].steps == 8);
   CHECK(read->fragments[1].tokens == 4096);
   CHECK(read->fragments[1].loss_sum == 30.25);
@@ -96,6 +98,14 @@ TEST_CASE("learner checkpoint: round trip, and bad files are refused with the re
     auto params = load_learner_checkpoint(path, 6, sizes);
     REQUIRE_FALSE(params.ok());
     CHECK(params.error().code == ErrorCode::inconsistent);
+  }
+  SUBCASE("work that begins after the checkpoint's step") {
+    auto later = written;
+    later.fragments[1].since_step = later.step + 1;
+    REQUIRE(save_learner_checkpoint(path, later, false).ok());
+    auto r = load_learner_checkpoint(path, 5, sizes);
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.error().code == ErrorCode::inconsistent);
   }
   SUBCASE("a NaN in the saved work") {
     auto nan = written;

@@ -140,6 +140,8 @@ TEST_CASE("int4 up and down, RDA and quorum 2: copies match, a restarted learner
   REQUIRE(result.ok());
   CHECK(result->heldout_loss < result->initial_heldout_loss);
   CHECK(result->restarts == 1);
+  // The restarted learner does not resend work its previous incarnation sent after its checkpoint.
+  INFO("rejected by reason: ", result->details["syncer"]["rejected"].dump());
   CHECK(result->rejected_updates == 0);
   // int4 is 4 bits a value plus a 4-byte scale per 64: at most 0.6 of a byte per parameter per message,
   // against 4 for fp32. Every learner message carries at most one fragment.

@@ -66,9 +66,48 @@ TEST_CASE("syncer core: joins, screening and rejection classes") {
   CHECK(core.screen("learner-0", 5, update_of("learner-0", 0, 3)) == RejectReason::duplicate);  // replayed
   CHECK(core.screen("learner-0", 6, update_of("learner-0", 0, 4)) == RejectReason::wrong_shape);
   CHECK(core.screen("learner-0", 7, update_of("learner-0", 9, 3)) == RejectReason::wrong_shape);
-  UpdateHeader h{"learner-0", 0, 1, 10, 100, 2.0f};
+  UpdateHeader h{"learner-0", 0, 1, 10, 100, 2.0f, 0, 0, 10};
   CHECK_FALSE(core.accept(h, {0.5f, 0.5f, 0.5f}, 1).has_value());
-  CHECK(core.accept(h, {0.5f, 0.5f, 0.5f}, 1) == RejectReason::duplicate);  // same learner and base pending
+  CHECK(core.accept(h, {0.5f, 0.5f, 0.5f}, 1) == RejectReason::duplicate);  // the same steps again
+  auto sync = make_core("sync");
+  REQUIRE(sync.join(join_of("learner-0"), 0).accepted);
+  CHECK_FALSE(sync.accept(h, {0.5f, 0.5f, 0.5f}, 1).has_value());
+  UpdateHeader redone{"learner-0", 0, 1, 10, 100, 2.0f, 0, 0, 10};
+  CHECK(sync.accept(redone, {0.5f, 0.5f, 0.5f}, 1) == RejectReason::duplicate);  // the round redone on that base
+}
+
+TEST_CASE("syncer core: work that starts before the end of work already accepted from a learner is a duplicate") {
+  auto core = make_core("decoupled", 1);
+  REQUIRE(core.join(join_of("learner-0"), 0).accepted);
+  UpdateHeader first{"learner-0", 0, 1, 10, 100, 2.0f, 0, 0, 10};
+  REQUIRE_FALSE(core.accept(first, {0.5f, 0.5f, 0.5f}, 1).has_value());
+  merge_and_commit(core, {0}, 1);
+  REQUIRE(core.latest_version() == 2);
+  // A restarted incarnation: its Welcome says how far the syncer has its work of each fragment.
+  auto welcome = core.join(join_of("learner-0"), 2);
+  REQUIRE(welcome.accepted);
+  CHECK(welcome.received_until == std::vector<uint64_t>{10, 0});
+  // Its checkpoint held steps 4..10 of fragment 0 unsent, but `first` carried them.
+  UpdateHeader resent{"learner-0", 0, 2, 12, 120, 2.0f, 0, 4, 16};
+  CHECK(core.accept(resent, {0.5f, 0.5f, 0.5f}, 3) == RejectReason::duplicate);
+  CHECK(core.rejects().by_reason.at("duplicate") == 1);
+  // Work from step 10 on is new, and so is fragment 1's from step 4.
+  UpdateHeader next{"learner-0", 0, 2, 6, 60, 2.0f, 1, 10, 16};
+  CHECK_FALSE(core.accept(next, {0.5f, 0.5f, 0.5f}, 3).has_value());
+  UpdateHeader other{"learner-0", 1, 1, 12, 120, 2.0f, 0, 4, 16};
+  CHECK_FALSE(core.accept(other, {0.5f, 0.5f}, 3).has_value());
+  CHECK(core.join(join_of("learner-0"), 4).received_until == std::vector<uint64_t>{16, 16});
+  // The bound is part of what a commit persists: a restarted syncer keeps refusing the resend.
+  auto staged = core.stage({0, 1}, 4);
+  REQUIRE(staged.ok());
+  auto manifest = staged->manifest;
+  core.commit_succeeded(*staged, 4);
+  std::vector<std::vector<float>> broadcast, outer;
+  stored_blobs(core, broadcast, outer);
+  auto restarted = make_core("decoupled", 1);
+  REQUIRE(restarted.restore(core.latest_version(), broadcast, outer, manifest).ok());
+  CHECK(restarted.join(join_of("learner-0"), 5).received_until == std::vector<uint64_t>{16, 16});
+  CHECK(restarted.accept(resent, {0.5f, 0.5f, 0.5f}, 5) == RejectReason::duplicate);
 }
 
 TEST_CASE("syncer core: merge, outer step, commit and staleness") {
