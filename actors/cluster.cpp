@@ -1,4 +1,5 @@
 #include "actors/cluster.hpp"
+#include "actors/directory.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -75,9 +76,9 @@ struct LocalCluster::Impl {
     root = caf::actor{};
     system->await_all_actors_done();
     for (auto name : {caf::atom("root"), syncer_name(), store_name(), monitor_name(), evaluator_name(), learner_supervisor_name()}) {
-      system->registry().erase(name);
+      Directory::erase(*system, name);
     }
-    for (int i = 0; i < learner_slots; ++i) system->registry().erase(learner_name(i));
+    for (int i = 0; i < learner_slots; ++i) Directory::erase(*system, learner_name(i));
     system.reset();
   }
 };
@@ -221,7 +222,7 @@ Expected<std::unique_ptr<LocalCluster>> LocalCluster::start(RuntimeOptions optio
   root.children.push_back({learner_supervisor_name(), "learner_supervisor", 0,
                            [=](caf::actor_system& s, const ChildContext&) { return spawn_supervisor(s, learners); }});
   impl->root = spawn_supervisor(*impl->system, std::move(root));
-  impl->system->registry().put(caf::atom("root"), impl->root);
+  Directory::put(*impl->system, caf::atom("root"), impl->root);
   if (run.mode == "async") {
     impl->log->info("async mode: per-arrival merges{}; dynamic local steps: a learner runs round(H x its speed / "
                     "the fastest learner's speed) inner steps per fragment period",
@@ -239,7 +240,7 @@ Expected<nlohmann::json> LocalCluster::query(caf::atom_value name, const std::st
 }
 
 bool LocalCluster::kill(caf::atom_value name) {
-  auto target = impl_->system->registry().get<caf::actor>(name);
+  auto target = Directory::get(*impl_->system, name);
   if (!target) return false;
   caf::anon_send_exit(target, caf::exit_reason::kill);
   return true;

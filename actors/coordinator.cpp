@@ -1,4 +1,5 @@
 #include "actors/coordinator.hpp"
+#include "actors/directory.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -78,7 +79,7 @@ struct Coordinator::Impl {
     system->await_all_actors_done();
     for (auto name : {caf::atom("root"), syncer_name(), store_name(), monitor_name(), evaluator_name(),
                       caf::atom("gateway")}) {
-      system->registry().erase(name);
+      Directory::erase(*system, name);
     }
     system.reset();
   }
@@ -140,12 +141,12 @@ Expected<std::unique_ptr<Coordinator>> Coordinator::start(CoordinatorOptions opt
   add_infrastructure_children(root, impl->store, impl->runtime, impl->setup.initial_fragments,
                               impl->setup.heldout, impl->setup.layout);
   impl->root = spawn_supervisor(*impl->system, std::move(root));
-  impl->system->registry().put(caf::atom("root"), impl->root);
+  Directory::put(*impl->system, caf::atom("root"), impl->root);
 
   GatewaySpec gateway{options.secret, options.config_toml, options.topology_toml, options.topology, options.site,
                       runtime.setup.run.learners, impl->stats, impl->counters};
   impl->gateway = spawn_gateway(*impl->system, std::move(gateway));
-  impl->system->registry().put(caf::atom("gateway"), impl->gateway);
+  Directory::put(*impl->system, caf::atom("gateway"), impl->gateway);
   const char* host = options.listen.host.c_str();
   auto port = options.transport.tls
                   ? caf::openssl::publish(impl->gateway, options.listen.port, host, true)
@@ -194,7 +195,7 @@ Expected<nlohmann::json> Coordinator::run(const std::function<bool()>& stop_requ
       next_progress = now + impl.runtime->progress_interval_s;
       auto monitor = impl.status(monitor_name());
       auto evaluator = impl.status(evaluator_name());
-      auto gateway = impl.status(caf::atom("gateway"));
+      auto gateway = impl.counters->to_json();
       nlohmann::json p = {{"elapsed_s", now}, {"version", syncer.value("version", uint64_t{0})},
                           {"tokens", tokens_merged(syncer)}, {"alive", monitor.value("alive", 0)},
                           {"nodes", field(gateway, "nodes").size()},
@@ -209,12 +210,11 @@ Expected<nlohmann::json> Coordinator::run(const std::function<bool()>& stop_requ
   impl.log->info("stopping ({}): telling the nodes, draining", stopped_by);
 
   // Nodes finish their in-flight updates and leave; commit what arrives, within the drain timeout.
-  caf::anon_send(impl.gateway, stop_atom::value);
+  caf::anon_send(impl.gateway, stop_atom::value, process_key());
   const auto drain_until = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(
                                               (impl.runtime->drain_timeout_s + 2) * 1000));
   while (Clock::now() < drain_until) {
-    auto gateway = impl.status(caf::atom("gateway"));
-    if (!gateway.empty() && field(gateway, "nodes").empty()) break;
+    if (field(impl.counters->to_json(), "nodes").empty()) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   const auto settle_until = Clock::now() + std::chrono::seconds(15);
@@ -282,7 +282,7 @@ Expected<nlohmann::json> Coordinator::run(const std::function<bool()>& stop_requ
       {"bytes_cross_site", bytes_cross_site}, {"bytes_links_total", snapshot.total().bytes_sent + snapshot.total().bytes_received},
       {"links", links}, {"cross_site_vs_data_parallel", efficiency},
       {"joins_accepted", remote["joins_accepted"]}, {"joins_refused", remote["joins_refused"]},
-      {"rejected_foreign", remote["rejected_foreign"]}, {"rejected_updates", syncer.value("rejected_total", int64_t{0})},
+      {"rejected_foreign", remote["rejected_foreign"]}, {"refused", remote["refused"]}, {"rejected_updates", syncer.value("rejected_total", int64_t{0})},
       {"rejected_by_reason", field(syncer, "rejected")}, {"stopped_by", stopped_by},
       {"first_commit_s", first_commit_s},
   };

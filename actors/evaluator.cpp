@@ -1,4 +1,5 @@
 #include "actors/evaluator.hpp"
+#include "actors/directory.hpp"
 
 #include <chrono>
 
@@ -57,7 +58,7 @@ uint64_t held_version(const EvaluatorState& st) {
 void fetch(EvaluatorActor* self) {
   auto& st = self->state;
   st.fetch_sent = Clock::now();
-  auto store = self->system().registry().get<caf::actor>(store_name());
+  auto store = Directory::get(self->system(), store_name());
   auto bytes = st.outbox.wrap(Join{"evaluator", "local", "local", "cpu", 0, ""});
   if (store && bytes) self->send(store, std::move(*bytes));
 }

@@ -1,4 +1,5 @@
 #include "actors/failure_monitor.hpp"
+#include "actors/directory.hpp"
 
 #include <chrono>
 #include <map>
@@ -51,7 +52,7 @@ void declare_dead(MonitorActor* self, const std::string& id, Record& record, con
   record.last_reason = reason;
   st.log->warn("{} declared dead: {}", id, reason);
   for (auto name : {syncer_name(), learner_supervisor_name()}) {
-    auto target = self->system().registry().get<caf::actor>(name);
+    auto target = Directory::get(self->system(), name);
     auto bytes = st.outbox.wrap(Leave{id, "dead: " + reason});
     if (target && bytes) self->send(target, std::move(*bytes));
   }

@@ -1,4 +1,5 @@
 #include "actors/gateway.hpp"
+#include "actors/directory.hpp"
 
 #include <set>
 #include <tuple>
@@ -29,9 +30,20 @@ bool is_role(caf::atom_value role) {
   return role == syncer_name() || role == store_name() || role == monitor_name();
 }
 
+// Any message no handler of `self` takes: refused as unauthenticated, counted, and a request is
+// answered with an error (the peer learns nothing else).
+void refuse_unexpected(caf::scheduled_actor* self, std::string actor, std::shared_ptr<RemoteCounters> counters,
+                       std::shared_ptr<spdlog::logger> log) {
+  self->set_default_handler([actor, counters, log](caf::scheduled_actor*, caf::message_view& x) -> caf::result<caf::message> {
+    counters->refusals.refuse(actor, message_kind(x.content()), Refusal::unauthenticated, *log);
+    return caf::sec::unexpected_message;
+  });
+}
+
 // ---- downlink: one per learner incarnation and role ----------------------------------------------
 
 struct DownlinkSpec {
+  std::string key;  // the session's
   caf::atom_value role;
   caf::actor learner;
   caf::actor watcher;
@@ -60,15 +72,16 @@ caf::behavior downlink_behavior(caf::event_based_actor* self, DownlinkSpec spec)
           tally.global_fragments_sent += fragment_start ? 1 : 0;
         }
         auto watcher = spec.watcher;
+        auto key = spec.key;
         auto role = spec.role;
         auto learner = spec.learner;
         auto stats = spec.stats;
         auto node = spec.node;
         auto site = spec.site;
         // Counted when the link releases the bytes onto the transport, as the far side counts them.
-        spec.link->send(std::move(bytes), [watcher, role, learner, stats, node, site](WireBytes&& b) {
+        spec.link->send(std::move(bytes), [watcher, key, role, learner, stats, node, site](WireBytes&& b) {
           stats->record_sent(node, site, b.size());
-          caf::anon_send(watcher, deliver_atom::value, role, learner, std::move(b));
+          caf::anon_send(watcher, deliver_atom::value, key, role, learner, std::move(b));
         });
       },
   };
@@ -77,6 +90,7 @@ caf::behavior downlink_behavior(caf::event_based_actor* self, DownlinkSpec spec)
 // ---- link: one per admitted node session -----------------------------------------------------------
 
 struct LinkSpec {
+  std::string key;  // the session key, handed to the node with the join answer
   std::string node, site;
   int first = 0, count = 0;
   caf::actor watcher;
@@ -102,15 +116,25 @@ void on_up(LinkActor* self, caf::atom_value role, const caf::actor& learner, Wir
   const auto size = bytes.size();
   st.spec.stats->record_received(st.spec.node, st.spec.site, size);
   auto envelope = peek(bytes);
+  auto& refusals = st.spec.counters->refusals;
+  const std::string actor = "link of node '" + st.spec.node + "'";
   if (!envelope || !is_role(role) || !learner) {
-    st.log->warn("node {}: dropped a malformed message ({})", st.spec.node,
-                 envelope ? "unknown role or sender" : envelope.error().to_string());
+    refusals.refuse(actor, envelope ? message_name(envelope->body) : "up", Refusal::malformed, *st.log,
+                    envelope ? "unknown role or sender" : envelope.error().to_string());
+    return;
+  }
+  if (!node_may_send(role, envelope->body)) {
+    // A node speaks for its learners only: never Persist, AdminRequest, GlobalFragment, ...
+    refusals.refuse(actor, std::string(message_name(envelope->body)) + " to " + caf::to_string(role),
+                    Refusal::kind_not_allowed, *st.log, "a node's learners do not send that to that actor");
     return;
   }
   const int index = learner_index(envelope->sender_id);
   if (index < st.spec.first || index >= st.spec.first + st.spec.count) {
     // Only learners of the slot range this session was admitted with may speak through it.
     st.spec.counters->rejected_foreign += 1;
+    refusals.refuse(actor, message_name(envelope->body), Refusal::foreign_learner, *st.log,
+                    "'" + envelope->sender_id + "' is not a learner of this node");
     if (st.foreign++ < 5) {
       st.log->warn("node {}: rejected a {} from '{}': not a learner admitted for this node (slots {}..{})",
                    st.spec.node, message_name(envelope->body), envelope->sender_id, st.spec.first,
@@ -132,13 +156,13 @@ void on_up(LinkActor* self, caf::atom_value role, const caf::actor& learner, Wir
   auto key = std::make_pair(role, learner.address());
   auto it = st.downlinks.find(key);
   if (it == st.downlinks.end()) {
-    auto downlink = self->spawn(downlink_behavior, DownlinkSpec{role, learner, st.spec.watcher, st.spec.node,
+    auto downlink = self->spawn(downlink_behavior, DownlinkSpec{st.spec.key, role, learner, st.spec.watcher, st.spec.node,
                                                                 st.spec.site, st.downlink, st.spec.stats,
                                                                 st.spec.counters});
     it = st.downlinks.emplace(key, downlink).first;
     st.live->push_back(downlink);
   }
-  auto target = self->system().registry().get<caf::actor>(role);
+  auto target = Directory::get(self->system(), role);
   if (!target) return;  // restarting (root supervisor): the learner retries
   caf::send_as(it->second, target, std::move(bytes));
 }
@@ -161,17 +185,30 @@ caf::behavior link_behavior(LinkActor* self, LinkSpec spec) {
     st.log->warn("node {} (site {}) is gone: {}", st.spec.node, st.spec.site, self->system().render(down.reason));
     self->quit(down.reason ? down.reason : caf::error{caf::exit_reason::remote_link_unreachable});
   });
+  refuse_unexpected(self, "link of node '" + st.spec.node + "'", st.spec.counters, st.log);
   return {
-      [=](up_atom, caf::atom_value role, caf::actor& learner, WireBytes& bytes) {
+      [=](up_atom, std::string& key, caf::atom_value role, caf::actor& learner, WireBytes& bytes) {
+        auto& st = self->state;
+        if (!keys_equal(key, st.spec.key)) {
+          st.spec.counters->refusals.refuse("link of node '" + st.spec.node + "'", "up", Refusal::wrong_key, *st.log);
+          return;
+        }
         on_up(self, role, learner, std::move(bytes));
       },
-      [=](stop_atom) { self->send(self->state.spec.watcher, stop_atom::value); },
+      [=](stop_atom, std::string& key) {
+        auto& st = self->state;
+        if (!keys_equal(key, process_key())) {
+          st.spec.counters->refusals.refuse("link of node '" + st.spec.node + "'", "stop", Refusal::wrong_key, *st.log);
+          return;
+        }
+        caf::anon_send(st.spec.watcher, stop_atom::value, st.spec.key);
+      },
   };
 }
 
 // ---- gateway ---------------------------------------------------------------------------------------
 
-using JoinReply = std::tuple<WireBytes, std::string, std::string, std::string, int32_t, caf::actor>;
+using JoinReply = std::tuple<WireBytes, std::string, std::string, std::string, int32_t, caf::actor, std::string>;
 
 struct Session {
   std::string node, site;
@@ -192,9 +229,21 @@ struct GatewayState {
 
 using GatewayActor = caf::stateful_actor<GatewayState>;
 
+// The admitted sessions, for the coordinator's status (RemoteCounters::nodes).
+void publish_sessions(GatewayActor* self) {
+  auto& st = self->state;
+  nlohmann::json nodes = nlohmann::json::array();
+  for (const auto& [addr, s] : st.sessions) {
+    nodes.push_back({{"node", s.node}, {"site", s.site}, {"first_learner", s.first}, {"learners", s.count}});
+  }
+  std::lock_guard lock(st.spec.counters->mutex);
+  st.spec.counters->nodes = std::move(nodes);
+  st.spec.counters->learner_slots = static_cast<int>(st.taken.size());
+}
+
 JoinReply refuse(GatewayActor* self, const std::string& reason) {
   auto bytes = self->state.outbox.wrap(Welcome{0, 0, false, reason});
-  return JoinReply{bytes ? std::move(*bytes) : WireBytes{}, "", "", "", -1, caf::actor{}};
+  return JoinReply{bytes ? std::move(*bytes) : WireBytes{}, "", "", "", -1, caf::actor{}, ""};
 }
 
 JoinReply on_node_join(GatewayActor* self, WireBytes&& bytes, int32_t learners, int32_t preferred,
@@ -247,7 +296,8 @@ JoinReply on_node_join(GatewayActor* self, WireBytes&& bytes, int32_t learners, 
                             std::to_string(total) + ", " + std::to_string(used) + " in use)");
   }
   const auto downlink = st.spec.topology ? st.spec.topology->link(st.spec.site, join->site) : net::LinkSpec{};
-  auto link = self->spawn(link_behavior, LinkSpec{join->node, join->site, first, learners, watcher, downlink,
+  std::string key = random_key();
+  auto link = self->spawn(link_behavior, LinkSpec{key, join->node, join->site, first, learners, watcher, downlink,
                                                   st.spec.stats, st.spec.counters});
   self->monitor(link);
   for (int i = first; i < first + learners; ++i) st.taken[i] = true;
@@ -259,12 +309,13 @@ JoinReply on_node_join(GatewayActor* self, WireBytes&& bytes, int32_t learners, 
     std::lock_guard lock(st.spec.counters->mutex);
     st.spec.counters->sites[join->node] = join->site;
   }
+  publish_sessions(self);
   st.spec.counters->joins_accepted += 1;
   st.log->info("admitted node '{}' (site {}, device {}) with learners {}..{}", join->node, join->site, join->device,
                first, first + learners - 1);
   auto welcome = st.outbox.wrap(Welcome{0, 0, true, ""});
   return JoinReply{welcome ? std::move(*welcome) : WireBytes{}, st.spec.config_toml, st.spec.topology_toml,
-                   st.spec.site, first, link};
+                   st.spec.site, first, link, std::move(key)};
 }
 
 caf::behavior gateway_behavior(GatewayActor* self, GatewaySpec spec) {
@@ -284,28 +335,24 @@ caf::behavior gateway_behavior(GatewayActor* self, GatewaySpec spec) {
     st.log->info("node '{}' released learners {}..{}", it->second.node, it->second.first,
                  it->second.first + it->second.count - 1);
     st.sessions.erase(it);
+    publish_sessions(self);
     st.links.erase(std::remove_if(st.links.begin(), st.links.end(),
                                   [&](const caf::actor& l) { return l.address() == down.source; }),
                    st.links.end());
   });
+  publish_sessions(self);
+  refuse_unexpected(self, "gateway", st.spec.counters, st.log);
   return {
       [=](nodejoin_atom, WireBytes& bytes, int32_t learners, int32_t preferred, caf::actor& watcher) -> JoinReply {
         return on_node_join(self, std::move(bytes), learners, preferred, watcher);
       },
-      [=](stop_atom) {
-        for (auto& link : self->state.links) self->send(link, stop_atom::value);
-      },
-      [=](admin_atom, WireBytes& bytes) -> WireBytes {
+      [=](stop_atom, std::string& key) {
         auto& st = self->state;
-        auto request = read_admin_request(std::move(bytes));
-        nlohmann::json nodes = nlohmann::json::array();
-        for (const auto& [addr, s] : st.sessions) {
-          nodes.push_back({{"node", s.node}, {"site", s.site}, {"first_learner", s.first}, {"learners", s.count}});
+        if (!keys_equal(key, process_key())) {
+          st.spec.counters->refusals.refuse("gateway", "stop", Refusal::wrong_key, *st.log);
+          return;
         }
-        nlohmann::json j = st.spec.counters->to_json();
-        j["nodes"] = nodes;
-        j["learner_slots"] = st.taken.size();
-        return admin_reply("gateway", request ? request->request_id : 0, true, "ok", j);
+        for (auto& link : st.links) self->send(link, stop_atom::value, process_key());
       },
   };
 }
@@ -324,6 +371,9 @@ nlohmann::json RemoteCounters::to_json() {
                              {"missing_token", joins_refused_missing_token.load()},
                              {"other", joins_refused_other.load()}}},
           {"rejected_foreign", rejected_foreign.load()},
+          {"refused", refusals.to_json()},
+          {"nodes", nodes},
+          {"learner_slots", learner_slots},
           {"learners_seen", learners_joined.size()},
           {"link_messages", links}};
 }

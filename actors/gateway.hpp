@@ -11,15 +11,17 @@
 //
 //   link (one per admitted node session; ends when the node's watcher is down, i.e. the node
 //   process died, froze past the connection timeout, or left):
-//     (up, role, learner, bytes) -> counts the bytes on the node's link (net::LinkStats), rejects
-//        envelopes whose sender is not a learner of the admitted range, then re-sends them to the
-//        role's current actor *as* that learner's downlink for the role
-//     (stop)                     -> tells the node the run is over
+//     (up, session key, role, learner, bytes) -> counts the bytes on the node's link
+//        (net::LinkStats), refuses what actors/authorization.hpp does not allow (a wrong key, a kind
+//        the role does not take from a node, a sender outside the admitted range), then re-sends it
+//        to the role's current actor *as* that learner's downlink for the role
+//     (stop, process key)        -> tells the node the run is over
 //   downlink (one per learner incarnation and role): every reply or broadcast of the role actor
 //     goes through the link's downlink ShapedLink to the node's watcher; it ends with its learner
 //     (same exit reason, so the failure monitor sees a dead learner at once) or with its link.
 //
-// Status: (admin_atom, AdminRequest "status") -> nodes, slots, join and reject counters.
+// (stop, process key) -> every link tells its node the run is over. Status: RemoteCounters (nodes,
+// slots, joins, refusals), read directly by the coordinator.
 #pragma once
 
 #include <atomic>
@@ -33,6 +35,7 @@
 #include <caf/actor_system.hpp>
 #include <nlohmann/json.hpp>
 
+#include "actors/authorization.hpp"
 #include "net/auth.hpp"
 #include "net/link_stats.hpp"
 #include "net/sites.hpp"
@@ -58,6 +61,9 @@ struct RemoteCounters {
   std::map<std::string, LinkTally> tallies;  // node name -> counts (guarded by mutex)
   std::map<std::string, std::string> sites;  // node name -> site (guarded by mutex)
   std::set<std::string> learners_joined;     // learner ids that joined the syncer (guarded by mutex)
+  nlohmann::json nodes = nlohmann::json::array();  // the admitted sessions (guarded by mutex)
+  int learner_slots = 0;
+  Refusals refusals;                         // messages refused at the gateway and the links
 
   nlohmann::json to_json();
 };

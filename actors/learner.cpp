@@ -1,4 +1,6 @@
 #include "actors/learner.hpp"
+#include "actors/authorization.hpp"
+#include "actors/directory.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -73,6 +75,7 @@ struct LearnerState {
   std::string checkpoint_error;     // why the last load or save failed (empty: none)
   int64_t nonfinite_recoveries = 0; // steps that went NaN/Inf and were undone from the globals
   int64_t broadcast_gaps = 0;       // deltas that did not apply to the held B_p (a store fetch followed)
+  int64_t refused_remote = 0;       // messages from outside this process, refused
   bool poisoned = false;            // fault injection: the non-finite step was injected already
   TensorInbox inbox;
   Outbox outbox{""};
@@ -100,7 +103,7 @@ double seconds(Clock::duration d) { return std::chrono::duration<double>(d).coun
 std::chrono::milliseconds millis(double s) { return std::chrono::milliseconds(static_cast<int64_t>(s * 1000)); }
 const RuntimeOptions& opts(LearnerActor* self) { return *self->state.spec.options; }
 const std::string& mode(LearnerActor* self) { return opts(self).setup.run.mode; }
-caf::actor lookup(LearnerActor* self, caf::atom_value name) { return self->system().registry().get<caf::actor>(name); }
+caf::actor lookup(LearnerActor* self, caf::atom_value name) { return Directory::get(self->system(), name); }
 
 void send_to(LearnerActor* self, const caf::actor& to, Message body) {
   if (!to) return;
@@ -678,6 +681,16 @@ Status initialize(LearnerActor* self) {
   return open_cursors(self);
 }
 
+// A learner's handle crosses to the coordinator (its downlinks watch it), so a peer could address
+// it: it takes messages only from actors of its own process (actors/authorization.hpp).
+bool from_this_process(LearnerActor* self) {
+  const auto& sender = self->current_sender();
+  if (sender && sender->node() == self->node()) return true;
+  auto& st = self->state;
+  if (st.refused_remote++ == 0) st.log->warn("{}: refused a message from outside its process (counted)", st.id);
+  return false;
+}
+
 caf::behavior learner_behavior(LearnerActor* self, LearnerSpec spec) {
   auto& st = self->state;
   st.spec = std::move(spec);
@@ -695,6 +708,7 @@ caf::behavior learner_behavior(LearnerActor* self, LearnerSpec spec) {
   return {
       [=](init_atom) {
         auto& st = self->state;
+        if (!from_this_process(self)) return;
         if (st.spec.crash_on_start) {
           st.log->error("{}: injected start-up crash", st.id);
           self->quit(caf::exit_reason::unhandled_exception);
@@ -711,10 +725,16 @@ caf::behavior learner_behavior(LearnerActor* self, LearnerSpec spec) {
         send_heartbeat(self);
         self->delayed_send(self, millis(opts(self).detector.heartbeat_s), beat_atom::value);
       },
-      [=](step_atom) { run_step(self); },
-      [=](stop_atom) {
+      [=](step_atom) {
+        if (from_this_process(self)) run_step(self);
+      },
+      [=](stop_atom, const std::string& key) {
         // Asked to stop (its node is leaving): the budget ends now; in-flight work drains first.
         auto& st = self->state;
+        if (!keys_equal(key, process_key())) {
+          st.refused_remote += 1;
+          return;
+        }
         st.spec.deadline = Clock::now();
         if (st.phase == Phase::waiting) {
           begin_drain(self);
@@ -722,9 +742,12 @@ caf::behavior learner_behavior(LearnerActor* self, LearnerSpec spec) {
           finish(self, "stopped before training");
         }
       },
-      [=](beat_atom) { on_beat(self); },
+      [=](beat_atom) {
+        if (from_this_process(self)) on_beat(self);
+      },
       [=](WireBytes& bytes) {
         auto& st = self->state;
+        if (!from_this_process(self)) return;
         auto envelope = unwrap(std::move(bytes));
         if (!envelope) {
           st.log->warn("{}: dropped a malformed message: {}", st.id, envelope.error().to_string());
@@ -736,8 +759,9 @@ caf::behavior learner_behavior(LearnerActor* self, LearnerSpec spec) {
           on_welcome(self, envelope->sender_id, *welcome);
         }
       },
-      [=](admin_atom, WireBytes& bytes) -> WireBytes {
+      [=](admin_atom, WireBytes& bytes) -> caf::result<WireBytes> {
         auto& st = self->state;
+        if (!from_this_process(self)) return caf::sec::request_receiver_down;
         auto request = read_admin_request(std::move(bytes));
         if (request && request->command == "digests") {
           nlohmann::json fragments = nlohmann::json::array();
@@ -763,7 +787,7 @@ caf::behavior learner_behavior(LearnerActor* self, LearnerSpec spec) {
                             {"checkpoint_error", st.checkpoint_error}, {"periods", periods},
                             {"fastest_tokens_per_s", st.fastest_tokens_per_s},
                             {"learner_nonfinite_recoveries", st.nonfinite_recoveries},
-                            {"broadcast_gaps", st.broadcast_gaps}};
+                            {"broadcast_gaps", st.broadcast_gaps}, {"refused_remote", st.refused_remote}};
         return admin_reply(st.id, request ? request->request_id : 0, true, "ok", j);
       },
   };

@@ -1,4 +1,5 @@
 #include "actors/node.hpp"
+#include "actors/directory.hpp"
 
 #include <unistd.h>
 
@@ -12,6 +13,7 @@
 #include <caf/io/all.hpp>
 #include <caf/openssl/all.hpp>
 
+#include "actors/authorization.hpp"
 #include "actors/compute_threads.hpp"
 #include "actors/run_setup.hpp"
 #include "actors/shaped_link.hpp"
@@ -41,26 +43,34 @@ struct SessionFlags {
 // ---- facade: what learners see as the syncer / store / monitor ------------------------------------
 
 struct FacadeSpec {
+  std::string key;  // the session's: the link refuses an `up` without it
   caf::atom_value role;
   caf::actor link;  // the coordinator's link actor of this session
   std::shared_ptr<ShapedLink> uplink;
   std::shared_ptr<net::LinkStats> stats;
   std::string coordinator_site;
+  std::shared_ptr<Refusals> refusals;
+  std::shared_ptr<spdlog::logger> log;
 };
 
 caf::behavior facade_behavior(caf::event_based_actor* self, FacadeSpec spec) {
   return {
       [=](WireBytes& bytes) {
         auto learner = caf::actor_cast<caf::actor>(self->current_sender());
-        if (!learner) return;
+        if (!learner || learner->node() != self->node()) {
+          spec.refusals->refuse("node facade", "envelope", Refusal::unauthenticated, *spec.log,
+                                "not from a learner of this process");
+          return;
+        }
         auto link = spec.link;
+        auto key = spec.key;
         auto role = spec.role;
         auto stats = spec.stats;
         auto site = spec.coordinator_site;
         // Counted when the link releases the bytes onto the transport, as the far side counts them.
-        spec.uplink->send(std::move(bytes), [link, role, learner, stats, site](WireBytes&& b) {
+        spec.uplink->send(std::move(bytes), [link, key, role, learner, stats, site](WireBytes&& b) {
           stats->record_sent(kCoordinatorPeer, site, b.size());
-          caf::anon_send(link, up_atom::value, role, learner, std::move(b));
+          caf::anon_send(link, up_atom::value, key, role, learner, std::move(b));
         });
       },
   };
@@ -69,6 +79,8 @@ caf::behavior facade_behavior(caf::event_based_actor* self, FacadeSpec spec) {
 // ---- watcher: one per session ---------------------------------------------------------------------
 
 struct WatcherState {
+  std::string key;  // the session's, from the gateway's join answer
+  std::shared_ptr<Refusals> refusals;
   caf::actor gateway, link;
   std::map<caf::atom_value, caf::actor> facades;
   std::shared_ptr<SessionFlags> flags;
@@ -80,8 +92,21 @@ struct WatcherState {
 using WatcherActor = caf::stateful_actor<WatcherState>;
 
 caf::behavior watcher_behavior(WatcherActor* self, caf::actor gateway, std::shared_ptr<SessionFlags> flags,
-                               std::shared_ptr<net::LinkStats> stats) {
+                               std::shared_ptr<net::LinkStats> stats, std::shared_ptr<Refusals> refusals) {
   auto& st = self->state;
+  st.refusals = refusals;
+  auto log = component_logger("node");
+  // Its handle is sent to the coordinator: whatever else a peer sends it is refused and counted.
+  self->set_default_handler([refusals, log](caf::scheduled_actor*, caf::message_view& x) -> caf::result<caf::message> {
+    refusals->refuse("node watcher", message_kind(x.content()), Refusal::unauthenticated, *log);
+    return caf::sec::unexpected_message;
+  });
+  auto keyed = [=](const std::string& key, const char* kind) {
+    auto& st = self->state;
+    if (keys_equal(key, st.key)) return true;
+    st.refusals->refuse("node watcher", kind, Refusal::wrong_key, *log);
+    return false;
+  };
   st.gateway = gateway;
   st.flags = flags;
   st.stats = std::move(stats);
@@ -96,23 +121,31 @@ caf::behavior watcher_behavior(WatcherActor* self, caf::actor gateway, std::shar
                    : caf::error{caf::exit_reason::remote_link_unreachable});
   });
   return {
-      [=](init_atom, caf::actor& link, std::string& coordinator_site, caf::actor& syncer, caf::actor& store,
-          caf::actor& monitor) {
+      [=](init_atom, const std::string& local, std::string& key, caf::actor& link, std::string& coordinator_site,
+          caf::actor& syncer, caf::actor& store, caf::actor& monitor) {
         auto& st = self->state;
+        if (!keys_equal(local, process_key())) {
+          st.refusals->refuse("node watcher", "init", Refusal::wrong_key, *log);
+          return;
+        }
+        st.key = std::move(key);
         st.link = link;
         st.coordinator_site = coordinator_site;
         self->monitor(link);
         st.facades = {{syncer_name(), syncer}, {store_name(), store}, {monitor_name(), monitor}};
         for (auto& [role, facade] : st.facades) self->link_to(facade);
       },
-      [=](deliver_atom, caf::atom_value role, caf::actor& learner, WireBytes& bytes) {
+      [=](deliver_atom, const std::string& key, caf::atom_value role, caf::actor& learner, WireBytes& bytes) {
         auto& st = self->state;
+        if (!keyed(key, "deliver")) return;
         st.stats->record_received(kCoordinatorPeer, st.coordinator_site, bytes.size());
         auto it = st.facades.find(role);
         if (it == st.facades.end() || !learner) return;
         caf::send_as(it->second, learner, std::move(bytes));
       },
-      [=](stop_atom) { self->state.flags->stop_requested = true; },
+      [=](stop_atom, const std::string& key) {
+        if (keyed(key, "stop")) self->state.flags->stop_requested = true;
+      },
   };
 }
 
@@ -128,6 +161,7 @@ struct Node::Impl {
   caf::actor_system_config config;
   std::unique_ptr<caf::actor_system> system;
   std::shared_ptr<net::LinkStats> stats;
+  std::shared_ptr<Refusals> refusals = std::make_shared<Refusals>();
   Clock::time_point started = Clock::now();
   std::shared_ptr<spdlog::logger> log = component_logger("node");
 
@@ -150,7 +184,7 @@ struct Node::Impl {
 
   void end_session(caf::exit_reason reason) {
     for (int i = 0; i < static_cast<int>(facades.size()); ++i) {
-      if (system->registry().get<caf::actor>(role_at(i)) == facades[i]) system->registry().erase(role_at(i));
+      if (Directory::get(*system, role_at(i)) == facades[i]) Directory::erase(*system, role_at(i));
     }
     facades.clear();
     if (watcher) caf::anon_send_exit(watcher, reason);
@@ -166,9 +200,9 @@ struct Node::Impl {
     if (learner_supervisor) caf::anon_send_exit(learner_supervisor, caf::exit_reason::user_shutdown);
     learner_supervisor = caf::actor{};
     system->await_all_actors_done();
-    system->registry().erase(learner_supervisor_name());
+    Directory::erase(*system, learner_supervisor_name());
     if (runtime) {
-      for (int m = 0; m < runtime->setup.run.learners; ++m) system->registry().erase(learner_name(m));
+      for (int m = 0; m < runtime->setup.run.learners; ++m) Directory::erase(*system, learner_name(m));
     }
     system.reset();
   }
@@ -188,8 +222,8 @@ struct Node::Impl {
 
   void stop_learners() {
     for (int i = 0; i < options.learners && first_learner >= 0; ++i) {
-      if (auto learner = system->registry().get<caf::actor>(learner_name(first_learner + i))) {
-        caf::anon_send(learner, stop_atom::value);
+      if (auto learner = Directory::get(*system, learner_name(first_learner + i))) {
+        caf::anon_send(learner, stop_atom::value, process_key());
       }
     }
   }
@@ -207,7 +241,7 @@ struct Node::Impl {
       return Attempt::retry;
     }
     auto session_flags = std::make_shared<SessionFlags>();
-    auto session_watcher = system->spawn(watcher_behavior, *gateway, session_flags, stats);
+    auto session_watcher = system->spawn(watcher_behavior, *gateway, session_flags, stats, refusals);
     Outbox outbox(options.name);
     auto join = outbox.wrap(Join{"", options.name, options.site, options.device,
                                  0, std::string(options.secret->bytes())});
@@ -222,7 +256,7 @@ struct Node::Impl {
                   static_cast<int32_t>(first_learner), session_watcher)
         .receive(
             [&](WireBytes& welcome_bytes, std::string& config_toml, std::string& topology_toml,
-                std::string& coordinator, int32_t first, caf::actor& link) {
+                std::string& coordinator, int32_t first, caf::actor& link, std::string& key) {
               auto envelope = unwrap(std::move(welcome_bytes));
               const Welcome* welcome = envelope ? std::get_if<Welcome>(&envelope->body) : nullptr;
               if (!welcome) {
@@ -250,7 +284,7 @@ struct Node::Impl {
                       std::to_string(first_learner) + "..; retrying";
                 return;
               }
-              open_session(session_watcher, session_flags, link);
+              open_session(session_watcher, session_flags, link, key);
               outcome = Attempt::joined;
             },
             [&](caf::error& error) { why = "join request failed: " + system->render(error); });
@@ -286,7 +320,7 @@ struct Node::Impl {
       slots.deadline = started + std::chrono::milliseconds(static_cast<int64_t>(runtime->setup.run.max_seconds * 1000));
     }
     learner_supervisor = spawn_supervisor(*system, learner_supervisor_spec(runtime, node_config->corpus, setup, slots));
-    system->registry().put(learner_supervisor_name(), learner_supervisor);
+    Directory::put(*system, learner_supervisor_name(), learner_supervisor);
     log->info("node '{}' (site {}): learners {}..{} x {} compute thread(s), {} parameters; link to site {}: {} Mbit/s, {} ms",
               options.name, options.site, first, first + options.learners - 1, threads, setup.layout->parameter_count,
               coordinator_site, uplink_spec.bandwidth_bits_per_s / 1e6, uplink_spec.latency_s * 1000);
@@ -294,18 +328,20 @@ struct Node::Impl {
   }
 
   void open_session(const caf::actor& session_watcher, std::shared_ptr<SessionFlags> session_flags,
-                    const caf::actor& link) {
+                    const caf::actor& link, const std::string& key) {
     watcher = session_watcher;
     flags = std::move(session_flags);
     uplink = std::make_shared<ShapedLink>(uplink_spec);
     facades.clear();
     for (int i = 0; i < 3; ++i) {
-      facades.push_back(system->spawn(facade_behavior, FacadeSpec{role_at(i), link, uplink, stats, coordinator_site}));
+      facades.push_back(system->spawn(facade_behavior, FacadeSpec{key, role_at(i), link, uplink, stats,
+                                                                  coordinator_site, refusals, log}));
     }
-    caf::anon_send(watcher, init_atom::value, link, coordinator_site, facades[0], facades[1], facades[2]);
+    caf::anon_send(watcher, init_atom::value, process_key(), key, link, coordinator_site, facades[0], facades[1],
+                   facades[2]);
     for (int i = 0; i < 3; ++i) {
-      system->registry().erase(role_at(i));
-      system->registry().put(role_at(i), facades[i]);
+      Directory::erase(*system, role_at(i));
+      Directory::put(*system, role_at(i), facades[i]);
     }
     sessions += 1;
   }
@@ -418,7 +454,8 @@ Expected<nlohmann::json> Node::run(const std::function<bool()>& stop_requested,
       {"first_learner", impl.first_learner}, {"learners", options.learners},
       {"steps", status.value("steps_computed", int64_t{0})}, {"restarts", status.value("restarts", 0)},
       {"finished", status.value("finished", 0)}, {"failed", status.value("failed", 0)},
-      {"sessions", impl.sessions}, {"reconnects", reconnects}, {"bytes_sent", traffic.bytes_sent},
+      {"sessions", impl.sessions}, {"reconnects", reconnects}, {"refused", impl.refusals->to_json()},
+      {"bytes_sent", traffic.bytes_sent},
       {"bytes_received", traffic.bytes_received},
       {"uplink", {{"bandwidth_mbit", impl.uplink_spec.bandwidth_bits_per_s / 1e6},
                   {"latency_ms", impl.uplink_spec.latency_s * 1000}}},

@@ -1,4 +1,5 @@
 #include "actors/supervisor.hpp"
+#include "actors/directory.hpp"
 
 #include <chrono>
 #include <map>
@@ -70,8 +71,8 @@ void start_child(SupervisorActor* self, int index) {
   child.spawned_s = st.now();
   self->monitor(child.handle);
   // CAF 0.17's registry never overwrites a name (it emplaces): drop the dead incarnation first.
-  self->system().registry().erase(child.spec.name);
-  self->system().registry().put(child.spec.name, child.handle);
+  Directory::erase(self->system(), child.spec.name);
+  Directory::put(self->system(), child.spec.name, child.handle);
   refresh_live(self);
 }
 

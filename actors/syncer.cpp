@@ -1,4 +1,5 @@
 #include "actors/syncer.hpp"
+#include "actors/directory.hpp"
 
 #include <chrono>
 #include <deque>
@@ -47,7 +48,7 @@ struct SyncerState {
 
 using SyncerActor = caf::stateful_actor<SyncerState>;
 
-caf::actor lookup(SyncerActor* self, caf::atom_value name) { return self->system().registry().get<caf::actor>(name); }
+caf::actor lookup(SyncerActor* self, caf::atom_value name) { return Directory::get(self->system(), name); }
 
 void handle(SyncerActor* self, WireBytes&& bytes, const caf::actor& sender);
 

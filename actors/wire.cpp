@@ -1,4 +1,5 @@
 #include "actors/wire.hpp"
+#include "actors/directory.hpp"
 
 #include <chrono>
 #include <cstring>
@@ -81,7 +82,7 @@ Expected<AdminRequest> read_admin_request(WireBytes&& bytes) {
 
 Expected<nlohmann::json> ask_admin(caf::actor_system& system, caf::atom_value name, const std::string& sender,
                                    const std::string& command, std::vector<std::string> args, double timeout_s) {
-  auto target = system.registry().get<caf::actor>(name);
+  auto target = Directory::get(system, name);
   if (!target) return make_error(ErrorCode::unavailable, "no actor registered as " + caf::to_string(name));
   caf::scoped_actor self{system};
   Expected<nlohmann::json> result = make_error(ErrorCode::unavailable, "no answer");

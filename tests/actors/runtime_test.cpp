@@ -14,6 +14,7 @@
 
 #include "../training/test_corpus.hpp"
 #include "actors/cluster.hpp"
+#include "actors/directory.hpp"
 #include "actors/wire.hpp"
 #include "cluster_queries.hpp"
 #include "test_support.hpp"
@@ -204,7 +205,7 @@ TEST_CASE("every class of bad update is rejected and counted, and the run comple
   const uint64_t latest = status(cluster, syncer_name()).value("version", uint64_t{0});
 
   caf::scoped_actor intruder{cluster.system()};
-  auto syncer = cluster.system().registry().get<caf::actor>(syncer_name());
+  auto syncer = Directory::get(cluster.system(), syncer_name());
   REQUIRE(syncer);
   Outbox outbox("learner-7");
   auto send = [&](messages::Message body) {
