@@ -35,7 +35,7 @@ bool node_may_send(caf::atom_value role, const Message& body) {
            std::holds_alternative<Leave>(body);
   }
   if (role == store_name()) return std::holds_alternative<Join>(body);  // a state fetch
-  if (role == monitor_name()) return std::holds_alternative<Heartbeat>(body);
+  if (role == monitor_name()) return std::holds_alternative<Heartbeat>(body) || std::holds_alternative<Leave>(body);
   return false;
 }
 

@@ -8,7 +8,8 @@
 //                           this process                stop                            the process key
 //   node link (coordinator) its admitted node           up: Join, FragmentUpdate, Leave  the session key; the sender id
 //                                                           to syncer; Join (a fetch) to   is a learner of the node's
-//                                                           store; Heartbeat to monitor    admitted slots
+//                                                           store; Heartbeat, Leave to     admitted slots
+//                                                           monitor
 //                           this process (gateway)      stop                            the process key
 //   watcher (node)          its coordinator's link      deliver, stop                   the session key
 //                           this process                init                            the process key

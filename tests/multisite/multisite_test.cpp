@@ -9,49 +9,11 @@
 
 #include "storage/checkpoint_store.hpp"
 #include "tests/multisite/process.hpp"
+#include "tests/multisite/run_args.hpp"
 
 using namespace multisite;
 
 namespace {
-
-const std::string kData = (fs::temp_directory_path() / "archipelago-test-data").string();
-
-std::vector<std::string> with_sets(std::vector<std::string> arguments, const std::vector<std::string>& sets) {
-  for (const auto& s : sets) {
-    arguments.push_back("--set");
-    arguments.push_back(s);
-  }
-  return arguments;
-}
-
-std::vector<std::string> coordinator_args(const Scratch& s, int port, const std::vector<std::string>& extra,
-                                          const std::vector<std::string>& flags = {}) {
-  std::vector<std::string> arguments{"coordinator", "--json", "--listen", "127.0.0.1:" + std::to_string(port),
-                                     "--run-dir", (s.dir / "run").string(), "--token-file", s.token.string()};
-  arguments.insert(arguments.end(), flags.begin(), flags.end());
-  auto sets = std::vector<std::string>{"model.preset=tiny", "train.learners=4", "inner.batch_size=8",
-                                       "data.eval_batches=2", "train.inner_steps=10", "runtime.store_sync=false",
-                                       "train.threads=1", "data.cache_dir=" + kData, "runtime.progress_interval_s=0.3",
-                                       "runtime.drain_timeout_s=5", "runtime.keep_versions=0", "inner.warmup_steps=10"};
-  sets.insert(sets.end(), extra.begin(), extra.end());
-  return with_sets(arguments, sets);
-}
-
-std::vector<std::string> node_args(const Scratch& s, int port, const std::string& name,
-                                   const std::vector<std::string>& flags = {}) {
-  std::vector<std::string> arguments{"node", "--json", "--coordinator", "127.0.0.1:" + std::to_string(port),
-                                     "--learners", "2", "--name", name, "--token-file", s.token.string(),
-                                     "--set", "train.threads=1"};
-  arguments.insert(arguments.end(), flags.begin(), flags.end());
-  return arguments;
-}
-
-void await_listening(Process& coordinator) {
-  REQUIRE_MESSAGE(wait_until([&] { return coordinator.out().find("listening on") != std::string::npos ||
-                                          !coordinator.running(); }, 60),
-                  coordinator.all());
-  REQUIRE_MESSAGE(coordinator.running(), coordinator.all());
-}
 
 // version -> (role, fragment, hash) of every committed version in a run's store.
 using Hashes = std::map<uint64_t, std::vector<std::tuple<int, uint32_t, std::string>>>;
@@ -88,6 +50,8 @@ TEST_CASE("a coordinator and two nodes of two learners train over loopback to a 
   CHECK(summary["learners_seen"].get<int>() == 4);
   CHECK(summary["joins_accepted"].get<int>() == 2);
   CHECK(summary["stopped_by"] == "max_seconds");
+  CHECK_MESSAGE(summary["refused"]["total"].get<int64_t>() == 0, summary["refused"].dump());  // nodes send only what they may
+  CHECK(a.summary()["refused"]["total"].get<int64_t>() == 0);
   CHECK(summary["heldout_loss"].get<double>() < summary["initial_heldout_loss"].get<double>());
   CHECK(summary["bytes_cross_site"].get<int64_t>() == 0);  // one site: "local"
   CHECK(summary["bytes_links_total"].get<int64_t>() > 0);

@@ -1,0 +1,274 @@
+// The authorization table of actors/authorization.hpp, tried from outside against a real coordinator
+// process: a CAF client without a token, a client that joined with the token and then sends what a
+// node may not, and TLS peers without a certificate of the run's CA. Each refused class is counted by
+// the coordinator, and the run goes on. Loopback only; every wait is bounded.
+#include <caf/all.hpp>
+#include <caf/io/all.hpp>
+#include <doctest/doctest.h>
+
+#include "actors/remote_protocol.hpp"
+#include "actors/wire.hpp"
+#include "messages/message_types.hpp"
+#include "storage/checkpoint_store.hpp"
+#include "tests/multisite/process.hpp"
+#include "tests/multisite/run_args.hpp"
+
+using namespace multisite;
+using namespace archipelago;
+using namespace archipelago::actors;
+
+namespace {
+
+// A CAF 0.17 client as any outsider can write one: the io middleman and the same heartbeat settings.
+struct Client {
+  caf::actor_system_config config;
+  std::unique_ptr<caf::actor_system> system;
+  Client() {
+    TransportOptions transport;
+    REQUIRE(configure_transport(config, transport).ok());
+    config.set("logger.console-verbosity", caf::atom("quiet"));
+    system = std::make_unique<caf::actor_system>(config);
+  }
+  caf::actor connect(int port) {
+    auto gateway = system->middleman().remote_actor("127.0.0.1", static_cast<uint16_t>(port));
+    REQUIRE_MESSAGE(gateway, system->render(gateway.error()));
+    return *gateway;
+  }
+};
+
+// Whether a request of `message` to `target` got any answer but an error within 3 s.
+template <class... Ts>
+bool answered(Client& client, const caf::actor& target, Ts&&... message) {
+  caf::scoped_actor self{*client.system};
+  bool ok = false;
+  self->request(target, std::chrono::seconds(3), std::forward<Ts>(message)...)
+      .receive([&](caf::message&) { ok = true; }, [&](caf::error&) { ok = false; });
+  return ok;
+}
+
+int64_t refused(const nlohmann::json& summary, const std::string& reason) {
+  return summary["refused"]["by_reason"].value(reason, int64_t{-1});
+}
+
+std::string token_of(const Scratch& s) {
+  std::string token = read_file(s.token);
+  while (!token.empty() && (token.back() == '\n' || token.back() == '\r')) token.pop_back();
+  return token;
+}
+
+}  // namespace
+
+TEST_CASE("a CAF client without a token gets nothing and stops nothing") {
+  Scratch s("authz-tokenless");
+  const int port = free_port();
+  Process coordinator("coordinator", coordinator_args(s, port, {"train.max_seconds=20"}), s.dir);
+  await_listening(coordinator);
+  Process node("node-a", node_args(s, port, "node-a"), s.dir);
+  REQUIRE_MESSAGE(wait_until([&] { return coordinator.last_value("version") >= 3; }, 60), coordinator.all());
+
+  Client client;
+  auto gateway = client.connect(port);
+  // The shapes the gateway took before: a bare stop, and a status request.
+  caf::anon_send(gateway, stop_atom::value);
+  CHECK_FALSE(answered(client, gateway, admin_atom::value, admin_request("outsider", "status")));
+  // A stop with a made-up key, and a link's message sent to the gateway.
+  caf::anon_send(gateway, stop_atom::value, std::string(32, '0'));
+  CHECK_FALSE(answered(client, gateway, up_atom::value, std::string(32, '0'), syncer_name(), gateway,
+                       admin_request("learner-0", "status")));
+  // No actor of the coordinator is reachable by name, the way CAF's registry would answer it.
+  for (auto name : {syncer_name(), store_name(), monitor_name(), caf::atom("root"), caf::atom("gateway"),
+                    caf::atom("evaluator")}) {
+    CAPTURE(caf::to_string(name));
+    CHECK(client.system->middleman().remote_lookup(name, gateway.node()) == nullptr);
+  }
+  // A join without the token is answered with a refusal and nothing else.
+  {
+    Outbox outbox("outsider");
+    auto join = outbox.wrap(messages::Join{"", "outsider", "nowhere", "cpu", 0, ""});
+    REQUIRE(join.ok());
+    caf::scoped_actor self{*client.system};
+    bool refused_join = false;
+    self->request(gateway, std::chrono::seconds(5), nodejoin_atom::value, std::move(*join), int32_t{1}, int32_t{-1},
+                  caf::actor_cast<caf::actor>(self))
+        .receive(
+            [&](WireBytes& bytes, std::string& config, std::string&, std::string&, int32_t, caf::actor& link,
+                std::string& key) {
+              auto welcome = unwrap(std::move(bytes));
+              REQUIRE(welcome.ok());
+              CHECK_FALSE(std::get<messages::Welcome>(welcome->body).accepted);
+              CHECK(config.empty());  // not even the run's configuration
+              CHECK_FALSE(link);
+              CHECK(key.empty());
+              refused_join = true;
+            },
+            [&](caf::error& e) { FAIL("join request failed: " << client.system->render(e)); });
+    CHECK(refused_join);
+  }
+  const int64_t after_attack = coordinator.last_value("version");
+  // The run goes on: versions keep coming, the node keeps training until the time budget.
+  CHECK_MESSAGE(wait_until([&] { return coordinator.last_value("version") >= after_attack + 3; }, 30),
+                coordinator.all());
+  CHECK(node.running());
+  const int code = coordinator.wait(90);
+  CAPTURE(coordinator.all());
+  REQUIRE(code == 0);
+  CHECK_MESSAGE(node.wait(30) == 0, node.all());
+  auto summary = coordinator.summary();
+  CHECK(summary["stopped_by"] == "max_seconds");
+  CHECK(summary["joins_refused"]["missing_token"].get<int>() == 1);
+  CHECK(summary["joins_accepted"].get<int>() == 1);
+  // stop, the admin request and the link message had no handler: unauthenticated; the keyed stop: wrong key.
+  CHECK(refused(summary, "unauthenticated") == 3);
+  CHECK(refused(summary, "wrong_key") == 1);
+  CHECK(coordinator.err().find("gateway refused a 'stop' message: unauthenticated") != std::string::npos);
+}
+
+TEST_CASE("an admitted node may send only its learners' messages, for its own learners") {
+  Scratch s("authz-node");
+  const int port = free_port();
+  Process coordinator("coordinator", coordinator_args(s, port, {"train.max_seconds=20"}), s.dir);
+  await_listening(coordinator);
+  Process node("node-a", node_args(s, port, "node-a"), s.dir);
+  REQUIRE_MESSAGE(wait_until([&] { return coordinator.last_value("version") >= 3; }, 60), coordinator.all());
+
+  // A client that holds the join token and joins as a one-learner node, then misbehaves on its link.
+  Client client;
+  auto gateway = client.connect(port);
+  auto watcher = client.system->spawn([](caf::event_based_actor* self) -> caf::behavior {
+    self->set_default_handler(caf::drop);  // takes whatever the coordinator sends and does nothing
+    return {[](int32_t) {}};
+  });
+  caf::actor link;
+  std::string key;
+  int first = -1;
+  {
+    Outbox outbox("forger");
+    auto join = outbox.wrap(messages::Join{"", "forger", "site-x", "cpu", 0, token_of(s)});
+    REQUIRE(join.ok());
+    caf::scoped_actor self{*client.system};
+    self->request(gateway, std::chrono::seconds(10), nodejoin_atom::value, std::move(*join), int32_t{1}, int32_t{-1},
+                  watcher)
+        .receive(
+            [&](WireBytes&, std::string&, std::string&, std::string&, int32_t f, caf::actor& l, std::string& k) {
+              link = l;
+              key = k;
+              first = f;
+            },
+            [&](caf::error& e) { FAIL("join request failed: " << client.system->render(e)); });
+  }
+  REQUIRE(link);
+  REQUIRE(key.size() == 32);
+  const std::string own = learner_id(first);
+  const std::string other = learner_id(first == 0 ? 1 : 0);
+  auto up = [&](const std::string& with_key, caf::atom_value role, WireBytes bytes) {
+    caf::anon_send(link, up_atom::value, with_key, role, watcher, std::move(bytes));
+  };
+  // 1. A commit marker to the store (an empty Persist chunk), for a version far ahead.
+  Outbox as_own(own);
+  auto forged_commit = as_own.wrap(messages::Persist{999, 0, messages::PersistKind::parameters, {}, "{}"});
+  REQUIRE(forged_commit.ok());
+  up(key, store_name(), *forged_commit);
+  // 2. An admin request to the syncer, and 3. a global fragment to the syncer: not a learner's to send.
+  up(key, syncer_name(), admin_request(own, "status"));
+  auto global = as_own.wrap(messages::GlobalFragment{0, 5, {}, 0, 0});
+  REQUIRE(global.ok());
+  up(key, syncer_name(), *global);
+  // 4. A heartbeat as a learner of another node.
+  Outbox as_other(other);
+  auto beat = as_other.wrap(messages::Heartbeat{other, 1, 1.0, 0});
+  REQUIRE(beat.ok());
+  up(key, monitor_name(), *beat);
+  // 5. The right kind with a wrong session key, and 6. a stop to the link, which only the gateway sends.
+  auto own_beat = as_own.wrap(messages::Heartbeat{own, 1, 1.0, 0});
+  REQUIRE(own_beat.ok());
+  up(std::string(32, 'f'), monitor_name(), *own_beat);
+  caf::anon_send(link, stop_atom::value, key);
+
+  const int64_t after_attack = coordinator.last_value("version");
+  CHECK_MESSAGE(wait_until([&] { return coordinator.last_value("version") >= after_attack + 3; }, 30),
+                coordinator.all());
+  CHECK(node.running());
+  // The forger leaves (its process would end): its session and slot end with the connection.
+  link = caf::actor{};
+  caf::anon_send_exit(watcher, caf::exit_reason::kill);
+  watcher = caf::actor{};
+  gateway = caf::actor{};
+  client.system.reset();
+  const int code = coordinator.wait(90);
+  CAPTURE(coordinator.all());
+  REQUIRE(code == 0);
+  CHECK_MESSAGE(node.wait(30) == 0, node.all());
+  auto summary = coordinator.summary();
+  CHECK(refused(summary, "kind_not_allowed") == 3);
+  CHECK(refused(summary, "foreign_learner") == 1);
+  CHECK(refused(summary, "wrong_key") == 2);
+  CHECK(summary["rejected_updates"].get<int64_t>() == 0);
+  CHECK(summary["final_version"].get<uint64_t>() < 999);
+  // The forged commit never reached the store.
+  auto store = storage::CheckpointStore::open((s.dir / "run" / "store").string());
+  REQUIRE_MESSAGE(store, store.error().reason);
+  auto list = (*store)->list();
+  REQUIRE(list);
+  for (const auto& info : *list) CHECK(info.version < 999);
+}
+
+namespace {
+
+// A CA, and a certificate for 127.0.0.1 it signed, under `dir` with the file names' prefix.
+void make_ca_and_certificate(const fs::path& dir, const std::string& prefix) {
+  const std::string d = dir.string();
+  const std::string p = prefix;
+  const std::string command =
+      "cd " + d + " && openssl req -x509 -newkey rsa:2048 -nodes -keyout " + p + "ca.key -out " + p +
+      "ca.pem -days 1 -subj /CN=" + p + "ca && openssl req -newkey rsa:2048 -nodes -keyout " + p + "node.key -out " + p +
+      "node.csr -subj /CN=127.0.0.1 && openssl x509 -req -in " + p + "node.csr -CA " + p + "ca.pem -CAkey " + p +
+      "ca.key -CAcreateserial -out " + p + "node.pem -days 1 > " + p + "openssl.log 2>&1";
+  REQUIRE_MESSAGE(std::system(command.c_str()) == 0, read_file(dir / (p + "openssl.log")));
+}
+
+fs::path tls_config(const fs::path& dir, const std::string& prefix, const std::string& ca_prefix) {
+  const auto path = dir / (prefix + "tls.toml");
+  const std::string d = dir.string();
+  std::ofstream(path) << "[net]\ntls = true\ntls_certificate = \"" << d << "/" << prefix << "node.pem\"\ntls_key = \"" << d
+                      << "/" << prefix << "node.key\"\ntls_ca = \"" << d << "/" << ca_prefix << "ca.pem\"\n";
+  return path;
+}
+
+}  // namespace
+
+TEST_CASE("a TLS coordinator refuses a plain-TCP node and a node whose certificate another CA signed") {
+  Scratch s("authz-tls");
+  make_ca_and_certificate(s.dir, "");
+  make_ca_and_certificate(s.dir, "other-");
+  const int port = free_port();
+  const std::vector<std::string> tls{"--config", tls_config(s.dir, "", "").string()};
+  Process coordinator("coordinator", coordinator_args(s, port, {"train.max_seconds=0"}, tls), s.dir);
+  await_listening(coordinator);
+
+  // Each gives up after 4 s of failed attempts: its TLS (or plain) handshake never completes a join.
+  const std::vector<std::string> give_up{"--give-up-after", "4"};
+  auto plain_args = node_args(s, port, "plain-node", give_up);
+  Process plain("plain-node", plain_args, s.dir);
+  auto other = give_up;
+  other.push_back("--config");
+  other.push_back(tls_config(s.dir, "other-", "other-").string());
+  Process foreign("other-ca-node", node_args(s, port, "other-ca-node", other), s.dir);
+  const int plain_code = plain.wait(60);
+  const int foreign_code = foreign.wait(60);
+  CHECK_MESSAGE(plain_code != 0, plain.all());
+  CHECK_MESSAGE(plain.err().find("gave up after") != std::string::npos, plain.all());
+  CHECK_MESSAGE(foreign_code != 0, foreign.all());
+  CHECK_MESSAGE(foreign.err().find("gave up after") != std::string::npos, foreign.all());
+  CHECK(coordinator.running());
+  // A node with the run's CA is still admitted afterwards.
+  Process good("node-a", node_args(s, port, "node-a", tls), s.dir);
+  CHECK_MESSAGE(wait_until([&] { return count_of(coordinator.err(), "admitted node 'node-a'") == 1; }, 40),
+                coordinator.all() << good.all());
+  coordinator.kill(SIGTERM);
+  REQUIRE(coordinator.wait(60) == 0);
+  CAPTURE(coordinator.all());
+  auto summary = coordinator.summary();
+  CHECK(summary["joins_accepted"].get<int>() == 1);
+  CHECK(coordinator.err().find("admitted node 'plain-node'") == std::string::npos);
+  CHECK(coordinator.err().find("admitted node 'other-ca-node'") == std::string::npos);
+}

@@ -1,0 +1,52 @@
+// Command lines of the coordinator and node processes the multi-process tests start.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <doctest/doctest.h>
+
+#include "tests/multisite/process.hpp"
+
+namespace multisite {
+
+inline const std::string kData = (fs::temp_directory_path() / "archipelago-test-data").string();
+
+inline std::vector<std::string> with_sets(std::vector<std::string> arguments, const std::vector<std::string>& sets) {
+  for (const auto& s : sets) {
+    arguments.push_back("--set");
+    arguments.push_back(s);
+  }
+  return arguments;
+}
+
+inline std::vector<std::string> coordinator_args(const Scratch& s, int port, const std::vector<std::string>& extra,
+                                          const std::vector<std::string>& flags = {}) {
+  std::vector<std::string> arguments{"coordinator", "--json", "--listen", "127.0.0.1:" + std::to_string(port),
+                                     "--run-dir", (s.dir / "run").string(), "--token-file", s.token.string()};
+  arguments.insert(arguments.end(), flags.begin(), flags.end());
+  auto sets = std::vector<std::string>{"model.preset=tiny", "train.learners=4", "inner.batch_size=8",
+                                       "data.eval_batches=2", "train.inner_steps=10", "runtime.store_sync=false",
+                                       "train.threads=1", "data.cache_dir=" + kData, "runtime.progress_interval_s=0.3",
+                                       "runtime.drain_timeout_s=5", "runtime.keep_versions=0", "inner.warmup_steps=10"};
+  sets.insert(sets.end(), extra.begin(), extra.end());
+  return with_sets(arguments, sets);
+}
+
+inline std::vector<std::string> node_args(const Scratch& s, int port, const std::string& name,
+                                   const std::vector<std::string>& flags = {}) {
+  std::vector<std::string> arguments{"node", "--json", "--coordinator", "127.0.0.1:" + std::to_string(port),
+                                     "--learners", "2", "--name", name, "--token-file", s.token.string(),
+                                     "--set", "train.threads=1"};
+  arguments.insert(arguments.end(), flags.begin(), flags.end());
+  return arguments;
+}
+
+inline void await_listening(Process& coordinator) {
+  REQUIRE_MESSAGE(wait_until([&] { return coordinator.out().find("listening on") != std::string::npos ||
+                                          !coordinator.running(); }, 60),
+                  coordinator.all());
+  REQUIRE_MESSAGE(coordinator.running(), coordinator.all());
+}
+
+}  // namespace multisite
