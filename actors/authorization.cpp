@@ -34,7 +34,7 @@ bool node_may_send(caf::atom_value role, const Message& body) {
     return std::holds_alternative<Join>(body) || std::holds_alternative<FragmentUpdate>(body) ||
            std::holds_alternative<Leave>(body);
   }
-  if (role == store_name()) return std::holds_alternative<Join>(body);  // a state fetch
+  if (role == store_name()) return std::holds_alternative<Fetch>(body);
   if (role == monitor_name()) return std::holds_alternative<Heartbeat>(body) || std::holds_alternative<Leave>(body);
   return false;
 }

@@ -7,7 +7,7 @@
 //   gateway (coordinator)   anyone who connects         nodejoin                        the join token (net::verify_join)
 //                           this process                stop                            the process key
 //   node link (coordinator) its admitted node           up: Join, FragmentUpdate, Leave  the session key; the sender id
-//                                                           to syncer; Join (a fetch) to   is a learner of the node's
+//                                                           to syncer; Fetch to the        is a learner of the node's
 //                                                           store; Heartbeat, Leave to     admitted slots
 //                                                           monitor
 //                           this process (gateway)      stop                            the process key

@@ -59,7 +59,7 @@ void fetch(EvaluatorActor* self) {
   auto& st = self->state;
   st.fetch_sent = Clock::now();
   auto store = Directory::get(self->system(), store_name());
-  auto bytes = st.outbox.wrap(Join{"evaluator", "local", "local", "cpu", 0, ""});
+  auto bytes = st.outbox.wrap(Fetch{"evaluator", {}});
   if (store && bytes) self->send(store, std::move(*bytes));
 }
 

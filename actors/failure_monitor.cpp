@@ -53,7 +53,7 @@ void declare_dead(MonitorActor* self, const std::string& id, Record& record, con
   st.log->warn("{} declared dead: {}", id, reason);
   for (auto name : {syncer_name(), learner_supervisor_name()}) {
     auto target = Directory::get(self->system(), name);
-    auto bytes = st.outbox.wrap(Leave{id, "dead: " + reason});
+    auto bytes = st.outbox.wrap(Leave{id, "dead: " + reason, LeaveCode::dead});
     if (target && bytes) self->send(target, std::move(*bytes));
   }
 }
@@ -102,7 +102,7 @@ caf::behavior monitor_behavior(MonitorActor* self, std::shared_ptr<const Runtime
           record.nonfinite_recoveries_now = static_cast<int64_t>(beat->nonfinite_recoveries);
         } else if (auto* leave = std::get_if<Leave>(&envelope->body)) {
           auto it = st.learners.find(leave->learner_id);
-          if (it != st.learners.end() && leave->reason == "finished") it->second.state = Liveness::finished;
+          if (it != st.learners.end() && leave->code == LeaveCode::finished) it->second.state = Liveness::finished;
         }
       },
       [=](tick_atom) {

@@ -241,8 +241,10 @@ void publish_sessions(GatewayActor* self) {
   st.spec.counters->learner_slots = static_cast<int>(st.taken.size());
 }
 
-JoinReply refuse(GatewayActor* self, const std::string& reason) {
-  auto bytes = self->state.outbox.wrap(Welcome{0, 0, false, reason});
+JoinReply refuse(GatewayActor* self, JoinRefusal code, const std::string& reason) {
+  Welcome welcome{0, 0, false, reason};
+  welcome.refusal = code;
+  auto bytes = self->state.outbox.wrap(welcome);
   return JoinReply{bytes ? std::move(*bytes) : WireBytes{}, "", "", "", -1, caf::actor{}, ""};
 }
 
@@ -254,7 +256,7 @@ JoinReply on_node_join(GatewayActor* self, WireBytes&& bytes, int32_t learners, 
   if (!join || !watcher) {
     st.spec.counters->joins_refused_other += 1;
     st.log->warn("refused a node: malformed join request");
-    return refuse(self, "malformed join request");
+    return refuse(self, JoinRefusal::bad_request, "malformed join request");
   }
   const auto decision = net::verify_join(*st.spec.secret, join->auth_token);
   if (!decision.accepted()) {
@@ -262,12 +264,12 @@ JoinReply on_node_join(GatewayActor* self, WireBytes&& bytes, int32_t learners, 
                                                           : st.spec.counters->joins_refused_wrong_token) += 1;
     st.log->error("refused node '{}' (site {}): {} ({} refused so far)", join->node, join->site, decision.reason,
                   st.spec.counters->joins_refused_wrong_token + st.spec.counters->joins_refused_missing_token);
-    return refuse(self, "unauthenticated: " + decision.reason);
+    return refuse(self, JoinRefusal::unauthenticated, "unauthenticated: " + decision.reason);
   }
   const int total = static_cast<int>(st.taken.size());
   if (learners < 1 || learners > total) {
     st.spec.counters->joins_refused_other += 1;
-    return refuse(self, "a node must host 1.." + std::to_string(total) + " learners (train.learners = " +
+    return refuse(self, JoinRefusal::bad_request, "a node must host 1.." + std::to_string(total) + " learners (train.learners = " +
                             std::to_string(total) + "), not " + std::to_string(learners));
   }
   auto range_free = [&](int first) {
@@ -292,7 +294,7 @@ JoinReply on_node_join(GatewayActor* self, WireBytes&& bytes, int32_t learners, 
     int used = 0;
     for (bool t : st.taken) used += t;
     st.log->warn("refused node '{}': no {} free learner slots ({} of {} in use)", join->node, learners, used, total);
-    return refuse(self, "no " + std::to_string(learners) + " free learner slots (train.learners = " +
+    return refuse(self, JoinRefusal::no_free_slots, "no " + std::to_string(learners) + " free learner slots (train.learners = " +
                             std::to_string(total) + ", " + std::to_string(used) + " in use)");
   }
   const auto downlink = st.spec.topology ? st.spec.topology->link(st.spec.site, join->site) : net::LinkSpec{};

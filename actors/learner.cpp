@@ -136,7 +136,7 @@ std::vector<float> read_fragment(LearnerActor* self, int p);
 void send_fetch(LearnerActor* self) {
   auto& st = self->state;
   st.fetch_sent = Clock::now();
-  Join fetch{st.id, "local", "local", opts(self).setup.run.device, 0, opts(self).syncer.auth_token};
+  Fetch fetch{st.id, {}};
   for (int p = 0; p < static_cast<int>(st.fragments.size()); ++p) {
     const auto& held = st.fragments[p].global;
     if (!held.values.empty()) {
@@ -324,8 +324,8 @@ void finish(LearnerActor* self, const std::string& why) {
   collect_checkpoint_write(self, true);
   if (!st.checkpoint_path.empty()) std::remove(st.checkpoint_path.c_str());
   send_heartbeat(self);
-  send_to(self, st.syncer, Leave{st.id, "finished"});
-  send_to(self, lookup(self, monitor_name()), Leave{st.id, "finished"});
+  send_to(self, st.syncer, Leave{st.id, "finished", LeaveCode::finished});
+  send_to(self, lookup(self, monitor_name()), Leave{st.id, "finished", LeaveCode::finished});
   st.log->info("{} finished at step {} ({}); compute {:.1f} s, waiting {:.1f} s", st.id, st.step, why, st.compute_s,
                st.wait_s);
   self->quit();
@@ -596,7 +596,7 @@ void on_welcome(LearnerActor* self, const std::string& from, const Welcome& welc
     return;
   }
   if (!welcome.accepted) {
-    if (welcome.reason.rfind("unauthenticated", 0) == 0) {
+    if (welcome.refusal == JoinRefusal::unauthenticated) {
       st.log->error("{}: refused by the syncer: {}", st.id, welcome.reason);
       self->quit(caf::exit_reason::unhandled_exception);
       return;

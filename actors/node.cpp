@@ -265,7 +265,7 @@ struct Node::Impl {
               }
               if (!welcome->accepted) {
                 why = "the coordinator refused this node: " + welcome->reason;
-                outcome = welcome->reason.rfind("unauthenticated", 0) == 0 ? Attempt::refused : Attempt::retry;
+                outcome = welcome->refusal == JoinRefusal::unauthenticated ? Attempt::refused : Attempt::retry;
                 return;
               }
               if (!link) {

@@ -8,14 +8,16 @@
 //   node watcher -> gateway   (nodejoin, WireBytes Join{node, site, device, authToken},
 //                              int32 learners, int32 preferred_first, actor watcher)
 //                             -> (WireBytes Welcome, string config_toml, string topology_toml,
-//                                 string coordinator_site, int32 first_learner, actor link)
-//                             A refusal is the same tuple with Welcome{accepted=false, reason} and
-//                             an empty link.
-//   node facade  -> link      (up, atom role, actor learner, WireBytes)      learner -> coordinator
-//   downlink     -> watcher   (deliver, atom role, actor learner, WireBytes) coordinator -> learner
-//   link         -> watcher   (stop)   the run is over: learners finish their in-flight work, leave
+//                                 string coordinator_site, int32 first_learner, actor link,
+//                                 string session_key)
+//                             A refusal is the same tuple with Welcome{accepted=false, refusal,
+//                             reason}, an empty link and an empty key.
+//   node facade  -> link      (up, key, atom role, actor learner, WireBytes)      learner -> coordinator
+//   downlink     -> watcher   (deliver, key, atom role, actor learner, WireBytes) coordinator -> learner
+//   link         -> watcher   (stop, key)   the run is over: learners finish their in-flight work, leave
 //
-// `role` is the registry name of the actor a learner addressed (syncer, store, monitor). On the
+// `key` is the session key; actors/authorization.hpp says what each side accepts and refuses.
+// `role` is the directory name (actors/directory.hpp) of the actor a learner addressed (syncer, store, monitor). On the
 // coordinator, the link re-sends each message to that role's current actor *as* a per-learner
 // downlink actor, so replies and broadcasts come back through the link; on the node, the watcher
 // delivers them *as* the node's facade of that role, so the learner keeps talking to its facade.

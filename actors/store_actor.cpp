@@ -51,7 +51,7 @@ void on_persist(StoreActor* self, const caf::actor& sender, const Persist& persi
     st.building.version = persist.version;
     st.receiving_version = persist.version;
   }
-  if (persist.manifest_json.empty()) {
+  {
     auto key = std::make_pair(persist.fragment_id, persist.kind);
     auto it = st.streams.find(key);
     if (it == st.streams.end()) it = st.streams.emplace(key, Reassembler(kMaxTensorBytes)).first;
@@ -68,9 +68,17 @@ void on_persist(StoreActor* self, const caf::actor& sender, const Persist& persi
       target[persist.fragment_id] = std::move(*bytes);
       st.streams.erase(it);
     }
-    return;
   }
-  // End marker: commit what arrived, carrying the fragments the manifest names.
+}
+
+// The end of a version's stream: commit what arrived, carrying the fragments the manifest names.
+void on_commit_end(StoreActor* self, const caf::actor& sender, const CommitEnd& persist) {
+  auto& st = self->state;
+  if (persist.version != st.receiving_version) {
+    // No chunk of this version arrived (every fragment is carried), or chunks of another: drop those.
+    st.streams.clear();
+    st.building = storage::VersionData{};
+  }
   auto manifest = nlohmann::json::parse(persist.manifest_json, nullptr, false);
   storage::VersionData data = std::move(st.building);
   st.building = storage::VersionData{};
@@ -109,7 +117,9 @@ void serve_latest(StoreActor* self, const caf::actor& to, bool as_persist, const
     if (as_persist) {
       reply_persisted(self, to, 0, false, "no committed version: " + latest.error().reason);
     } else {
-      auto bytes = st.outbox.wrap(Welcome{0, 0, false, "no committed version yet"});
+      Welcome none{0, 0, false, "no committed version yet"};
+      none.refusal = JoinRefusal::no_committed_version;
+      auto bytes = st.outbox.wrap(none);
       if (bytes) send_bytes(self, to, std::move(*bytes));
     }
     return;
@@ -160,11 +170,8 @@ void serve_latest(StoreActor* self, const caf::actor& to, bool as_persist, const
     }
   }
   if (as_persist) {
-    TensorChunk empty;
-    empty.checksum = chunk_checksum(nullptr, 0);
-    auto marker = st.outbox.wrap(Persist{version, 0, PersistKind::parameters, empty,
-                                         latest->manifest_json.empty() ? "{}" : latest->manifest_json});
-    if (marker) send_bytes(self, to, std::move(*marker));
+    auto end = st.outbox.wrap(CommitEnd{version, latest->manifest_json.empty() ? "{}" : latest->manifest_json});
+    if (end) send_bytes(self, to, std::move(*end));
   }
 }
 
@@ -182,9 +189,11 @@ caf::behavior store_behavior(StoreActor* self, std::shared_ptr<storage::Checkpoi
         }
         if (auto* persist = std::get_if<Persist>(&envelope->body)) {
           on_persist(self, sender, *persist);
-        } else if (auto* join = std::get_if<Join>(&envelope->body)) {
-          serve_latest(self, sender, false, join->learner_id, join->held_digests);
-        } else if (auto* request = std::get_if<AdminRequest>(&envelope->body); request && request->command == "restore") {
+        } else if (auto* end = std::get_if<CommitEnd>(&envelope->body)) {
+          on_commit_end(self, sender, *end);
+        } else if (auto* fetch = std::get_if<Fetch>(&envelope->body)) {
+          serve_latest(self, sender, false, fetch->learner_id, fetch->held_digests);
+        } else if (std::holds_alternative<Restore>(envelope->body)) {
           serve_latest(self, sender, true);
         } else {
           st.log->warn("ignored a {} message", message_name(envelope->body));

@@ -185,7 +185,7 @@ caf::behavior supervisor_behavior(SupervisorActor* self, SupervisorSpec spec) {
         } else if (auto* leave = std::get_if<Leave>(&envelope->body)) {
           // The monitor declared a child dead: make sure it is (a frozen learner), the down restarts it.
           for (auto& c : st.children) {
-            if (c.spec.id == leave->learner_id && c.handle && leave->reason.rfind("dead", 0) == 0) {
+            if (c.spec.id == leave->learner_id && c.handle && leave->code == LeaveCode::dead) {
               self->send_exit(c.handle, caf::exit_reason::kill);
             }
           }

@@ -60,7 +60,7 @@ void request_restore(SyncerActor* self) {
   st.restore_broadcast.assign(st.core->fragment_count(), {});
   st.restore_outer.assign(st.core->fragment_count(), {});
   st.restore_inbox.clear();
-  auto bytes = st.outbox.wrap(AdminRequest{0, "restore", {}});
+  auto bytes = st.outbox.wrap(Restore{0});
   if (bytes) self->send(store, std::move(*bytes));
 }
 
@@ -92,10 +92,8 @@ void send_persist(SyncerActor* self, const StagedCommit& commit) {
     manifest["accounting"]["bytes_from_learners"] = st.core->bytes_from_learners;
     manifest["accounting"]["bytes_to_learners"] = st.core->bytes_to_learners;
   }
-  TensorChunk empty;
-  empty.checksum = chunk_checksum(nullptr, 0);
-  auto marker = st.outbox.wrap(Persist{commit.version, 0, PersistKind::parameters, empty, manifest.dump()});
-  if (marker) self->send(store, std::move(*marker));
+  auto end = st.outbox.wrap(CommitEnd{commit.version, manifest.dump()});
+  if (end) self->send(store, std::move(*end));
 }
 
 void broadcast(SyncerActor* self, const StagedCommit& commit) {
@@ -149,7 +147,7 @@ void try_merge(SyncerActor* self) {
   send_persist(self, *st.staged);
 }
 
-void finish_restore(SyncerActor* self, const Persist& marker) {
+void finish_restore(SyncerActor* self, const CommitEnd& marker) {
   auto& st = self->state;
   auto manifest = nlohmann::json::parse(marker.manifest_json, nullptr, false);
   if (manifest.is_discarded()) manifest = nlohmann::json::object();
@@ -205,7 +203,9 @@ void on_update(SyncerActor* self, const caf::actor& sender, const DecodedEnvelop
                  to_string(*reject));
     if (*reject == RejectReason::unknown_learner) {
       // Tell it to join (again): e.g. it was declared dead while it was only slow.
-      auto bytes = st.outbox.wrap(Welcome{st.core->latest_version(), 0, false, "not joined: send Join first"});
+      Welcome again{st.core->latest_version(), 0, false, "not joined: send Join first"};
+      again.refusal = JoinRefusal::unknown_learner;
+      auto bytes = st.outbox.wrap(again);
       if (sender && bytes) self->send(sender, std::move(*bytes));
     }
     return;
@@ -231,6 +231,7 @@ void handle(SyncerActor* self, WireBytes&& bytes, const caf::actor& sender) {
   if (st.phase != Phase::ready) {
     auto peek = unwrap(WireBytes(bytes));
     const bool restore_stream = peek && (std::holds_alternative<Persist>(peek->body) ||
+                                         std::holds_alternative<CommitEnd>(peek->body) ||
                                          std::holds_alternative<Persisted>(peek->body));
     if (!restore_stream) {
       st.deferred.emplace_back(std::move(bytes), sender);
@@ -261,23 +262,21 @@ void handle(SyncerActor* self, WireBytes&& bytes, const caf::actor& sender) {
           st.core->bytes_from_learners += size;
           on_update(self, sender, *envelope, body);
         } else if constexpr (std::is_same_v<T, Leave>) {
-          st.core->leave(body.learner_id, body.reason == "finished", body.reason, st.now());
+          st.core->leave(body.learner_id, body.code == LeaveCode::finished, body.reason, st.now());
           try_merge(self);
         } else if constexpr (std::is_same_v<T, Persisted>) {
           on_persisted(self, body);
           try_merge(self);
         } else if constexpr (std::is_same_v<T, Persist>) {
           if (st.phase != Phase::restoring) return;
-          if (!body.manifest_json.empty()) {
-            finish_restore(self, body);
-            return;
-          }
           const bool params = body.kind == PersistKind::parameters;
           if (body.fragment_id >= static_cast<uint32_t>(st.core->fragment_count())) return;
           auto added = st.restore_inbox.add(std::to_string(body.fragment_id) + (params ? "/p" : "/m"), body.chunk);
           if (added && added->complete) {
             (params ? st.restore_broadcast : st.restore_outer)[body.fragment_id] = std::move(added->values);
           }
+        } else if constexpr (std::is_same_v<T, CommitEnd>) {
+          if (st.phase == Phase::restoring) finish_restore(self, body);
         } else {
           st.log->warn("ignored a {} message from {}", message_name(envelope->body), envelope->sender_id);
         }

@@ -140,11 +140,13 @@ messages::Welcome SyncerCore::join(const messages::Join& join, double now_s) {
   if (!net::tokens_equal(join.auth_token, options_.syncer.auth_token)) {  // constant time
     count_reject(RejectReason::unauthenticated, join.learner_id);
     welcome.reason = "unauthenticated: wrong auth token";
+    welcome.refusal = messages::JoinRefusal::unauthenticated;
     return welcome;
   }
   if (learner_index(join.learner_id) < 0) {
     count_reject(RejectReason::unknown_learner, join.learner_id);
     welcome.reason = "unauthenticated: learner ids are learner-<n>";
+    welcome.refusal = messages::JoinRefusal::unauthenticated;
     return welcome;
   }
   auto& record = learners_[join.learner_id];

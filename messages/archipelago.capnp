@@ -47,6 +47,16 @@ struct Join {
                                  # a fragment whose stored broadcast state has the same digest.
 }
 
+# Why a Welcome refuses. Control flow reads this code; `reason` is for people.
+enum JoinRefusal {
+  none @0;                # accepted
+  unauthenticated @1;     # wrong or missing token, or an id that is not a learner's: do not retry
+  unknownLearner @2;      # not joined (e.g. declared dead while only slow): join again
+  noCommittedVersion @3;  # the store holds no version yet: fetch again later
+  noFreeSlots @4;         # the gateway has no learner slots for this node now: retry
+  badRequest @5;          # a malformed or out-of-range request
+}
+
 # syncer -> learner: answer to Join. The global state itself follows as GlobalFragment messages.
 struct Welcome {
   version @0 :UInt64;        # latest committed global version the learner will receive.
@@ -56,6 +66,7 @@ struct Welcome {
   heldFragments @4 :List(UInt32);  # from the store: fragments not sent because the requester holds them
                                    # (its held digest matched); the rest follow as GlobalFragment messages.
   fragmentVersions @5 :List(UInt64);  # from the store: the version each fragment last changed at (index = fragment).
+  refusal @7 :JoinRefusal;         # why it is refused (none when accepted).
   receivedUntil @6 :List(UInt64);  # from the syncer (decoupled, async): per fragment, the `toStep` of the
                                    # newest update it accepted from this learner (0 = none). A restarted
                                    # learner continues its data after the largest, and drops checkpointed
@@ -115,7 +126,7 @@ struct Persist {
   fragmentId @1 :UInt32;     # fragment this chunk belongs to.
   kind @2 :PersistKind;      # parameters or optimizer state.
   chunk @3 :TensorChunk;     # the encoded tensor, or one chunk of it.
-  manifestJson @4 :Text;     # version manifest (contributors, losses, ...); empty except on the last chunk.
+  manifestJson @4 :Text;     # unused (the manifest travels in CommitEnd).
 }
 
 # checkpoint store -> syncer: a version is durable (committed) or failed to be.
@@ -125,10 +136,37 @@ struct Persisted {
   reason @2 :Text;     # why it failed (empty when ok).
 }
 
+enum LeaveCode {
+  finished @0;  # its budget is spent and its last work handed off
+  dead @1;      # monitor -> syncer / supervisor: declared dead by the failure detector
+  stopped @2;   # it stopped before training (its node left first)
+}
+
 # learner -> syncer / monitor: orderly departure (crashes are detected, not announced).
 struct Leave {
   learnerId @0 :Text;  # departing learner.
-  reason @1 :Text;     # "shutdown", "admin kill", ...
+  reason @1 :Text;     # for people: "finished", "dead: heartbeat timeout", ...
+  code @2 :LeaveCode;  # for control flow.
+}
+
+# learner -> checkpoint store: send the latest committed state (a joining learner's fetch). The store
+# answers with a Welcome (version, fragments held) and the GlobalFragments the learner lacks.
+struct Fetch {
+  learnerId @0 :Text;
+  heldDigests @1 :List(UInt64);  # XXH3-64 of the fp32 bytes of each fragment it holds (0 = none).
+}
+
+# syncer -> checkpoint store: send the latest committed version back as Persist chunks and a
+# CommitEnd (a restarted syncer restoring its state).
+struct Restore {
+  requestId @0 :UInt64;
+}
+
+# The end of a version's Persist stream. syncer -> store: commit the chunks that arrived, with this
+# manifest. store -> syncer: the restore stream is complete.
+struct CommitEnd {
+  version @0 :UInt64;
+  manifestJson @1 :Text;
 }
 
 # console -> admin actor: one command (status, kill, restart, pause, resume, set, checkpoint, pin).
@@ -161,5 +199,8 @@ struct Envelope {
     leave @10 :Leave;
     adminRequest @11 :AdminRequest;
     adminReply @12 :AdminReply;
+    fetch @13 :Fetch;
+    restore @14 :Restore;
+    commitEnd @15 :CommitEnd;
   }
 }

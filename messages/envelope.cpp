@@ -108,6 +108,15 @@ Status validate(const Message& message, const DecodeLimits& limits) {
     return make_error(ErrorCode::non_finite, "tokens/s is not finite");
   }
   constexpr size_t kMaxFragments = 1 << 16;
+  if (auto* m = std::get_if<Fetch>(&message); m && m->held_digests.size() > kMaxFragments) {
+    return make_error(ErrorCode::invalid_argument, "a fetch lists more held fragments than any model has");
+  }
+  if (auto* m = std::get_if<Welcome>(&message); m && static_cast<uint8_t>(m->refusal) > 5) {
+    return make_error(ErrorCode::invalid_argument, "a welcome's refusal code is unknown");
+  }
+  if (auto* m = std::get_if<Leave>(&message); m && static_cast<uint8_t>(m->code) > 2) {
+    return make_error(ErrorCode::invalid_argument, "a leave's code is unknown");
+  }
   if (auto* m = std::get_if<Join>(&message); m && m->held_digests.size() > kMaxFragments) {
     return make_error(ErrorCode::invalid_argument, "a join lists more held fragments than any model has");
   }
@@ -227,7 +236,8 @@ const char* message_name(const Message& message) {
   static constexpr const char* kNames[] = {"join",      "welcome",   "fragment_update",
                                            "global_fragment", "heartbeat", "persist",
                                            "persisted", "leave",     "admin_request",
-                                           "admin_reply"};
+                                           "admin_reply", "fetch",     "restore",
+                                           "commit_end"};
   static_assert(std::variant_size_v<Message> == sizeof(kNames) / sizeof(kNames[0]));
   return kNames[message.index()];
 }

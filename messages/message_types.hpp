@@ -53,6 +53,15 @@ struct Join {
   std::vector<uint64_t> held_digests{};  // to the store: what the requester holds, per fragment
 };
 
+enum class JoinRefusal : uint8_t {
+  none = 0,
+  unauthenticated = 1,
+  unknown_learner = 2,
+  no_committed_version = 3,
+  no_free_slots = 4,
+  bad_request = 5,
+};
+
 struct Welcome {
   uint64_t version = 0;
   uint32_t fragment_count = 0;
@@ -61,6 +70,7 @@ struct Welcome {
   std::vector<uint32_t> held_fragments{};     // from the store: not sent, the requester holds them
   std::vector<uint64_t> fragment_versions{};  // from the store: per fragment, the version it last changed at
   std::vector<uint64_t> received_until{};     // from the syncer: per fragment, its last accepted update's to_step
+  JoinRefusal refusal = JoinRefusal::none;    // why it is refused; control flow reads this, not `reason`
 };
 
 struct FragmentUpdate {
@@ -108,9 +118,26 @@ struct Persisted {
   std::string reason;
 };
 
+enum class LeaveCode : uint8_t { finished = 0, dead = 1, stopped = 2 };
+
 struct Leave {
   std::string learner_id;
-  std::string reason;
+  std::string reason;  // for people
+  LeaveCode code = LeaveCode::finished;
+};
+
+struct Fetch {
+  std::string learner_id;
+  std::vector<uint64_t> held_digests{};  // per fragment: XXH3-64 of what the requester holds (0: none)
+};
+
+struct Restore {
+  uint64_t request_id = 0;
+};
+
+struct CommitEnd {
+  uint64_t version = 0;
+  std::string manifest_json;
 };
 
 struct AdminRequest {
@@ -128,7 +155,7 @@ struct AdminReply {
 
 // The alternatives appear in the order of Envelope.body in the schema.
 using Message = std::variant<Join, Welcome, FragmentUpdate, GlobalFragment, Heartbeat, Persist,
-                             Persisted, Leave, AdminRequest, AdminReply>;
+                             Persisted, Leave, AdminRequest, AdminReply, Fetch, Restore, CommitEnd>;
 
 struct Envelope {
   uint32_t protocol_version = kProtocolVersion;

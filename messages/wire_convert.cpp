@@ -78,6 +78,7 @@ void write_body(capnp::MessageBuilder& builder, wire::Envelope::Body::Builder bo
           for (unsigned i = 0; i < m.held_fragments.size(); ++i) held.set(i, m.held_fragments[i]);
           auto versions = out.initFragmentVersions(static_cast<unsigned>(m.fragment_versions.size()));
           for (unsigned i = 0; i < m.fragment_versions.size(); ++i) versions.set(i, m.fragment_versions[i]);
+          out.setRefusal(static_cast<wire::JoinRefusal>(m.refusal));
           auto until = out.initReceivedUntil(static_cast<unsigned>(m.received_until.size()));
           for (unsigned i = 0; i < m.received_until.size(); ++i) until.set(i, m.received_until[i]);
         } else if constexpr (std::is_same_v<T, FragmentUpdate>) {
@@ -122,6 +123,18 @@ void write_body(capnp::MessageBuilder& builder, wire::Envelope::Body::Builder bo
           auto out = body.initLeave();
           out.setLearnerId(text(m.learner_id));
           out.setReason(text(m.reason));
+          out.setCode(static_cast<wire::LeaveCode>(m.code));
+        } else if constexpr (std::is_same_v<T, Fetch>) {
+          auto out = body.initFetch();
+          out.setLearnerId(text(m.learner_id));
+          auto digests = out.initHeldDigests(static_cast<unsigned>(m.held_digests.size()));
+          for (unsigned i = 0; i < m.held_digests.size(); ++i) digests.set(i, m.held_digests[i]);
+        } else if constexpr (std::is_same_v<T, Restore>) {
+          body.initRestore().setRequestId(m.request_id);
+        } else if constexpr (std::is_same_v<T, CommitEnd>) {
+          auto out = body.initCommitEnd();
+          out.setVersion(m.version);
+          out.setManifestJson(text(m.manifest_json));
         } else if constexpr (std::is_same_v<T, AdminRequest>) {
           auto out = body.initAdminRequest();
           out.setRequestId(m.request_id);
@@ -166,6 +179,7 @@ Expected<Message> read_body(wire::Envelope::Body::Reader body,
       for (auto f : in.getHeldFragments()) welcome.held_fragments.push_back(f);
       for (auto v : in.getFragmentVersions()) welcome.fragment_versions.push_back(v);
       for (auto s : in.getReceivedUntil()) welcome.received_until.push_back(s);
+      welcome.refusal = static_cast<JoinRefusal>(in.getRefusal());
       return Message(std::move(welcome));
     }
     case Which::FRAGMENT_UPDATE: {
@@ -206,7 +220,20 @@ Expected<Message> read_body(wire::Envelope::Body::Reader body,
     }
     case Which::LEAVE: {
       auto in = body.getLeave();
-      return Message(Leave{string(in.getLearnerId()), string(in.getReason())});
+      return Message(Leave{string(in.getLearnerId()), string(in.getReason()), static_cast<LeaveCode>(in.getCode())});
+    }
+    case Which::FETCH: {
+      auto in = body.getFetch();
+      Fetch fetch;
+      fetch.learner_id = string(in.getLearnerId());
+      for (auto d : in.getHeldDigests()) fetch.held_digests.push_back(d);
+      return Message(std::move(fetch));
+    }
+    case Which::RESTORE:
+      return Message(Restore{body.getRestore().getRequestId()});
+    case Which::COMMIT_END: {
+      auto in = body.getCommitEnd();
+      return Message(CommitEnd{in.getVersion(), string(in.getManifestJson())});
     }
     case Which::ADMIN_REQUEST: {
       auto in = body.getAdminRequest();

@@ -58,6 +58,9 @@ int main(int argc, char** argv) {
       {"leave", Leave{"learner-0", "shutdown"}},
       {"admin_request", AdminRequest{7, "kill", {"learner-0"}}},
       {"admin_reply", AdminReply{7, true, "ok", "{}"}},
+      {"fetch", Fetch{"learner-0", {1, 2, 3, 4}}},
+      {"restore", Restore{1}},
+      {"commit_end", CommitEnd{4, "{\"contributors\":2}"}},
   };
   for (const auto& [name, message] : seeds) write(dir + "/envelope/" + name, envelope_bytes(message));
 

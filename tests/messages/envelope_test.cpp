@@ -107,9 +107,24 @@ TEST_CASE("every message kind round-trips with all its fields") {
   CHECK(persisted.ok);
   CHECK(persisted.reason == "fine");
 
-  auto leave = std::get<Leave>(round_trip(wrap(Leave{"l4", "shutdown"})).body);
+  auto leave = std::get<Leave>(round_trip(wrap(Leave{"l4", "shutdown", LeaveCode::stopped})).body);
   CHECK(leave.learner_id == "l4");
   CHECK(leave.reason == "shutdown");
+  CHECK(leave.code == LeaveCode::stopped);
+
+  Welcome refused{0, 0, false, "no slots"};
+  refused.refusal = JoinRefusal::no_free_slots;
+  CHECK(std::get<Welcome>(round_trip(wrap(refused)).body).refusal == JoinRefusal::no_free_slots);
+  CHECK(std::get<Welcome>(round_trip(wrap(Welcome{17, 4, true, ""})).body).refusal == JoinRefusal::none);
+
+  auto fetch = std::get<Fetch>(round_trip(wrap(Fetch{"l5", {7, 0, 9}})).body);
+  CHECK(fetch.learner_id == "l5");
+  CHECK(fetch.held_digests == std::vector<uint64_t>{7, 0, 9});
+  CHECK(std::get<Restore>(round_trip(wrap(Restore{12})).body).request_id == 12);
+  auto end = std::get<CommitEnd>(round_trip(wrap(CommitEnd{9, "{\"a\":1}"})).body);
+  CHECK(end.version == 9);
+  CHECK(end.manifest_json == "{\"a\":1}");
+  CHECK(std::string(message_name(Message(end))) == "commit_end");
 
   auto request = std::get<AdminRequest>(round_trip(wrap(AdminRequest{5, "kill", {"l1", "now"}})).body);
   CHECK(request.request_id == 5);

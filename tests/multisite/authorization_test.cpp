@@ -163,11 +163,14 @@ TEST_CASE("an admitted node may send only its learners' messages, for its own le
   auto up = [&](const std::string& with_key, caf::atom_value role, WireBytes bytes) {
     caf::anon_send(link, up_atom::value, with_key, role, watcher, std::move(bytes));
   };
-  // 1. A commit marker to the store (an empty Persist chunk), for a version far ahead.
+  // 1. A chunk and the end of a version far ahead, to the store: a forged commit.
   Outbox as_own(own);
   auto forged_commit = as_own.wrap(messages::Persist{999, 0, messages::PersistKind::parameters, {}, "{}"});
   REQUIRE(forged_commit.ok());
   up(key, store_name(), *forged_commit);
+  auto forged_end = as_own.wrap(messages::CommitEnd{999, "{}"});
+  REQUIRE(forged_end.ok());
+  up(key, store_name(), *forged_end);
   // 2. An admin request to the syncer, and 3. a global fragment to the syncer: not a learner's to send.
   up(key, syncer_name(), admin_request(own, "status"));
   auto global = as_own.wrap(messages::GlobalFragment{0, 5, {}, 0, 0});
@@ -199,7 +202,7 @@ TEST_CASE("an admitted node may send only its learners' messages, for its own le
   REQUIRE(code == 0);
   CHECK_MESSAGE(node.wait(30) == 0, node.all());
   auto summary = coordinator.summary();
-  CHECK(refused(summary, "kind_not_allowed") == 3);
+  CHECK(refused(summary, "kind_not_allowed") == 4);
   CHECK(refused(summary, "foreign_learner") == 1);
   CHECK(refused(summary, "wrong_key") == 2);
   CHECK(summary["rejected_updates"].get<int64_t>() == 0);
