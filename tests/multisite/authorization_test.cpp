@@ -2,12 +2,16 @@
 // process: a CAF client without a token, a client that joined with the token and then sends what a
 // node may not, and TLS peers without a certificate of the run's CA. Each refused class is counted by
 // the coordinator, and the run goes on. Loopback only; every wait is bounded.
+#include <map>
+#include <set>
+
 #include <caf/all.hpp>
 #include <caf/io/all.hpp>
 #include <doctest/doctest.h>
 
 #include "actors/remote_protocol.hpp"
 #include "actors/wire.hpp"
+#include "messages/envelope.hpp"
 #include "messages/message_types.hpp"
 #include "storage/checkpoint_store.hpp"
 #include "tests/multisite/process.hpp"
@@ -163,25 +167,47 @@ TEST_CASE("an admitted node may send only its learners' messages, for its own le
   auto up = [&](const std::string& with_key, caf::atom_value role, WireBytes bytes) {
     caf::anon_send(link, up_atom::value, with_key, role, watcher, std::move(bytes));
   };
-  // 1. A chunk and the end of a version far ahead, to the store: a forged commit.
+  // 1. Every message kind a node's learners do not send to a role, to each role: among them a
+  //    version far ahead for the store (Persist chunk + CommitEnd), admin requests, Welcomes and
+  //    GlobalFragments as if from the coordinator's side, a Restore. The allowed ones are the spec:
+  const std::map<caf::atom_value, std::set<std::string>> allowed = {
+      {syncer_name(), {"join", "fragment_update", "leave"}},
+      {store_name(), {"fetch"}},
+      {monitor_name(), {"heartbeat", "leave"}}};
   Outbox as_own(own);
-  auto forged_commit = as_own.wrap(messages::Persist{999, 0, messages::PersistKind::parameters, {}, "{}"});
-  REQUIRE(forged_commit.ok());
-  up(key, store_name(), *forged_commit);
-  auto forged_end = as_own.wrap(messages::CommitEnd{999, "{}"});
-  REQUIRE(forged_end.ok());
-  up(key, store_name(), *forged_end);
-  // 2. An admin request to the syncer, and 3. a global fragment to the syncer: not a learner's to send.
-  up(key, syncer_name(), admin_request(own, "status"));
-  auto global = as_own.wrap(messages::GlobalFragment{0, 5, {}, 0, 0});
-  REQUIRE(global.ok());
-  up(key, syncer_name(), *global);
-  // 4. A heartbeat as a learner of another node.
+  const std::vector<messages::Message> every_kind = {
+      messages::Join{own, "n", "s", "cpu", 0, token_of(s)},
+      messages::Welcome{5, 4, true, ""},
+      messages::FragmentUpdate{own, 0, 1, 1, 1, 1.0f, {}},
+      messages::GlobalFragment{0, 5, {}, 0, 0},
+      messages::Heartbeat{own, 1, 1.0, 0},
+      messages::Persist{999, 0, messages::PersistKind::parameters, {}, ""},
+      messages::Persisted{999, true, ""},
+      messages::Leave{own, "finished", messages::LeaveCode::finished},
+      messages::AdminRequest{1, "status", {}},
+      messages::AdminReply{1, true, "", "{}"},
+      messages::Fetch{own, {}},
+      messages::Restore{1},
+      messages::CommitEnd{999, "{}"},
+  };
+  REQUIRE(every_kind.size() == std::variant_size_v<messages::Message>);
+  int64_t forbidden = 0;
+  for (const auto& [role, kinds] : allowed) {
+    for (const auto& message : every_kind) {
+      if (kinds.count(messages::message_name(message))) continue;
+      auto bytes = as_own.wrap(message);
+      REQUIRE(bytes.ok());
+      up(key, role, *bytes);
+      forbidden += 1;
+    }
+  }
+  REQUIRE(forbidden == 3 * 13 - 6);
+  // 2. A heartbeat as a learner of another node.
   Outbox as_other(other);
   auto beat = as_other.wrap(messages::Heartbeat{other, 1, 1.0, 0});
   REQUIRE(beat.ok());
   up(key, monitor_name(), *beat);
-  // 5. The right kind with a wrong session key, and 6. a stop to the link, which only the gateway sends.
+  // 3. The right kind with a wrong session key, and 4. a stop to the link, which only the gateway sends.
   auto own_beat = as_own.wrap(messages::Heartbeat{own, 1, 1.0, 0});
   REQUIRE(own_beat.ok());
   up(std::string(32, 'f'), monitor_name(), *own_beat);
@@ -202,7 +228,7 @@ TEST_CASE("an admitted node may send only its learners' messages, for its own le
   REQUIRE(code == 0);
   CHECK_MESSAGE(node.wait(30) == 0, node.all());
   auto summary = coordinator.summary();
-  CHECK(refused(summary, "kind_not_allowed") == 4);
+  CHECK(refused(summary, "kind_not_allowed") == forbidden);
   CHECK(refused(summary, "foreign_learner") == 1);
   CHECK(refused(summary, "wrong_key") == 2);
   CHECK(summary["rejected_updates"].get<int64_t>() == 0);
