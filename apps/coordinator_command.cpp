@@ -1,6 +1,7 @@
 #include "apps/coordinator_command.hpp"
 
 #include <csignal>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -121,7 +122,7 @@ int run_coordinator(const CoordinatorArguments& arguments) {
     std::printf("progress elapsed_s=%.1f version=%llu tokens=%lld alive=%d nodes=%zu heldout_loss=%s bytes_cross_site=%lld\n",
                 p.value("elapsed_s", 0.0), static_cast<unsigned long long>(p.value("version", uint64_t{0})),
                 static_cast<long long>(p.value("tokens", int64_t{0})), p.value("alive", 0),
-                p.value("nodes", size_t{0}), p["heldout_loss"].is_number() ? p["heldout_loss"].dump().c_str() : "-",
+                p.value("nodes", size_t{0}), p["heldout_loss"].is_number() && std::isfinite(p["heldout_loss"].get<double>()) ? p["heldout_loss"].dump().c_str() : "\u2014",
                 static_cast<long long>(p.value("bytes_cross_site", int64_t{0})));
     std::fflush(stdout);
   });

@@ -26,6 +26,15 @@ using nlohmann::json;
 
 namespace {
 
+// A value for the progress lines: "—" until it is measured (NaN), never "nan".
+std::string shown(double v, int width, int precision) {
+  if (!std::isfinite(v)) return std::string(width > 1 ? width - 1 : 0, ' ') + "\u2014";
+  char text[64];
+  std::snprintf(text, sizeof text, "%*.*f", width, precision, v);
+  return text;
+}
+
+
 std::string new_run_id() {
   auto now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
   char stamp[32];
@@ -57,14 +66,16 @@ class ProgressPrinter {
                     "MB sent", "elapsed");
         header_printed_ = true;
       }
-      std::printf("%7lld %9lld %11lld %10.0f %10.4f %10.4f %10.1f %8.1fs\n", static_cast<long long>(p.round),
-                  static_cast<long long>(p.steps), static_cast<long long>(p.tokens), tokens_per_s, p.train_loss,
-                  p.heldout_loss, p.bytes_sent / 1e6, p.elapsed_s);
+      std::printf("%7lld %9lld %11lld %10.0f %s %s %10.1f %8.1fs\n", static_cast<long long>(p.round),
+                  static_cast<long long>(p.steps), static_cast<long long>(p.tokens), tokens_per_s,
+                  shown(p.train_loss, 10, 4).c_str(), shown(p.heldout_loss, 10, 4).c_str(), p.bytes_sent / 1e6,
+                  p.elapsed_s);
     } else {
-      std::printf("progress round=%lld steps=%lld tokens=%lld tokens_per_s=%.0f train_loss=%.4f heldout_loss=%.4f "
+      std::printf("progress round=%lld steps=%lld tokens=%lld tokens_per_s=%.0f train_loss=%s heldout_loss=%s "
                   "mb_sent=%.1f elapsed_s=%.1f\n",
                   static_cast<long long>(p.round), static_cast<long long>(p.steps), static_cast<long long>(p.tokens),
-                  tokens_per_s, p.train_loss, p.heldout_loss, p.bytes_sent / 1e6, p.elapsed_s);
+                  tokens_per_s, shown(p.train_loss, 0, 4).c_str(), shown(p.heldout_loss, 0, 4).c_str(),
+                  p.bytes_sent / 1e6, p.elapsed_s);
     }
     std::fflush(stdout);
   }
@@ -94,16 +105,17 @@ class ClusterProgressPrinter {
         std::printf("%8s %8s %9s %10s %9s %9s %7s %8s %16s\n", "elapsed", "version", "tok/s", "train", "held-out",
                     "alive", "goodput", "restarts", "MB sent / DP eq.");
       }
-      std::printf("%7.1fs %8llu %9.0f %10.4f %9.4f %6d/%-2d %7.2f %8lld %7.1f / %-8.1f\n", p.elapsed_s,
-                  static_cast<unsigned long long>(p.version), p.tokens_per_s, p.train_loss, p.heldout_loss, p.alive,
+      std::printf("%7.1fs %8llu %9.0f %s %s %6d/%-2d %7.2f %8lld %7.1f / %-8.1f\n", p.elapsed_s,
+                  static_cast<unsigned long long>(p.version), p.tokens_per_s, shown(p.train_loss, 10, 4).c_str(),
+                  shown(p.heldout_loss, 9, 4).c_str(), p.alive,
                   p.total, p.goodput, static_cast<long long>(p.restarts), p.bytes_sent / 1e6,
                   p.bytes_ddp_equivalent / 1e6);
       ++rows_;
     } else {
-      std::printf("progress elapsed_s=%.1f version=%llu tokens=%lld tokens_per_s=%.0f train_loss=%.4f heldout_loss=%.4f "
+      std::printf("progress elapsed_s=%.1f version=%llu tokens=%lld tokens_per_s=%.0f train_loss=%s heldout_loss=%s "
                   "alive=%d/%d goodput=%.3f restarts=%lld rejected=%lld mb_sent=%.1f mb_ddp_equivalent=%.1f\n",
                   p.elapsed_s, static_cast<unsigned long long>(p.version), static_cast<long long>(p.tokens),
-                  p.tokens_per_s, p.train_loss, p.heldout_loss, p.alive, p.total, p.goodput,
+                  p.tokens_per_s, shown(p.train_loss, 0, 4).c_str(), shown(p.heldout_loss, 0, 4).c_str(), p.alive, p.total, p.goodput,
                   static_cast<long long>(p.restarts), static_cast<long long>(p.rejected), p.bytes_sent / 1e6,
                   p.bytes_ddp_equivalent / 1e6);
     }

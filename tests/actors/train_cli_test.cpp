@@ -44,6 +44,10 @@ TEST_CASE("train (actors engine) survives injected learner kills and --resume co
   CHECK(summary["bytes_sent"].get<int64_t>() < summary["bytes_ddp_equivalent"].get<int64_t>());
   CHECK(std::filesystem::exists(dir / "store"));
   CHECK(std::filesystem::exists(dir / "metrics.jsonl"));
+  // Progress lines show a value not measured yet as a dash, never "nan".
+  CHECK(first.out.find("progress ") != std::string::npos);
+  CHECK(first.out.find("nan") == std::string::npos);
+  CHECK(first.out.find("heldout_loss=\u2014") != std::string::npos);  // before the first evaluation
 
   // A second run in the same directory without --resume is refused (exit 2); --resume continues.
   auto refused = run("train --run-dir " + dir.string() + common + " --set train.max_seconds=2");
