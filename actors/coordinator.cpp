@@ -14,6 +14,7 @@
 
 #include "actors/evaluator.hpp"
 #include "actors/failure_monitor.hpp"
+#include "actors/admin.hpp"
 #include "actors/gateway.hpp"
 #include "actors/run_setup.hpp"
 #include "actors/store_actor.hpp"
@@ -60,7 +61,7 @@ struct Coordinator::Impl {
   std::shared_ptr<storage::CheckpointStore> store;
   caf::actor_system_config config;
   std::unique_ptr<caf::actor_system> system;
-  caf::actor root, gateway;
+  caf::actor root, gateway, admin;
   uint16_t port = 0;
   Clock::time_point started;
   std::optional<uint64_t> resumed_from;
@@ -74,8 +75,9 @@ struct Coordinator::Impl {
   void shutdown() {
     if (!system) return;
     if (gateway) caf::anon_send_exit(gateway, caf::exit_reason::user_shutdown);
+    if (admin) caf::anon_send_exit(admin, caf::exit_reason::user_shutdown);
     if (root) caf::anon_send_exit(root, caf::exit_reason::user_shutdown);
-    gateway = root = caf::actor{};
+    gateway = root = admin = caf::actor{};
     system->await_all_actors_done();
     for (auto name : {caf::atom("root"), syncer_name(), store_name(), monitor_name(), evaluator_name(),
                       caf::atom("gateway")}) {
@@ -143,8 +145,13 @@ Expected<std::unique_ptr<Coordinator>> Coordinator::start(CoordinatorOptions opt
   impl->root = spawn_supervisor(*impl->system, std::move(root));
   Directory::put(*impl->system, caf::atom("root"), impl->root);
 
+  AdminSpec admin{std::make_shared<AdminSessions>(), impl->counters, impl->stats, runtime.setup.run.mode,
+                  runtime.run_dir, monotonic_seconds()};
+  auto sessions = admin.sessions;
+  impl->admin = spawn_admin(*impl->system, std::move(admin));
   GatewaySpec gateway{options.secret, options.config_toml, options.topology_toml, options.topology, options.site,
-                      runtime.setup.run.learners, impl->stats, impl->counters};
+                      runtime.setup.run.learners, impl->stats, impl->counters, options.admin_secret, impl->admin,
+                      sessions};
   impl->gateway = spawn_gateway(*impl->system, std::move(gateway));
   Directory::put(*impl->system, caf::atom("gateway"), impl->gateway);
   const char* host = options.listen.host.c_str();
@@ -282,6 +289,7 @@ Expected<nlohmann::json> Coordinator::run(const std::function<bool()>& stop_requ
       {"bytes_cross_site", bytes_cross_site}, {"bytes_links_total", snapshot.total().bytes_sent + snapshot.total().bytes_received},
       {"links", links}, {"cross_site_vs_data_parallel", efficiency},
       {"joins_accepted", remote["joins_accepted"]}, {"joins_refused", remote["joins_refused"]},
+      {"admin_sessions", remote["admin_sessions"]},
       {"rejected_foreign", remote["rejected_foreign"]}, {"refused", remote["refused"]}, {"rejected_updates", syncer.value("rejected_total", int64_t{0})},
       {"rejected_by_reason", field(syncer, "rejected")}, {"stopped_by", stopped_by},
       {"first_commit_s", first_commit_s},

@@ -32,6 +32,7 @@ namespace archipelago::actors {
 struct CoordinatorOptions {
   RuntimeOptions runtime;                      // run_dir must be set; resume is decided by the store
   std::shared_ptr<const net::Secret> secret;   // the join secret (net::load_token)
+  std::shared_ptr<const net::Secret> admin_secret;  // the admin console's secret (null: no admin sessions)
   HostPort listen{"127.0.0.1", 0};
   std::string site = "local";                  // this process's site (cross-site accounting, links)
   TransportOptions transport;

@@ -7,6 +7,7 @@
 
 #include <caf/all.hpp>
 
+#include "actors/admin.hpp"
 #include "actors/remote_protocol.hpp"
 #include "actors/shaped_link.hpp"
 #include "actors/wire.hpp"
@@ -348,6 +349,26 @@ caf::behavior gateway_behavior(GatewayActor* self, GatewaySpec spec) {
       [=](nodejoin_atom, WireBytes& bytes, int32_t learners, int32_t preferred, caf::actor& watcher) -> JoinReply {
         return on_node_join(self, std::move(bytes), learners, preferred, watcher);
       },
+      [=](adminjoin_atom, const std::string& token) -> std::tuple<bool, std::string, std::string, caf::actor> {
+        auto& st = self->state;
+        if (!st.spec.admin_secret || !st.spec.admin || !st.spec.admin_sessions) {
+          st.spec.counters->admin_sessions_refused += 1;
+          st.log->warn("refused an admin session: this coordinator has no admin token (--admin-token-file)");
+          return {false, "this coordinator has no admin token (--admin-token-file)", "", caf::actor{}};
+        }
+        const auto decision = net::verify_join(*st.spec.admin_secret, token);  // constant time
+        if (!decision.accepted()) {
+          st.spec.counters->admin_sessions_refused += 1;
+          st.log->error("refused an admin session: {} ({} refused so far)", decision.reason,
+                        st.spec.counters->admin_sessions_refused.load());
+          return {false, "unauthenticated: " + decision.reason, "", caf::actor{}};
+        }
+        std::string key = random_key();
+        st.spec.admin_sessions->add(key);
+        st.spec.counters->admin_sessions_accepted += 1;
+        st.log->info("opened an admin session");
+        return {true, "", key, st.spec.admin};
+      },
       [=](stop_atom, std::string& key) {
         auto& st = self->state;
         if (!keys_equal(key, process_key())) {
@@ -374,6 +395,7 @@ nlohmann::json RemoteCounters::to_json() {
                              {"other", joins_refused_other.load()}}},
           {"rejected_foreign", rejected_foreign.load()},
           {"refused", refusals.to_json()},
+          {"admin_sessions", {{"accepted", admin_sessions_accepted.load()}, {"refused", admin_sessions_refused.load()}}},
           {"nodes", nodes},
           {"learner_slots", learner_slots},
           {"learners_seen", learners_joined.size()},

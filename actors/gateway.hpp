@@ -20,6 +20,8 @@
 //     goes through the link's downlink ShapedLink to the node's watcher; it ends with its learner
 //     (same exit reason, so the failure monitor sees a dead learner at once) or with its link.
 //
+// (adminjoin, admin token) -> (accepted, reason, session key, admin actor): an operator's console
+// session (actors/admin.hpp); a wrong or missing token is refused in constant time and counted.
 // (stop, process key) -> every link tells its node the run is over. Status: RemoteCounters (nodes,
 // slots, joins, refusals), read directly by the coordinator.
 #pragma once
@@ -42,6 +44,8 @@
 
 namespace archipelago::actors {
 
+class AdminSessions;
+
 // Message counts per node link, for the expected-bytes check (whole tensors, counted at chunk 0).
 struct LinkTally {
   int64_t updates_received = 0;          // FragmentUpdate tensors from the node's learners
@@ -57,6 +61,8 @@ struct RemoteCounters {
   std::atomic<int64_t> joins_refused_missing_token{0};
   std::atomic<int64_t> joins_refused_other{0};
   std::atomic<int64_t> rejected_foreign{0};  // envelopes from a learner id outside the session's range
+  std::atomic<int64_t> admin_sessions_accepted{0};
+  std::atomic<int64_t> admin_sessions_refused{0};  // wrong or missing admin token, or none configured
   std::mutex mutex;
   std::map<std::string, LinkTally> tallies;  // node name -> counts (guarded by mutex)
   std::map<std::string, std::string> sites;  // node name -> site (guarded by mutex)
@@ -77,6 +83,10 @@ struct GatewaySpec {
   int learner_slots = 0;       // train.learners
   std::shared_ptr<net::LinkStats> stats;
   std::shared_ptr<RemoteCounters> counters;
+  // Admin sessions (archipelago console): refused when no admin secret is configured.
+  std::shared_ptr<const net::Secret> admin_secret;
+  caf::actor admin;
+  std::shared_ptr<AdminSessions> admin_sessions;
 };
 
 caf::actor spawn_gateway(caf::actor_system& system, GatewaySpec spec);

@@ -39,6 +39,7 @@
 namespace archipelago::actors {
 
 using nodejoin_atom = caf::atom_constant<caf::atom("nodejoin")>;
+using adminjoin_atom = caf::atom_constant<caf::atom("adminjoin")>;
 using up_atom = caf::atom_constant<caf::atom("up")>;
 using deliver_atom = caf::atom_constant<caf::atom("deliver")>;
 

@@ -79,6 +79,8 @@ int run_coordinator(const CoordinatorArguments& arguments) {
   if (!listen) return fail(2, "--listen " + listen.error().reason);
   auto secret = net::load_token(arguments.token_file);
   if (!secret) return fail(2, secret.error().reason);
+  auto admin_secret = net::load_admin_token(arguments.admin_token_file, false);
+  if (!admin_secret) return fail(2, admin_secret.error().reason);
   if (arguments.run_dir.empty()) return fail(2, "--run-dir is required (the same directory resumes the run)");
 
   std::error_code ec;
@@ -95,6 +97,7 @@ int run_coordinator(const CoordinatorArguments& arguments) {
   actors::CoordinatorOptions options;
   options.runtime = to_runtime_options(*config, arguments.run_dir, false);
   options.secret = std::make_shared<const net::Secret>(std::move(*secret));
+  if (*admin_secret) options.admin_secret = std::make_shared<const net::Secret>(std::move(**admin_secret));
   options.listen = *listen;
   options.site = site;
   options.transport = transport_options(config->net);

@@ -2,6 +2,7 @@
 // This file only parses arguments and hands over to one command.
 #include <CLI/CLI.hpp>
 
+#include "apps/console_command.hpp"
 #include "apps/coordinator_command.hpp"
 #include "apps/node_command.hpp"
 #include "apps/train_command.hpp"
@@ -42,6 +43,10 @@ int main(int argc, char** argv) {
       ->required();
   coordinator_command->add_option_function<std::string>("--token-file", [&](const std::string& v) { coordinator.token_file = v; },
                                                         "file holding the join secret (else $ARCHIPELAGO_TOKEN_FILE)");
+  coordinator_command->add_option_function<std::string>("--admin-token-file",
+                                                        [&](const std::string& v) { coordinator.admin_token_file = v; },
+                                                        "file holding the admin console's secret (else "
+                                                        "$ARCHIPELAGO_ADMIN_TOKEN_FILE; without one, no console)");
   coordinator_command->add_option_function<std::string>("--site", [&](const std::string& v) { coordinator.site = v; },
                                                         "this process's site (default: the [sites] coordinator, else local)");
   coordinator_command->add_flag("--json", coordinator.json, "print a one-line JSON summary as the last line of stdout");
@@ -72,7 +77,19 @@ int main(int argc, char** argv) {
                            "exit with an error after this many seconds without the coordinator (default 0: never)");
   node_command->add_flag("--json", node.json, "print a one-line JSON summary as the last line of stdout");
 
+  archipelago::apps::ConsoleArguments console;
+  auto* console_command = app.add_subcommand("console", "inspect a running coordinator: a prompt, or one command with -c");
+  console_command->add_option("target", console.target, "HOST:PORT of the coordinator")->required();
+  console_command->add_option("-c,--command", console.command, "run one command, print its answer, exit (non-zero on error)");
+  console_command->add_flag("--json", console.json, "print answers as one JSON line");
+  console_command->add_option_function<std::string>("--admin-token-file", [&](const std::string& v) { console.admin_token_file = v; },
+                                                    "file holding the admin secret (else $ARCHIPELAGO_ADMIN_TOKEN_FILE)");
+  console_command->add_option_function<std::string>("--config", [&](const std::string& v) { console.config_file = v; },
+                                                    "local TOML ([net]: timeouts, TLS files)")
+      ->check(CLI::ExistingFile);
+
   CLI11_PARSE(app, argc, argv);
+  if (console_command->parsed()) return archipelago::apps::run_console(console);
   if (train_command->parsed()) return archipelago::apps::run_train(train);
   if (coordinator_command->parsed()) return archipelago::apps::run_coordinator(coordinator);
   if (node_command->parsed()) return archipelago::apps::run_node(node);

@@ -184,6 +184,21 @@ struct AdminReply {
   json @3 :Text;         # machine-readable answer (may be empty).
 }
 
+# What an operator may ask (archipelago console). Read-only commands so far.
+enum AdminVerb {
+  status @0;    # run, mode, committed version, held-out loss, bytes up/down, uptime
+  learners @1;  # every learner: state, step, tokens/s, deaths, node, site
+  nodes @2;     # the admitted node sessions
+  versions @3;  # the committed versions in the store
+}
+
+# console -> admin actor (over an admin session, authenticated with the admin token); answered
+# with an AdminReply. Typed: the verb is an enum and each argument has its own field.
+struct AdminCommand {
+  requestId @0 :UInt64;
+  verb @1 :AdminVerb;
+}
+
 struct Envelope {
   protocolVersion @0 :UInt32;  # kProtocolVersion of the sender; a mismatch is rejected (wrong_version).
   senderId @1 :Text;           # actor or learner id of the sender (for logs and counters).
@@ -202,5 +217,6 @@ struct Envelope {
     fetch @13 :Fetch;
     restore @14 :Restore;
     commitEnd @15 :CommitEnd;
+    adminCommand @16 :AdminCommand;
   }
 }

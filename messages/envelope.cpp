@@ -114,6 +114,9 @@ Status validate(const Message& message, const DecodeLimits& limits) {
   if (auto* m = std::get_if<Welcome>(&message); m && static_cast<uint8_t>(m->refusal) > 5) {
     return make_error(ErrorCode::invalid_argument, "a welcome's refusal code is unknown");
   }
+  if (auto* m = std::get_if<AdminCommand>(&message); m && static_cast<uint8_t>(m->verb) > 3) {
+    return make_error(ErrorCode::invalid_argument, "an admin command's verb is unknown");
+  }
   if (auto* m = std::get_if<Leave>(&message); m && static_cast<uint8_t>(m->code) > 2) {
     return make_error(ErrorCode::invalid_argument, "a leave's code is unknown");
   }
@@ -237,7 +240,7 @@ const char* message_name(const Message& message) {
                                            "global_fragment", "heartbeat", "persist",
                                            "persisted", "leave",     "admin_request",
                                            "admin_reply", "fetch",     "restore",
-                                           "commit_end"};
+                                           "commit_end", "admin_command"};
   static_assert(std::variant_size_v<Message> == sizeof(kNames) / sizeof(kNames[0]));
   return kNames[message.index()];
 }

@@ -135,6 +135,13 @@ struct Restore {
   uint64_t request_id = 0;
 };
 
+enum class AdminVerb : uint8_t { status = 0, learners = 1, nodes = 2, versions = 3 };
+
+struct AdminCommand {
+  uint64_t request_id = 0;
+  AdminVerb verb = AdminVerb::status;
+};
+
 struct CommitEnd {
   uint64_t version = 0;
   std::string manifest_json;
@@ -155,7 +162,8 @@ struct AdminReply {
 
 // The alternatives appear in the order of Envelope.body in the schema.
 using Message = std::variant<Join, Welcome, FragmentUpdate, GlobalFragment, Heartbeat, Persist,
-                             Persisted, Leave, AdminRequest, AdminReply, Fetch, Restore, CommitEnd>;
+                             Persisted, Leave, AdminRequest, AdminReply, Fetch, Restore, CommitEnd,
+                             AdminCommand>;
 
 struct Envelope {
   uint32_t protocol_version = kProtocolVersion;

@@ -131,6 +131,10 @@ void write_body(capnp::MessageBuilder& builder, wire::Envelope::Body::Builder bo
           for (unsigned i = 0; i < m.held_digests.size(); ++i) digests.set(i, m.held_digests[i]);
         } else if constexpr (std::is_same_v<T, Restore>) {
           body.initRestore().setRequestId(m.request_id);
+        } else if constexpr (std::is_same_v<T, AdminCommand>) {
+          auto out = body.initAdminCommand();
+          out.setRequestId(m.request_id);
+          out.setVerb(static_cast<wire::AdminVerb>(m.verb));
         } else if constexpr (std::is_same_v<T, CommitEnd>) {
           auto out = body.initCommitEnd();
           out.setVersion(m.version);
@@ -231,6 +235,10 @@ Expected<Message> read_body(wire::Envelope::Body::Reader body,
     }
     case Which::RESTORE:
       return Message(Restore{body.getRestore().getRequestId()});
+    case Which::ADMIN_COMMAND: {
+      auto in = body.getAdminCommand();
+      return Message(AdminCommand{in.getRequestId(), static_cast<AdminVerb>(in.getVerb())});
+    }
     case Which::COMMIT_END: {
       auto in = body.getCommitEnd();
       return Message(CommitEnd{in.getVersion(), string(in.getManifestJson())});

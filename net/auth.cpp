@@ -110,6 +110,24 @@ Expected<Secret> load_token(const std::optional<std::string>& flag_path) {
   return load_token(flag_path, env ? std::optional<std::string>(env) : std::nullopt);
 }
 
+Expected<std::optional<Secret>> load_admin_token(const std::optional<std::string>& flag_path, bool required) {
+  std::optional<std::string> path = flag_path;
+  if (!path) {
+    if (const char* env = std::getenv(kAdminTokenFileEnv)) {
+      if (!*env) return make_error(ErrorCode::invalid_argument, std::string(kAdminTokenFileEnv) + " is set but empty");
+      path = env;
+    }
+  }
+  if (!path) {
+    if (!required) return std::optional<Secret>{};
+    return make_error(ErrorCode::invalid_argument, std::string("no admin token: pass --admin-token-file FILE or set ") +
+                                                       kAdminTokenFileEnv);
+  }
+  auto secret = load_token_file(*path);
+  if (!secret) return secret.error();
+  return std::optional<Secret>(std::move(*secret));
+}
+
 bool tokens_equal(std::string_view a, std::string_view b) {
   const std::size_t length = a.size() > b.size() ? a.size() : b.size();
   // A length mismatch makes the result false without a branch on the content.

@@ -60,6 +60,7 @@ int main(int argc, char** argv) {
       {"admin_reply", AdminReply{7, true, "ok", "{}"}},
       {"fetch", Fetch{"learner-0", {1, 2, 3, 4}}},
       {"restore", Restore{1}},
+      {"admin_command", AdminCommand{2, AdminVerb::learners}},
       {"commit_end", CommitEnd{4, "{\"contributors\":2}"}},
   };
   for (const auto& [name, message] : seeds) write(dir + "/envelope/" + name, envelope_bytes(message));

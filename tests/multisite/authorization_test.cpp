@@ -189,6 +189,7 @@ TEST_CASE("an admitted node may send only its learners' messages, for its own le
       messages::Fetch{own, {}},
       messages::Restore{1},
       messages::CommitEnd{999, "{}"},
+      messages::AdminCommand{1, messages::AdminVerb::status},
   };
   REQUIRE(every_kind.size() == std::variant_size_v<messages::Message>);
   int64_t forbidden = 0;
@@ -201,7 +202,7 @@ TEST_CASE("an admitted node may send only its learners' messages, for its own le
       forbidden += 1;
     }
   }
-  REQUIRE(forbidden == 3 * 13 - 6);
+  REQUIRE(forbidden == 3 * 14 - 6);
   // 2. A heartbeat as a learner of another node.
   Outbox as_other(other);
   auto beat = as_other.wrap(messages::Heartbeat{other, 1, 1.0, 0});
@@ -300,4 +301,96 @@ TEST_CASE("a TLS coordinator refuses a plain-TCP node and a node whose certifica
   CHECK(summary["joins_accepted"].get<int>() == 1);
   CHECK(coordinator.err().find("admitted node 'plain-node'") == std::string::npos);
   CHECK(coordinator.err().find("admitted node 'other-ca-node'") == std::string::npos);
+}
+
+TEST_CASE("the console: an admin session with the admin token answers status, learners, nodes and versions") {
+  Scratch s("authz-console");
+  const auto admin_token = s.dir / "admin-token";
+  std::ofstream(admin_token) << "admin-horse-battery-staple-0123456789\n";
+  chmod(admin_token.c_str(), 0600);
+  const int port = free_port();
+  Process coordinator("coordinator",
+                      coordinator_args(s, port, {"train.max_seconds=0"}, {"--admin-token-file", admin_token.string()}),
+                      s.dir);
+  await_listening(coordinator);
+  Process node("node-a", node_args(s, port, "node-a"), s.dir);
+  REQUIRE_MESSAGE(wait_until([&] { return coordinator.last_value("version") >= 3; }, 60), coordinator.all());
+
+  const std::string target = "127.0.0.1:" + std::to_string(port);
+  auto console = [&](const std::string& command, const fs::path& token) {
+    Process p("console-" + command, {"console", target, "-c", command, "--json", "--admin-token-file", token.string()},
+              s.dir);
+    const int code = p.wait(30);
+    return std::make_tuple(code, p.out(), p.err());
+  };
+  auto answer = [&](const std::string& command) {
+    auto [code, out, err] = console(command, admin_token);
+    INFO(command << ": " << out << err);
+    REQUIRE(code == 0);
+    auto json = nlohmann::json::parse(out.substr(0, out.find('\n')), nullptr, false);
+    REQUIRE(json.is_object());
+    return json;
+  };
+  auto status = answer("status");
+  CHECK(status["mode"] == "decoupled");
+  CHECK(status["committed_version"].get<uint64_t>() >= 3);
+  CHECK(status["learners_alive"].get<int>() == 2);
+  CHECK(status["bytes_up"].get<int64_t>() > 0);
+  CHECK(status["bytes_down"].get<int64_t>() > 0);
+  CHECK(status["uptime_s"].get<double>() > 0);
+  CHECK((status["heldout_loss"].is_null() || status["heldout_loss"].get<double>() > 0));
+
+  auto learners = answer("learners")["learners"];
+  REQUIRE(learners.size() == 2);
+  for (const auto& l : learners) {
+    CAPTURE(l.dump());
+    CHECK(l["node"] == "node-a");
+    CHECK(l["site"] == "local");
+    CHECK(l["state"] == "alive");
+    CHECK(l["step"].get<int64_t>() > 0);
+    CHECK(l["joins"].get<int>() == 1);
+  }
+  auto nodes = answer("nodes");
+  REQUIRE(nodes["nodes"].size() == 1);
+  CHECK(nodes["nodes"][0]["node"] == "node-a");
+  CHECK(nodes["nodes"][0]["learners"] == 2);
+  CHECK(nodes["learner_slots"] == 4);
+  auto versions = answer("versions");
+  REQUIRE(versions["versions"].size() >= 3);
+  CHECK(versions["latest"].get<uint64_t>() >= 3);
+  // Listed first, then the latest asked for: a commit may land in between.
+  CHECK(versions["versions"].back()["version"].get<uint64_t>() <= versions["latest"].get<uint64_t>());
+
+  // Refused: the join token is not the admin token; an unknown command never reaches the coordinator.
+  auto [wrong_code, wrong_out, wrong_err] = console("status", s.token);
+  CHECK_MESSAGE(wrong_code == 3, wrong_err);
+  CHECK(wrong_err.find("unauthenticated") != std::string::npos);
+  CHECK(wrong_err.find("correct-horse") == std::string::npos);  // never the secret
+  auto [unknown_code, unknown_out, unknown_err] = console("launch-missiles", admin_token);
+  CHECK(unknown_code == 2);
+  CHECK(unknown_err.find("unknown command 'launch-missiles'") != std::string::npos);
+
+  coordinator.kill(SIGTERM);
+  REQUIRE(coordinator.wait(60) == 0);
+  CAPTURE(coordinator.all());
+  CHECK_MESSAGE(node.wait(30) == 0, node.all());
+  auto summary = coordinator.summary();
+  CHECK(summary["admin_sessions"]["accepted"].get<int>() == 5);
+  CHECK(summary["admin_sessions"]["refused"].get<int>() == 1);
+  CHECK(coordinator.err().find("admin-horse") == std::string::npos);
+}
+
+TEST_CASE("a coordinator without an admin token refuses every admin session") {
+  Scratch s("authz-no-admin");
+  const int port = free_port();
+  Process coordinator("coordinator", coordinator_args(s, port, {"train.max_seconds=0"}), s.dir);
+  await_listening(coordinator);
+  Process console("console", {"console", "127.0.0.1:" + std::to_string(port), "-c", "status", "--admin-token-file",
+                              s.token.string()},
+                  s.dir);
+  CHECK(console.wait(30) == 3);
+  CHECK(console.err().find("no admin token") != std::string::npos);
+  coordinator.kill(SIGTERM);
+  REQUIRE(coordinator.wait(60) == 0);
+  CHECK(coordinator.summary()["admin_sessions"]["refused"].get<int>() == 1);
 }

@@ -1,0 +1,148 @@
+#include "actors/admin.hpp"
+
+#include <chrono>
+
+#include <caf/all.hpp>
+
+#include "actors/authorization.hpp"
+#include "actors/remote_protocol.hpp"
+#include "actors/wire.hpp"
+#include "common/log.hpp"
+#include "messages/envelope.hpp"
+
+namespace archipelago::actors {
+namespace {
+
+using namespace archipelago::messages;
+
+nlohmann::json ask(caf::actor_system& system, caf::atom_value name, const std::string& command = "status") {
+  auto answer = ask_admin(system, name, "admin", command, {}, 5);
+  return answer ? *answer : nlohmann::json{{"error", answer.error().reason}};
+}
+
+double number_or_null_nan(const nlohmann::json& j, const char* key) {
+  return j.contains(key) && j[key].is_number() ? j[key].get<double>() : std::nan("");
+}
+
+nlohmann::json measured(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); }
+
+Expected<nlohmann::json> execute(caf::actor_system& system, const AdminSpec& spec, const AdminCommand& command) {
+  switch (command.verb) {
+    case AdminVerb::status: {
+      auto syncer = ask(system, syncer_name());
+      auto evaluator = ask(system, evaluator_name());
+      auto monitor = ask(system, monitor_name());
+      const auto traffic = spec.stats->snapshot().total();
+      const bool scored = evaluator.value("scored_version", uint64_t{0}) > 0;
+      return nlohmann::json{
+          {"run_dir", spec.run_dir},
+          {"mode", spec.mode},
+          {"committed_version", syncer.value("version", uint64_t{0})},
+          {"phase", syncer.value("phase", "")},
+          {"heldout_loss", scored ? measured(number_or_null_nan(evaluator, "heldout_loss")) : nlohmann::json(nullptr)},
+          {"heldout_version", evaluator.value("scored_version", uint64_t{0})},
+          {"learners_alive", monitor.value("alive", 0)},
+          {"bytes_up", traffic.bytes_received},
+          {"bytes_down", traffic.bytes_sent},
+          {"uptime_s", monotonic_seconds() - spec.started_s},
+      };
+    }
+    case AdminVerb::learners: {
+      auto monitor = ask(system, monitor_name());
+      auto syncer = ask(system, syncer_name());
+      auto remote = spec.counters->to_json();
+      nlohmann::json rows = nlohmann::json::array();
+      const auto learners = monitor.value("learners", nlohmann::json::object());
+      for (const auto& [id, r] : learners.items()) {
+        std::string node, site;
+        const int index = learner_index(id);
+        for (const auto& n : remote["nodes"]) {
+          const int first = n.value("first_learner", -1);
+          if (index >= first && index < first + n.value("learners", 0)) {
+            node = n.value("node", "");
+            site = n.value("site", "");
+          }
+        }
+        const auto record = syncer.value("learners", nlohmann::json::object()).value(id, nlohmann::json::object());
+        rows.push_back({{"id", id}, {"node", node}, {"site", site}, {"state", r.value("state", "")},
+                        {"step", r.value("step", int64_t{0})}, {"tokens_per_s", r.value("tokens_per_s", 0.0)},
+                        {"deaths", r.value("deaths", 0)}, {"joins", record.value("joins", 0)},
+                        {"contributions_merged", record.value("contributions_merged", 0)}});
+      }
+      return nlohmann::json{{"learners", rows}};
+    }
+    case AdminVerb::nodes: {
+      auto remote = spec.counters->to_json();
+      return nlohmann::json{{"nodes", remote["nodes"]}, {"learner_slots", remote["learner_slots"]},
+                            {"joins_accepted", remote["joins_accepted"]}, {"joins_refused", remote["joins_refused"]},
+                            {"refused", remote["refused"]}};
+    }
+    case AdminVerb::versions: {
+      auto versions = ask_admin(system, store_name(), "admin", "versions", {}, 10);
+      if (!versions) return versions.error();
+      auto store = ask(system, store_name());
+      return nlohmann::json{{"versions", (*versions)["versions"]}, {"latest", store.value("latest_version", uint64_t{0})}};
+    }
+  }
+  return make_error(ErrorCode::invalid_argument, "unknown admin verb");
+}
+
+struct AdminState {
+  AdminSpec spec;
+  Outbox outbox{"admin"};
+  std::shared_ptr<spdlog::logger> log = component_logger("admin");
+  const char* name = "admin";
+};
+
+using AdminActor = caf::stateful_actor<AdminState>;
+
+caf::behavior admin_behavior(AdminActor* self, AdminSpec spec) {
+  self->state.spec = std::move(spec);
+  auto counters = self->state.spec.counters;
+  auto log = self->state.log;
+  self->set_default_handler([counters, log](caf::scheduled_actor*, caf::message_view& x) -> caf::result<caf::message> {
+    counters->refusals.refuse("admin", message_kind(x.content()), Refusal::unauthenticated, *log);
+    return caf::sec::unexpected_message;
+  });
+  return {
+      [=](admin_atom, const std::string& key, WireBytes& bytes) -> caf::result<WireBytes> {
+        auto& st = self->state;
+        if (!st.spec.sessions->contains(key)) {
+          st.spec.counters->refusals.refuse("admin", "admin_command", Refusal::wrong_key, *st.log);
+          return caf::sec::request_receiver_down;
+        }
+        auto envelope = unwrap(std::move(bytes));
+        const AdminCommand* command = envelope ? std::get_if<AdminCommand>(&envelope->body) : nullptr;
+        if (!command) {
+          st.spec.counters->refusals.refuse("admin", envelope ? message_name(envelope->body) : "admin", Refusal::malformed,
+                                            *st.log, envelope ? "not an admin command" : envelope.error().to_string());
+          auto reply = st.outbox.wrap(AdminReply{0, false, "not an admin command", ""});
+          return reply ? std::move(*reply) : WireBytes{};
+        }
+        auto answer = execute(self->system(), st.spec, *command);
+        auto reply = st.outbox.wrap(answer ? AdminReply{command->request_id, true, "ok", answer->dump()}
+                                           : AdminReply{command->request_id, false, answer.error().reason, ""});
+        return reply ? std::move(*reply) : WireBytes{};
+      },
+  };
+}
+
+}  // namespace
+
+void AdminSessions::add(const std::string& key) {
+  std::lock_guard lock(mutex_);
+  keys_.insert(key);
+}
+
+bool AdminSessions::contains(const std::string& key) const {
+  std::lock_guard lock(mutex_);
+  bool found = false;
+  for (const auto& k : keys_) found = keys_equal(k, key) || found;  // no early exit on a match
+  return found;
+}
+
+caf::actor spawn_admin(caf::actor_system& system, AdminSpec spec) {
+  return system.spawn<caf::detached>(admin_behavior, std::move(spec));
+}
+
+}  // namespace archipelago::actors

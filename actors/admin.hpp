@@ -1,0 +1,47 @@
+// The coordinator's admin actor: answers an operator's typed AdminCommands (messages/archipelago.capnp)
+// with an AdminReply whose `json` holds the answer. `archipelago console HOST:PORT` talks to it.
+//
+// Reached only through an admin session: the console asks the gateway (adminjoin, admin token),
+// which checks the token in constant time against the coordinator's admin secret (a file, separate
+// from the join token), counts a refusal, and on success hands out a random session key and this
+// actor's handle. Every command must carry a session key the gateway issued:
+//   (admin, key, WireBytes AdminCommand) -> WireBytes AdminReply
+// Anything else is refused and counted (actors/authorization.hpp). Commands so far are read-only:
+// status, learners, nodes, versions. Detached: it asks the local actors synchronously.
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+
+#include <caf/actor.hpp>
+#include <caf/fwd.hpp>
+
+#include "actors/gateway.hpp"
+
+namespace archipelago::actors {
+
+// Session keys the gateway issued to authenticated consoles. Any thread.
+class AdminSessions {
+ public:
+  void add(const std::string& key);
+  bool contains(const std::string& key) const;  // constant time per key
+
+ private:
+  mutable std::mutex mutex_;
+  std::set<std::string> keys_;
+};
+
+struct AdminSpec {
+  std::shared_ptr<AdminSessions> sessions;
+  std::shared_ptr<RemoteCounters> counters;
+  std::shared_ptr<net::LinkStats> stats;
+  std::string mode;
+  std::string run_dir;
+  double started_s = 0;  // monotonic seconds when the coordinator started
+};
+
+caf::actor spawn_admin(caf::actor_system& system, AdminSpec spec);
+
+}  // namespace archipelago::actors
