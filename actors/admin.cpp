@@ -1,10 +1,12 @@
 #include "actors/admin.hpp"
 
 #include <chrono>
+#include <functional>
 
 #include <caf/all.hpp>
 
 #include "actors/authorization.hpp"
+#include "actors/directory.hpp"
 #include "actors/remote_protocol.hpp"
 #include "actors/wire.hpp"
 #include "common/log.hpp"
@@ -26,7 +28,44 @@ double number_or_null_nan(const nlohmann::json& j, const char* key) {
 
 nlohmann::json measured(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); }
 
-Expected<nlohmann::json> execute(caf::actor_system& system, const AdminSpec& spec, const AdminCommand& command) {
+// A typed store command of the admin actor: (ok, reason or JSON).
+template <class... Ts>
+std::pair<bool, std::string> store_call(caf::actor_system& system, Ts&&... message) {
+  auto store = Directory::get(system, store_name());
+  if (!store) return {false, "the checkpoint store is restarting"};
+  caf::scoped_actor self{system};
+  std::pair<bool, std::string> result{false, "no answer"};
+  self->request(store, std::chrono::seconds(10), std::forward<Ts>(message)...)
+      .receive([&](bool ok, std::string& text) { result = {ok, std::move(text)}; },
+               [&](caf::error& error) { result = {false, system.render(error)}; });
+  return result;
+}
+
+nlohmann::json describe(const AdminCommand& command) {
+  static const char* kNames[] = {"status", "learners", "nodes", "versions", "pin", "unpin", "audit", "kill_syncer"};
+  nlohmann::json j = {{"verb", kNames[static_cast<int>(command.verb)]}};
+  if (command.verb == AdminVerb::pin || command.verb == AdminVerb::unpin) j["version"] = command.version;
+  return j;
+}
+
+// A mutating command: audited (peer, command) before `act` runs, and its result after.
+Expected<nlohmann::json> audited(caf::actor_system& system, const std::string& peer, const AdminCommand& command,
+                                 const std::function<Expected<nlohmann::json>()>& act) {
+  nlohmann::json entry = {{"peer", peer}, {"command", describe(command)}, {"phase", "requested"}};
+  auto logged = store_call(system, audit_atom::value, entry.dump());
+  if (!logged.first) {
+    return make_error(ErrorCode::unavailable, "not done: cannot write the audit log: " + logged.second);
+  }
+  auto result = act();
+  entry["phase"] = "done";
+  entry["ok"] = result.ok();
+  if (!result) entry["error"] = result.error().reason;
+  (void)store_call(system, audit_atom::value, entry.dump());
+  return result;
+}
+
+Expected<nlohmann::json> execute(caf::actor_system& system, const AdminSpec& spec, const std::string& peer,
+                                 const AdminCommand& command) {
   switch (command.verb) {
     case AdminVerb::status: {
       auto syncer = ask(system, syncer_name());
@@ -83,6 +122,31 @@ Expected<nlohmann::json> execute(caf::actor_system& system, const AdminSpec& spe
       auto store = ask(system, store_name());
       return nlohmann::json{{"versions", (*versions)["versions"]}, {"latest", store.value("latest_version", uint64_t{0})}};
     }
+    case AdminVerb::pin:
+    case AdminVerb::unpin:
+      return audited(system, peer, command, [&]() -> Expected<nlohmann::json> {
+        const bool pin = command.verb == AdminVerb::pin;
+        auto done = pin ? store_call(system, pin_atom::value, command.version)
+                        : store_call(system, unpin_atom::value, command.version);
+        if (!done.first) return make_error(ErrorCode::invalid_argument, done.second);
+        return nlohmann::json{{"version", command.version}, {"pinned", pin}};
+      });
+    case AdminVerb::kill_syncer:
+      return audited(system, peer, command, [&]() -> Expected<nlohmann::json> {
+        auto syncer = Directory::get(system, syncer_name());
+        if (!syncer) return make_error(ErrorCode::unavailable, "no syncer is running (it is being restarted)");
+        const uint64_t version = ask(system, syncer_name()).value("version", uint64_t{0});
+        caf::anon_send_exit(syncer, caf::exit_reason::kill);  // as abrupt as a crash: no handler runs
+        return nlohmann::json{{"killed", "syncer"}, {"version_at_kill", version}};
+      });
+    case AdminVerb::audit: {
+      const uint32_t count = command.count == 0 ? 20 : command.count;
+      auto read = store_call(system, audit_atom::value, count);
+      if (!read.first) return make_error(ErrorCode::unavailable, "cannot read the audit log: " + read.second);
+      auto entries = nlohmann::json::parse(read.second, nullptr, false);
+      if (entries.is_discarded()) return make_error(ErrorCode::corrupt, "the audit log answer is not JSON");
+      return nlohmann::json{{"audit", entries}};
+    }
   }
   return make_error(ErrorCode::invalid_argument, "unknown admin verb");
 }
@@ -107,7 +171,8 @@ caf::behavior admin_behavior(AdminActor* self, AdminSpec spec) {
   return {
       [=](admin_atom, const std::string& key, WireBytes& bytes) -> caf::result<WireBytes> {
         auto& st = self->state;
-        if (!st.spec.sessions->contains(key)) {
+        const std::string peer = st.spec.sessions->peer_of(key);
+        if (peer.empty()) {
           st.spec.counters->refusals.refuse("admin", "admin_command", Refusal::wrong_key, *st.log);
           return caf::sec::request_receiver_down;
         }
@@ -119,7 +184,7 @@ caf::behavior admin_behavior(AdminActor* self, AdminSpec spec) {
           auto reply = st.outbox.wrap(AdminReply{0, false, "not an admin command", ""});
           return reply ? std::move(*reply) : WireBytes{};
         }
-        auto answer = execute(self->system(), st.spec, *command);
+        auto answer = execute(self->system(), st.spec, peer, *command);
         auto reply = st.outbox.wrap(answer ? AdminReply{command->request_id, true, "ok", answer->dump()}
                                            : AdminReply{command->request_id, false, answer.error().reason, ""});
         return reply ? std::move(*reply) : WireBytes{};
@@ -129,15 +194,17 @@ caf::behavior admin_behavior(AdminActor* self, AdminSpec spec) {
 
 }  // namespace
 
-void AdminSessions::add(const std::string& key) {
+void AdminSessions::add(const std::string& key, const std::string& peer) {
   std::lock_guard lock(mutex_);
-  keys_.insert(key);
+  peers_[key] = peer;
 }
 
-bool AdminSessions::contains(const std::string& key) const {
+std::string AdminSessions::peer_of(const std::string& key) const {
   std::lock_guard lock(mutex_);
-  bool found = false;
-  for (const auto& k : keys_) found = keys_equal(k, key) || found;  // no early exit on a match
+  std::string found;
+  for (const auto& [k, peer] : peers_) {
+    if (keys_equal(k, key)) found = peer;  // no early exit on a match
+  }
   return found;
 }
 

@@ -6,13 +6,15 @@
 // from the join token), counts a refusal, and on success hands out a random session key and this
 // actor's handle. Every command must carry a session key the gateway issued:
 //   (admin, key, WireBytes AdminCommand) -> WireBytes AdminReply
-// Anything else is refused and counted (actors/authorization.hpp). Commands so far are read-only:
-// status, learners, nodes, versions. Detached: it asks the local actors synchronously.
+// Anything else is refused and counted (actors/authorization.hpp). Commands: status, learners, nodes,
+// versions, audit (read-only); pin, unpin, kill_syncer (mutating: each is appended to the store's
+// audit log in RocksDB — time, peer, command — before it acts, and its result after; a command whose
+// audit entry cannot be written is not carried out). Detached: it asks the local actors synchronously.
 #pragma once
 
 #include <memory>
 #include <mutex>
-#include <set>
+#include <map>
 #include <string>
 
 #include <caf/actor.hpp>
@@ -25,12 +27,13 @@ namespace archipelago::actors {
 // Session keys the gateway issued to authenticated consoles. Any thread.
 class AdminSessions {
  public:
-  void add(const std::string& key);
-  bool contains(const std::string& key) const;  // constant time per key
+  void add(const std::string& key, const std::string& peer);
+  // The peer a key was issued to ("" when none; every key is compared, in constant time each).
+  std::string peer_of(const std::string& key) const;
 
  private:
   mutable std::mutex mutex_;
-  std::set<std::string> keys_;
+  std::map<std::string, std::string> peers_;  // key -> peer
 };
 
 struct AdminSpec {

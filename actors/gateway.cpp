@@ -364,9 +364,11 @@ caf::behavior gateway_behavior(GatewayActor* self, GatewaySpec spec) {
           return {false, "unauthenticated: " + decision.reason, "", caf::actor{}};
         }
         std::string key = random_key();
-        st.spec.admin_sessions->add(key);
+        const auto& sender = self->current_sender();
+        const std::string peer = "console@" + (sender ? caf::to_string(sender->node()) : std::string("?"));
+        st.spec.admin_sessions->add(key, peer);
         st.spec.counters->admin_sessions_accepted += 1;
-        st.log->info("opened an admin session");
+        st.log->info("opened an admin session for {}", peer);
         return {true, "", key, st.spec.admin};
       },
       [=](stop_atom, std::string& key) {

@@ -1,5 +1,6 @@
 #include "actors/store_actor.hpp"
 
+#include <algorithm>
 #include <map>
 #include <set>
 
@@ -199,6 +200,32 @@ caf::behavior store_behavior(StoreActor* self, std::shared_ptr<storage::Checkpoi
           st.log->warn("ignored a {} message", message_name(envelope->body));
         }
       },
+      // The admin actor's typed store commands; answered with (ok, reason or JSON).
+      [=](pin_atom, uint64_t version) -> std::tuple<bool, std::string> {
+        Status pinned = self->state.store->pin(version);
+        return {pinned.ok(), pinned.ok() ? "" : pinned.error().to_string()};
+      },
+      [=](unpin_atom, uint64_t version) -> std::tuple<bool, std::string> {
+        Status unpinned = self->state.store->unpin(version);
+        if (unpinned.ok()) (void)self->state.store->apply_retention();
+        return {unpinned.ok(), unpinned.ok() ? "" : unpinned.error().to_string()};
+      },
+      [=](audit_atom, const std::string& entry_json) -> std::tuple<bool, std::string> {
+        Status appended = self->state.store->append_event("admin", entry_json);
+        return {appended.ok(), appended.ok() ? "" : appended.error().to_string()};
+      },
+      [=](audit_atom, uint32_t count) -> std::tuple<bool, std::string> {
+        auto events = self->state.store->recent_events(std::max<uint32_t>(count, 1) * 8);
+        if (!events) return {false, events.error().to_string()};
+        nlohmann::json entries = nlohmann::json::array();
+        for (const auto& e : *events) {
+          if (e.kind != "admin" || entries.size() >= count) continue;
+          auto j = nlohmann::json::parse(e.json, nullptr, false);
+          entries.push_back({{"sequence", e.sequence}, {"unix_ms", e.unix_ms}, {"entry", j.is_discarded() ? nlohmann::json(e.json) : j}});
+        }
+        std::reverse(entries.begin(), entries.end());  // oldest first
+        return {true, entries.dump()};
+      },
       [=](admin_atom, WireBytes& bytes) -> WireBytes {
         auto& st = self->state;
         auto request = read_admin_request(std::move(bytes));
@@ -216,7 +243,8 @@ caf::behavior store_behavior(StoreActor* self, std::shared_ptr<storage::Checkpoi
               auto it = data->optimizer_state.find(fragment);
               outer.push_back(it == data->optimizer_state.end() ? 0 : chunk_checksum(it->second.data(), it->second.size()));
             }
-            versions.push_back({{"version", info.version}, {"digest", digest}, {"outer_digests", outer}});
+            versions.push_back({{"version", info.version}, {"digest", digest}, {"outer_digests", outer},
+                                {"pinned", info.pinned}, {"committed_unix_ms", info.committed_unix_ms}});
           }
           return admin_reply("store", request->request_id, true, "ok", {{"versions", versions}});
         }

@@ -40,6 +40,10 @@ using restart_atom = caf::atom_constant<caf::atom("restart")>;
 using eval_atom = caf::atom_constant<caf::atom("eval")>;
 // Sent to a learner (or across processes to a node): finish the in-flight work, leave, exit normally.
 using stop_atom = caf::atom_constant<caf::atom("stop")>;
+// Store commands of the admin actor (local only): pin / unpin a version, append / read the audit log.
+using pin_atom = caf::atom_constant<caf::atom("pin")>;
+using unpin_atom = caf::atom_constant<caf::atom("unpin")>;
+using audit_atom = caf::atom_constant<caf::atom("audit")>;
 
 // Names in the actor registry; a restarted actor is registered again under the same name.
 inline caf::atom_value syncer_name() { return caf::atom("syncer"); }

@@ -1,7 +1,12 @@
 #include "apps/console_command.hpp"
 
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <iostream>
+#include <vector>
+
+#include <editline/readline.h>
 #include <map>
 #include <sstream>
 
@@ -24,24 +29,90 @@ using messages::AdminVerb;
 
 struct CommandHelp {
   AdminVerb verb;
+  const char* usage;
   const char* help;
 };
 
 const std::map<std::string, CommandHelp>& commands() {
   static const std::map<std::string, CommandHelp> table = {
-      {"status", {AdminVerb::status, "run directory, mode, committed version, held-out loss, bytes up/down, uptime"}},
-      {"learners", {AdminVerb::learners, "every learner: id, node, site, state, step, tokens/s, deaths, joins"}},
-      {"nodes", {AdminVerb::nodes, "the admitted nodes, learner slots, joins and refused messages"}},
-      {"versions", {AdminVerb::versions, "the committed versions in the store, with digests"}},
+      {"status", {AdminVerb::status, "status", "run directory, mode, committed version, held-out loss, bytes, uptime"}},
+      {"learners", {AdminVerb::learners, "learners", "every learner: id, node, site, state, step, tokens/s, deaths"}},
+      {"nodes", {AdminVerb::nodes, "nodes", "the admitted nodes, learner slots, joins and refused messages"}},
+      {"versions", {AdminVerb::versions, "versions", "the committed versions in the store: digests, pinned"}},
+      {"pin", {AdminVerb::pin, "pin V", "keep version V through retention (audited)"}},
+      {"unpin", {AdminVerb::unpin, "unpin V", "let retention drop version V again (audited)"}},
+      {"audit", {AdminVerb::audit, "audit [N]", "the newest N (20) entries of the audit log, oldest first"}},
+      {"kill", {AdminVerb::kill_syncer, "kill syncer", "kill the syncer like a crash; it restarts from RocksDB (audited)"}},
   };
   return table;
 }
 
 std::string help_text() {
   std::ostringstream out;
-  for (const auto& [name, c] : commands()) out << "  " << name << std::string(10 - name.size(), ' ') << c.help << "\n";
-  out << "  help      this list\n  quit      end the session\n";
+  for (const auto& [name, c] : commands()) {
+    const std::string usage = c.usage;
+    out << "  " << usage << std::string(usage.size() < 14 ? 14 - usage.size() : 1, ' ') << c.help << "\n";
+  }
+  out << "  help          this list\n  quit          end the session\n";
   return out.str();
+}
+
+// A command line -> the typed command, or why not.
+Expected<messages::AdminCommand> parse_command(const std::string& line, uint64_t request_id) {
+  std::istringstream words(line);
+  std::string name, argument, extra;
+  words >> name >> argument >> extra;
+  auto it = commands().find(name);
+  if (it == commands().end()) return make_error(ErrorCode::invalid_argument, "unknown command '" + name + "' (help lists them)");
+  messages::AdminCommand command{request_id, it->second.verb, 0, 0};
+  auto usage = [&] { return make_error(ErrorCode::invalid_argument, std::string("usage: ") + it->second.usage); };
+  if (!extra.empty()) return usage();
+  auto number = [&](uint64_t& out) {
+    if (argument.empty() || argument.find_first_not_of("0123456789") != std::string::npos || argument.size() > 18) return false;
+    out = std::stoull(argument);
+    return true;
+  };
+  switch (command.verb) {
+    case AdminVerb::pin:
+    case AdminVerb::unpin:
+      if (!number(command.version)) return usage();
+      break;
+    case AdminVerb::audit: {
+      uint64_t count = 20;
+      if (!argument.empty() && (!number(count) || count == 0 || count > 10000)) return usage();
+      command.count = static_cast<uint32_t>(count);
+      break;
+    }
+    case AdminVerb::kill_syncer:
+      if (argument != "syncer") return usage();
+      break;
+    default:
+      if (!argument.empty()) return usage();
+  }
+  return command;
+}
+
+// Tab completion of command names (libedit's readline interface).
+char* complete_command(const char* text, int state) {
+  static std::vector<std::string> matches;
+  static size_t next = 0;
+  if (state == 0) {
+    matches.clear();
+    next = 0;
+    const std::string prefix = text;
+    for (const auto& [name, _] : commands()) {
+      if (name.rfind(prefix, 0) == 0) matches.push_back(name);
+    }
+    for (const char* extra : {"help", "quit"}) {
+      if (std::string(extra).rfind(prefix, 0) == 0) matches.push_back(extra);
+    }
+  }
+  return next < matches.size() ? strdup(matches[next++].c_str()) : nullptr;
+}
+
+char** complete(const char* text, int start, int) {
+  rl_attempted_completion_over = 1;
+  return start == 0 ? rl_completion_matches(text, complete_command) : nullptr;
 }
 
 }  // namespace
@@ -60,6 +131,10 @@ int run_console(const ConsoleArguments& arguments) {
   if (!local) return fail(2, "invalid configuration: " + local.error().reason);
   auto target = actors::parse_host_port(arguments.target);
   if (!target) return fail(2, arguments.target + ": " + target.error().reason);
+  if (arguments.command && arguments.command->rfind("help", 0) != 0) {
+    auto checked = parse_command(*arguments.command, 0);  // a typo fails here, before any session
+    if (!checked) return fail(2, checked.error().reason);
+  }
   auto token = net::load_admin_token(arguments.admin_token_file, true);
   if (!token) return fail(2, token.error().reason);
   const auto transport = transport_options(local->net);
@@ -101,9 +176,9 @@ int run_console(const ConsoleArguments& arguments) {
       std::printf("%s", help_text().c_str());
       return 0;
     }
-    auto it = commands().find(name);
-    if (it == commands().end()) return fail(2, "unknown command '" + name + "' (help lists them)");
-    auto bytes = outbox.wrap(messages::AdminCommand{++request_id, it->second.verb});
+    auto command = parse_command(line, ++request_id);
+    if (!command) return fail(2, command.error().reason);
+    auto bytes = outbox.wrap(*command);
     if (!bytes) return fail(1, bytes.error().to_string());
     int code = 1;
     self->request(admin, std::chrono::seconds(30), actors::admin_atom::value, key, std::move(*bytes))
@@ -133,15 +208,23 @@ int run_console(const ConsoleArguments& arguments) {
   };
 
   if (arguments.command) return run_one(*arguments.command);
-  std::printf("connected to %s; type help for the commands\n", arguments.target.c_str());
-  std::string line;
-  while (true) {
-    std::printf("archipelago> ");
-    std::fflush(stdout);
-    if (!std::getline(std::cin, line)) break;
+  // The prompt: libedit's line editing, history (kept in ~/.archipelago_history) and tab completion.
+  std::printf("connected to %s; help lists the commands, tab completes them\n", arguments.target.c_str());
+  const char* home = std::getenv("HOME");
+  const std::string history = home ? std::string(home) + "/.archipelago_history" : "";
+  rl_readline_name = const_cast<char*>("archipelago");
+  rl_attempted_completion_function = complete;
+  using_history();
+  if (!history.empty()) read_history(history.c_str());
+  while (char* raw = readline("archipelago> ")) {
+    std::string line = raw;
+    std::free(raw);
+    if (line.find_first_not_of(" \t") == std::string::npos) continue;
+    add_history(line.c_str());
     if (line == "quit" || line == "exit") break;
     run_one(line);
   }
+  if (!history.empty()) write_history(history.c_str());
   std::printf("\n");
   return 0;
 }

@@ -184,12 +184,16 @@ struct AdminReply {
   json @3 :Text;         # machine-readable answer (may be empty).
 }
 
-# What an operator may ask (archipelago console). Read-only commands so far.
+# What an operator may ask (archipelago console). Mutating verbs are audited before they act.
 enum AdminVerb {
-  status @0;    # run, mode, committed version, held-out loss, bytes up/down, uptime
-  learners @1;  # every learner: state, step, tokens/s, deaths, node, site
-  nodes @2;     # the admitted node sessions
-  versions @3;  # the committed versions in the store
+  status @0;      # run, mode, committed version, held-out loss, bytes up/down, uptime
+  learners @1;    # every learner: state, step, tokens/s, deaths, node, site
+  nodes @2;       # the admitted node sessions
+  versions @3;    # the committed versions in the store
+  pin @4;         # keep `version` through retention (mutating)
+  unpin @5;       # let retention drop `version` again (mutating)
+  audit @6;       # the newest entries of the audit log
+  killSyncer @7;  # kill the syncer as abruptly as a crash; its supervisor restarts it (mutating)
 }
 
 # console -> admin actor (over an admin session, authenticated with the admin token); answered
@@ -197,6 +201,8 @@ enum AdminVerb {
 struct AdminCommand {
   requestId @0 :UInt64;
   verb @1 :AdminVerb;
+  version @2 :UInt64;  # pin, unpin
+  count @3 :UInt32;    # audit: how many entries (0 = 20)
 }
 
 struct Envelope {

@@ -114,7 +114,7 @@ Status validate(const Message& message, const DecodeLimits& limits) {
   if (auto* m = std::get_if<Welcome>(&message); m && static_cast<uint8_t>(m->refusal) > 5) {
     return make_error(ErrorCode::invalid_argument, "a welcome's refusal code is unknown");
   }
-  if (auto* m = std::get_if<AdminCommand>(&message); m && static_cast<uint8_t>(m->verb) > 3) {
+  if (auto* m = std::get_if<AdminCommand>(&message); m && static_cast<uint8_t>(m->verb) > kLastAdminVerb) {
     return make_error(ErrorCode::invalid_argument, "an admin command's verb is unknown");
   }
   if (auto* m = std::get_if<Leave>(&message); m && static_cast<uint8_t>(m->code) > 2) {

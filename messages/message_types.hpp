@@ -135,11 +135,16 @@ struct Restore {
   uint64_t request_id = 0;
 };
 
-enum class AdminVerb : uint8_t { status = 0, learners = 1, nodes = 2, versions = 3 };
+enum class AdminVerb : uint8_t {
+  status = 0, learners = 1, nodes = 2, versions = 3, pin = 4, unpin = 5, audit = 6, kill_syncer = 7
+};
+constexpr uint8_t kLastAdminVerb = 7;
 
 struct AdminCommand {
   uint64_t request_id = 0;
   AdminVerb verb = AdminVerb::status;
+  uint64_t version = 0;  // pin, unpin
+  uint32_t count = 0;    // audit (0: 20)
 };
 
 struct CommitEnd {

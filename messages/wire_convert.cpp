@@ -135,6 +135,8 @@ void write_body(capnp::MessageBuilder& builder, wire::Envelope::Body::Builder bo
           auto out = body.initAdminCommand();
           out.setRequestId(m.request_id);
           out.setVerb(static_cast<wire::AdminVerb>(m.verb));
+          out.setVersion(m.version);
+          out.setCount(m.count);
         } else if constexpr (std::is_same_v<T, CommitEnd>) {
           auto out = body.initCommitEnd();
           out.setVersion(m.version);
@@ -237,7 +239,7 @@ Expected<Message> read_body(wire::Envelope::Body::Reader body,
       return Message(Restore{body.getRestore().getRequestId()});
     case Which::ADMIN_COMMAND: {
       auto in = body.getAdminCommand();
-      return Message(AdminCommand{in.getRequestId(), static_cast<AdminVerb>(in.getVerb())});
+      return Message(AdminCommand{in.getRequestId(), static_cast<AdminVerb>(in.getVerb()), in.getVersion(), in.getCount()});
     }
     case Which::COMMIT_END: {
       auto in = body.getCommitEnd();

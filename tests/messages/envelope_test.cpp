@@ -125,9 +125,10 @@ TEST_CASE("every message kind round-trips with all its fields") {
   CHECK(end.version == 9);
   CHECK(end.manifest_json == "{\"a\":1}");
   CHECK(std::string(message_name(Message(end))) == "commit_end");
-  auto command = std::get<AdminCommand>(round_trip(wrap(AdminCommand{3, AdminVerb::versions})).body);
+  auto command = std::get<AdminCommand>(round_trip(wrap(AdminCommand{3, AdminVerb::pin, 41, 0})).body);
   CHECK(command.request_id == 3);
-  CHECK(command.verb == AdminVerb::versions);
+  CHECK(command.verb == AdminVerb::pin);
+  CHECK(command.version == 41);
 
   auto request = std::get<AdminRequest>(round_trip(wrap(AdminRequest{5, "kill", {"l1", "now"}})).body);
   CHECK(request.request_id == 5);

@@ -317,8 +317,11 @@ TEST_CASE("the console: an admin session with the admin token answers status, le
   REQUIRE_MESSAGE(wait_until([&] { return coordinator.last_value("version") >= 3; }, 60), coordinator.all());
 
   const std::string target = "127.0.0.1:" + std::to_string(port);
+  int opened = 0;  // admin sessions the gateway accepted
   auto console = [&](const std::string& command, const fs::path& token) {
-    Process p("console-" + command, {"console", target, "-c", command, "--json", "--admin-token-file", token.string()},
+    if (token == admin_token && command != "launch-missiles") opened += 1;
+    static int invocation = 0;  // each its own output files
+    Process p("console-" + std::to_string(++invocation), {"console", target, "-c", command, "--json", "--admin-token-file", token.string()},
               s.dir);
     const int code = p.wait(30);
     return std::make_tuple(code, p.out(), p.err());
@@ -361,6 +364,66 @@ TEST_CASE("the console: an admin session with the admin token answers status, le
   // Listed first, then the latest asked for: a commit may land in between.
   CHECK(versions["versions"].back()["version"].get<uint64_t>() <= versions["latest"].get<uint64_t>());
 
+  // Mutating commands, each audited before it acts: pin and unpin a version, a pin of a version that
+  // does not exist (refused by the store, audited as failed), and a kill of the syncer, which its
+  // supervisor restarts from RocksDB.
+  const uint64_t v = versions["versions"].back()["version"].get<uint64_t>();
+  CHECK(answer("pin " + std::to_string(v))["pinned"] == true);
+  auto pinned = [&](uint64_t version) {
+    const auto listed = answer("versions");
+    for (const auto& e : listed["versions"]) {
+      if (e["version"].get<uint64_t>() == version) return e["pinned"].get<bool>();
+    }
+    return false;
+  };
+  CHECK(pinned(v));
+  CHECK(answer("unpin " + std::to_string(v))["pinned"] == false);
+  CHECK_FALSE(pinned(v));
+  {
+    auto [code, out, err] = console("pin 999999", admin_token);
+    CHECK(code == 1);
+    CHECK(err.find("pin") != std::string::npos);
+  }
+  auto killed = answer("kill syncer");
+  const uint64_t at_kill = killed["version_at_kill"].get<uint64_t>();
+  CHECK(at_kill >= v);
+  CHECK_MESSAGE(wait_until([&] { return coordinator.err().find("syncer exited (exit_reason(kill))") != std::string::npos; }, 10),
+                coordinator.all());
+  nlohmann::json after_kill;
+  CHECK_MESSAGE(wait_until([&] {
+                  after_kill = answer("status");
+                  return after_kill["committed_version"].get<uint64_t>() > at_kill;
+                }, 30),
+                after_kill.dump() << coordinator.err().substr(coordinator.err().size() > 3000 ? coordinator.err().size() - 3000 : 0));
+  auto audit = answer("audit 50")["audit"];
+  std::vector<std::string> trail;
+  for (const auto& e : audit) {
+    const auto& entry = e["entry"];
+    CHECK(entry["peer"].get<std::string>().rfind("console@", 0) == 0);
+    std::string line = entry["command"]["verb"].get<std::string>() + " " + entry["phase"].get<std::string>();
+    if (entry.contains("ok")) line += entry["ok"].get<bool>() ? " ok" : " failed";
+    trail.push_back(line);
+  }
+  const std::vector<std::string> expected = {"pin requested", "pin done ok", "unpin requested", "unpin done ok",
+                                             "pin requested", "pin done failed", "kill_syncer requested",
+                                             "kill_syncer done ok"};
+  CHECK(trail == expected);
+
+  // The prompt reads commands from standard input too (libedit; it shows no prompt off a terminal).
+  {
+    const auto out = s.dir / "prompt.out";
+    const std::string command = "printf 'help\\nnodes\\nbogus\\nquit\\n' | " ARCHIPELAGO_BINARY " console " + target +
+                                " --admin-token-file " + admin_token.string() + " > " + out.string() + " 2>&1";
+    opened += 1;
+    CHECK(std::system(command.c_str()) == 0);
+    const std::string text = read_file(out);
+    CAPTURE(text);
+    CHECK(text.find("connected to " + target) != std::string::npos);
+    CHECK(text.find("kill syncer") != std::string::npos);        // help lists the commands
+    CHECK(text.find("\"learner_slots\": 4") != std::string::npos);  // nodes, pretty-printed
+    CHECK(text.find("unknown command 'bogus'") != std::string::npos);
+  }
+
   // Refused: the join token is not the admin token; an unknown command never reaches the coordinator.
   auto [wrong_code, wrong_out, wrong_err] = console("status", s.token);
   CHECK_MESSAGE(wrong_code == 3, wrong_err);
@@ -375,7 +438,7 @@ TEST_CASE("the console: an admin session with the admin token answers status, le
   CAPTURE(coordinator.all());
   CHECK_MESSAGE(node.wait(30) == 0, node.all());
   auto summary = coordinator.summary();
-  CHECK(summary["admin_sessions"]["accepted"].get<int>() == 5);
+  CHECK(summary["admin_sessions"]["accepted"].get<int>() == opened);
   CHECK(summary["admin_sessions"]["refused"].get<int>() == 1);
   CHECK(coordinator.err().find("admin-horse") == std::string::npos);
 }
