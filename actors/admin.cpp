@@ -103,10 +103,15 @@ Expected<nlohmann::json> execute(caf::actor_system& system, const AdminSpec& spe
           }
         }
         const auto record = syncer.value("learners", nlohmann::json::object()).value(id, nlohmann::json::object());
+        const int joins = record.value("joins", 0);
+        const int64_t staleness = record.value("staleness", int64_t{-1});
         rows.push_back({{"id", id}, {"node", node}, {"site", site}, {"state", r.value("state", "")},
                         {"step", r.value("step", int64_t{0})}, {"tokens_per_s", r.value("tokens_per_s", 0.0)},
-                        {"deaths", r.value("deaths", 0)}, {"joins", record.value("joins", 0)},
-                        {"contributions_merged", record.value("contributions_merged", 0)}});
+                        // staleness of its last merged update (null: none merged yet); restarts: rejoins
+                        {"staleness", staleness < 0 ? nlohmann::json(nullptr) : nlohmann::json(staleness)},
+                        {"restarts", joins > 0 ? joins - 1 : 0}, {"deaths", r.value("deaths", 0)},
+                        {"heartbeat_age_s", r.contains("heartbeat_age_s") ? r["heartbeat_age_s"] : nlohmann::json(nullptr)},
+                        {"joins", joins}, {"contributions_merged", record.value("contributions_merged", 0)}});
       }
       return nlohmann::json{{"learners", rows}};
     }

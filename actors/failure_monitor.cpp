@@ -127,6 +127,8 @@ caf::behavior monitor_behavior(MonitorActor* self, std::shared_ptr<const Runtime
                           {"deaths", r.deaths}, {"mean_interval_s", r.history.mean_interval_s},
                           {"timeout_s", suspect_timeout(r.history, st.options->detector)},
                           {"last_reason", r.last_reason},
+                          {"heartbeat_age_s", r.history.last_s < 0 ? nlohmann::json(nullptr)
+                                                                   : nlohmann::json(st.now() - r.history.last_s)},
                           {"nonfinite_recoveries", r.nonfinite_recoveries + r.nonfinite_recoveries_now}};
         }
         nlohmann::json j = {{"alive", alive}, {"learners", learners}, {"heartbeats", st.heartbeats},

@@ -435,6 +435,7 @@ void SyncerCore::credit(std::map<std::string, LearnerRecord>& learners, const St
       r.step_equivalents_merged += c.steps * share;
       r.tokens_merged += static_cast<int64_t>(c.tokens * share);
       if (c.fragment == 0) r.steps_merged_fragment0 += c.steps;
+      r.last_staleness = c.staleness;
       // Only work sent after the (re)join counts: a dead incarnation's last updates may still merge.
       if (r.first_merge_after_join_s < 0 && c.arrived_s >= r.joined_s) r.first_merge_after_join_s = now_s;
     }
@@ -476,7 +477,7 @@ nlohmann::json SyncerCore::status(double now_s) const {
     learners[id] = learner_accounting(r);
     learners[id].update({{"active", r.active}, {"finished", r.finished}, {"joined_version", r.joined_version},
                          {"joined_s", r.joined_s}, {"first_merge_after_join_s", r.first_merge_after_join_s},
-                         {"tokens_per_s", r.tokens_per_s}});
+                         {"tokens_per_s", r.tokens_per_s}, {"staleness", r.last_staleness}});
   }
   int64_t pending = 0;
   std::vector<uint64_t> fragment_versions, open_rounds;

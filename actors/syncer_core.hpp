@@ -59,6 +59,7 @@ struct LearnerRecord {
   int64_t steps_merged_fragment0 = 0;    // data position hint for --resume
   int64_t tokens_merged = 0;
   double tokens_per_s = 0;               // its throughput, as its last update reported it
+  int64_t last_staleness = -1;           // of its last merged contribution (-1: none yet)
   std::vector<int64_t> last_round;       // per fragment: schedule slot of its last accepted update (-1: none)
   std::vector<uint64_t> received_until;  // per fragment: to_step of its last accepted update (0: none); persisted
 };

@@ -352,6 +352,15 @@ TEST_CASE("the console: an admin session with the admin token answers status, le
     CHECK(l["state"] == "alive");
     CHECK(l["step"].get<int64_t>() > 0);
     CHECK(l["joins"].get<int>() == 1);
+    CHECK(l["restarts"].get<int>() == 0);
+    CHECK(l["heartbeat_age_s"].get<double>() >= 0);
+    CHECK(l["heartbeat_age_s"].get<double>() < 5);   // it beats every step
+    CHECK(l["tokens_per_s"].get<double>() > 0);
+    if (l["contributions_merged"].get<int>() > 0) {
+      CHECK(l["staleness"].get<int64_t>() >= 0);
+    } else {
+      CHECK(l["staleness"].is_null());  // not measured before its first merge
+    }
   }
   auto nodes = answer("nodes");
   REQUIRE(nodes["nodes"].size() == 1);
