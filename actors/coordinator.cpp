@@ -209,6 +209,23 @@ Expected<nlohmann::json> Coordinator::run(const std::function<bool()>& stop_requ
                           {"heldout_loss", number(evaluator, "scored_version", 0) > 0 ? number(evaluator, "heldout_loss", std::nan("")) : std::nan("")},
                           {"bytes_cross_site", impl.stats->snapshot().cross_site().bytes_sent +
                                                    impl.stats->snapshot().cross_site().bytes_received}};
+      // For the metrics endpoint and status page (apps/metrics_server.hpp): counters as measured.
+      nlohmann::json links = nlohmann::json::array();
+      for (const auto& peer : impl.stats->snapshot().peers) {
+        links.push_back({{"node", peer.node}, {"site", peer.site}, {"bytes_sent", peer.counters.bytes_sent},
+                         {"bytes_received", peer.counters.bytes_received}});
+      }
+      int64_t restarts = 0;
+      const auto records = field(syncer, "learners");  // named: items() must not outlive it
+      for (const auto& [id, r] : records.items()) restarts += std::max(0, r.value("joins", 0) - 1);
+      p["start_version"] = start_version.value_or(0);
+      p["merged"] = syncer.value("merged_contributions", int64_t{0});
+      p["rejected"] = field(syncer, "rejected");
+      p["learner_states"] = field(monitor, "learners");
+      p["learner_restarts"] = restarts;
+      p["links"] = links;
+      p["refused"] = field(gateway, "refused");
+      p["sessions"] = field(gateway, "nodes");
       if (progress) progress(p);
     }
     if (!stopped_by.empty()) break;

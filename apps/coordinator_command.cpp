@@ -10,6 +10,7 @@
 #include <toml++/toml.h>
 
 #include "actors/coordinator.hpp"
+#include "apps/metrics_server.hpp"
 #include "common/log.hpp"
 #include "net/auth.hpp"
 #include "training/corpus.hpp"
@@ -113,6 +114,19 @@ int run_coordinator(const CoordinatorArguments& arguments) {
     options.topology_toml = out.str();
   }
   options.topology = *topology;
+  std::optional<actors::HostPort> metrics_at;
+  if (arguments.metrics_listen) {
+    auto parsed = actors::parse_host_port(*arguments.metrics_listen);
+    if (!parsed) return fail(2, "--metrics-listen " + parsed.error().reason);
+    metrics_at = *parsed;
+  }
+  auto board = std::make_shared<MetricsBoard>();
+  std::unique_ptr<MetricsServer> metrics;
+  if (metrics_at) {
+    auto started = MetricsServer::start(metrics_at->host, metrics_at->port, board, options.admin_secret);
+    if (!started) return fail(2, started.error().reason);
+    metrics = std::move(*started);
+  }
   install_stop_signals();
   auto coordinator = actors::Coordinator::start(std::move(options), std::make_shared<const training::Corpus>(std::move(*corpus)));
   if (!coordinator) {
@@ -120,8 +134,10 @@ int run_coordinator(const CoordinatorArguments& arguments) {
     return fail(code == ErrorCode::invalid_argument || code == ErrorCode::not_found ? 2 : 1, coordinator.error().reason);
   }
   std::printf("coordinator listening on %s:%u\n", listen->host.c_str(), (*coordinator)->port());
+  if (metrics) std::printf("metrics and status page on http://%s:%u/\n", metrics_at->host.c_str(), metrics->port());
   std::fflush(stdout);
-  auto summary = (*coordinator)->run(stop_signal_received, [](const nlohmann::json& p) {
+  auto summary = (*coordinator)->run(stop_signal_received, [board](const nlohmann::json& p) {
+    board->update(p);
     std::printf("progress elapsed_s=%.1f version=%llu tokens=%lld alive=%d nodes=%zu heldout_loss=%s bytes_cross_site=%lld\n",
                 p.value("elapsed_s", 0.0), static_cast<unsigned long long>(p.value("version", uint64_t{0})),
                 static_cast<long long>(p.value("tokens", int64_t{0})), p.value("alive", 0),

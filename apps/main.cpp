@@ -47,6 +47,10 @@ int main(int argc, char** argv) {
                                                         [&](const std::string& v) { coordinator.admin_token_file = v; },
                                                         "file holding the admin console's secret (else "
                                                         "$ARCHIPELAGO_ADMIN_TOKEN_FILE; without one, no console)");
+  coordinator_command->add_option_function<std::string>("--metrics-listen",
+                                                        [&](const std::string& v) { coordinator.metrics_listen = v; },
+                                                        "HOST:PORT for Prometheus /metrics and the status page / "
+                                                        "(off a loopback address: bearer admin token required)");
   coordinator_command->add_option_function<std::string>("--site", [&](const std::string& v) { coordinator.site = v; },
                                                         "this process's site (default: the [sites] coordinator, else local)");
   coordinator_command->add_flag("--json", coordinator.json, "print a one-line JSON summary as the last line of stdout");

@@ -1,0 +1,74 @@
+// `--metrics-listen HOST:PORT` of the coordinator: Prometheus metrics and a status page over HTTP
+// (cpp-httplib).
+//
+//   GET /metrics  text exposition format 0.0.4; units in the names:
+//     archipelago_committed_version, archipelago_versions_committed_total (since this process
+//     started), archipelago_updates_merged_total, archipelago_updates_rejected_total{reason},
+//     archipelago_bytes_total{direction="sent"|"received",link=<node>}, archipelago_heldout_loss
+//     (absent until measured), archipelago_learner_restarts_total, archipelago_learners{state},
+//     archipelago_refused_messages_total{reason}, archipelago_uptime_seconds.
+//     Goodput is not exported by the coordinator: it does not see the nodes' learner time.
+//   GET /         a page that reloads itself every 2 s: the learners table, held-out loss and
+//                 committed versions over time as inline SVG, recent events (learner state changes).
+//
+// Every figure comes from the coordinator's last progress sample (runtime.progress_interval_s).
+// Off a loopback address every request needs `Authorization: Bearer <admin token>` (Prometheus'
+// `authorization` setting sends it); without an admin token such an address is refused at start.
+#pragma once
+
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "common/error.hpp"
+#include "net/auth.hpp"
+
+namespace archipelago::apps {
+
+// The latest sample and a bounded history. Any thread.
+class MetricsBoard {
+ public:
+  void update(const nlohmann::json& progress);
+  std::string prometheus() const;
+  std::string page() const;
+
+ private:
+  mutable std::mutex mutex_;
+  nlohmann::json latest_;
+  struct Point {
+    double elapsed_s;
+    double heldout_loss;  // NaN: not measured yet
+    uint64_t version;
+  };
+  std::deque<Point> history_;
+  std::deque<std::string> events_;  // newest last
+  std::map<std::string, std::string> states_;  // learner -> last state seen
+};
+
+// True for 127.0.0.0/8, ::1 and "localhost".
+bool is_loopback(const std::string& host);
+
+class MetricsServer {
+ public:
+  // Listens on host:port (0: any free port) in a thread of its own. `admin` is required off loopback.
+  static Expected<std::unique_ptr<MetricsServer>> start(const std::string& host, uint16_t port,
+                                                        std::shared_ptr<MetricsBoard> board,
+                                                        std::shared_ptr<const net::Secret> admin);
+  ~MetricsServer();
+  uint16_t port() const { return port_; }
+
+  struct Impl;
+
+ private:
+  explicit MetricsServer(std::unique_ptr<Impl> impl, uint16_t port);
+  std::unique_ptr<Impl> impl_;
+  uint16_t port_ = 0;
+};
+
+}  // namespace archipelago::apps

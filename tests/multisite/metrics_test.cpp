@@ -1,0 +1,136 @@
+// The coordinator's /metrics (Prometheus text format) and status page, read over HTTP and in a real
+// headless Chromium, checked against what the coordinator reports itself. Loopback only.
+#include <cstdlib>
+#include <map>
+#include <regex>
+#include <set>
+#include <sstream>
+
+#include <doctest/doctest.h>
+#include <httplib.h>
+
+#include "tests/multisite/process.hpp"
+#include "tests/multisite/run_args.hpp"
+
+using namespace multisite;
+
+namespace {
+
+// "name{labels}" -> value, and the names with HELP and TYPE lines.
+struct Exposition {
+  std::map<std::string, double> samples;
+  std::map<std::string, std::string> types;
+  std::set<std::string> helped;
+};
+
+Exposition parse_exposition(const std::string& text) {
+  Exposition e;
+  std::istringstream lines(text);
+  std::string line;
+  const std::regex sample(R"(^([a-z_]+(\{[^}]*\})?) (-?[0-9.eE+-]+|NaN)$)");
+  while (std::getline(lines, line)) {
+    if (line.rfind("# HELP ", 0) == 0) {
+      e.helped.insert(line.substr(7, line.find(' ', 7) - 7));
+    } else if (line.rfind("# TYPE ", 0) == 0) {
+      const auto name_end = line.find(' ', 7);
+      e.types[line.substr(7, name_end - 7)] = line.substr(name_end + 1);
+    } else {
+      std::smatch m;
+      REQUIRE_MESSAGE(std::regex_match(line, m, sample), "not a sample line: " << line);
+      e.samples[m[1]] = std::stod(m[3]);
+    }
+  }
+  return e;
+}
+
+}  // namespace
+
+TEST_CASE("metrics and the status page: Prometheus text checked against the run, the page in headless Chromium") {
+  Scratch s("metrics");
+  const int port = free_port();
+  const int metrics_port = free_port();
+  Process coordinator("coordinator",
+                      coordinator_args(s, port, {"train.max_seconds=0"},
+                                       {"--metrics-listen", "127.0.0.1:" + std::to_string(metrics_port)}),
+                      s.dir);
+  await_listening(coordinator);
+  CHECK(coordinator.out().find("metrics and status page on http://127.0.0.1:" + std::to_string(metrics_port)) !=
+        std::string::npos);
+  Process node("node-a", node_args(s, port, "node-a"), s.dir);
+
+  httplib::Client http("127.0.0.1", metrics_port);
+  http.set_connection_timeout(5);
+  http.set_read_timeout(10);
+  Exposition metrics;
+  // Until the evaluator scored a version (the loss appears only once measured).
+  REQUIRE_MESSAGE(wait_until([&] {
+                    auto response = http.Get("/metrics");
+                    if (!response || response->status != 200) return false;
+                    metrics = parse_exposition(response->body);
+                    return metrics.samples.count("archipelago_heldout_loss") > 0 &&
+                           metrics.samples["archipelago_committed_version"] >= 3;
+                  }, 60),
+                  coordinator.all());
+  const double seen_after = static_cast<double>(coordinator.last_value("version"));
+  for (const char* name : {"archipelago_committed_version", "archipelago_versions_committed_total",
+                           "archipelago_updates_merged_total", "archipelago_updates_rejected_total",
+                           "archipelago_bytes_total", "archipelago_heldout_loss", "archipelago_learner_restarts_total",
+                           "archipelago_learners", "archipelago_refused_messages_total", "archipelago_uptime_seconds"}) {
+    CAPTURE(name);
+    CHECK(metrics.helped.count(name) == 1);
+    CHECK(metrics.types.count(name) == 1);
+  }
+  CHECK(metrics.types["archipelago_updates_merged_total"] == "counter");
+  CHECK(metrics.types["archipelago_learners"] == "gauge");
+  // The figures are the run's: the version is one the coordinator has printed by now, two learners
+  // are alive, the node link carried bytes both ways, updates were merged, nothing was refused.
+  CHECK(metrics.samples["archipelago_committed_version"] <= seen_after);
+  CHECK(metrics.samples["archipelago_versions_committed_total"] == metrics.samples["archipelago_committed_version"] - 1);
+  CHECK(metrics.samples["archipelago_learners{state=\"alive\"}"] == 2);
+  CHECK(metrics.samples["archipelago_learners{state=\"dead\"}"] == 0);
+  CHECK(metrics.samples["archipelago_bytes_total{direction=\"received\",link=\"node-a\"}"] > 0);
+  CHECK(metrics.samples["archipelago_bytes_total{direction=\"sent\",link=\"node-a\"}"] > 0);
+  CHECK(metrics.samples["archipelago_updates_merged_total"] > 0);
+  CHECK(metrics.samples["archipelago_updates_rejected_total{reason=\"stale\"}"] == 0);
+  CHECK(metrics.samples["archipelago_refused_messages_total{reason=\"unauthenticated\"}"] == 0);
+  CHECK(metrics.samples["archipelago_heldout_loss"] > 0);
+  CHECK(metrics.samples["archipelago_heldout_loss"] < 6);  // below a uniform byte model's ln 256 = 5.55 + margin
+
+  // The page, rendered by a real browser: the learners table and both curves, and a screenshot.
+  const fs::path artifacts = fs::path(ARCHIPELAGO_BINARY).parent_path().parent_path() / "test-artifacts";
+  fs::create_directories(artifacts);
+  const std::string url = "http://127.0.0.1:" + std::to_string(metrics_port) + "/";
+  const std::string chromium = "timeout 90 chromium --headless --no-sandbox --disable-gpu --user-data-dir=" +
+                               (s.dir / "chromium").string();
+  const auto dom_file = s.dir / "dom.html";
+  REQUIRE(std::system((chromium + " --dump-dom " + url + " > " + dom_file.string() + " 2> " +
+                       (s.dir / "chromium.log").string()).c_str()) == 0);
+  const std::string dom = read_file(dom_file);
+  CAPTURE(dom.substr(0, 2000));
+  CHECK(count_of(dom, "class=\"learner\"") == 2);
+  CHECK(dom.find("data-id=\"learner-0\"") != std::string::npos);
+  CHECK(dom.find("data-id=\"learner-1\"") != std::string::npos);
+  CHECK(dom.find("<td class=\"alive\">alive</td>") != std::string::npos);
+  const std::regex curve("<svg id=\"(loss|versions)\"[^>]*>\\s*<polyline [^>]*points=\"([0-9.]+,[0-9.]+ ){2,}");
+  CHECK(std::distance(std::sregex_iterator(dom.begin(), dom.end(), curve), std::sregex_iterator()) == 2);
+  const auto screenshot = artifacts / "status-page.png";
+  fs::remove(screenshot);
+  REQUIRE(std::system((chromium + " --window-size=1000,1100 --screenshot=" + screenshot.string() + " " + url + " > " +
+                       (s.dir / "chromium-shot.log").string() + " 2>&1").c_str()) == 0);
+  CHECK(fs::exists(screenshot));
+  CHECK(fs::file_size(screenshot) > 5000);
+
+  coordinator.kill(SIGTERM);
+  REQUIRE(coordinator.wait(60) == 0);
+  CHECK_MESSAGE(node.wait(30) == 0, node.all());
+}
+
+TEST_CASE("metrics off a loopback address without an admin token: refused at start, nothing listens") {
+  Scratch s("metrics-open");
+  const int port = free_port();
+  Process coordinator("coordinator", coordinator_args(s, port, {"train.max_seconds=0"}, {"--metrics-listen", "0.0.0.0:9"}),
+                      s.dir);
+  CHECK(coordinator.wait(60) == 2);
+  CHECK(coordinator.err().find("is not a loopback address: it needs an admin token") != std::string::npos);
+  CHECK(coordinator.out().find("listening on") == std::string::npos);
+}
