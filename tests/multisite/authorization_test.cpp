@@ -65,10 +65,9 @@ std::string token_of(const Scratch& s) {
 TEST_CASE("a CAF client without a token gets nothing and stops nothing") {
   Scratch s("authz-tokenless");
   const int port = free_port();
-  Process coordinator("coordinator", coordinator_args(s, port, {"train.max_seconds=20"}), s.dir);
-  await_listening(coordinator);
-  Process node("node-a", node_args(s, port, "node-a"), s.dir);
-  REQUIRE_MESSAGE(wait_until([&] { return coordinator.last_value("version") >= 3; }, 60), coordinator.all());
+  auto run = start_two_learner_run(s, port, {"train.max_seconds=20"});
+  Process& coordinator = *run.coordinator;
+  Process& node = *run.node;
 
   Client client;
   auto gateway = client.connect(port);
@@ -130,10 +129,9 @@ TEST_CASE("a CAF client without a token gets nothing and stops nothing") {
 TEST_CASE("an admitted node may send only its learners' messages, for its own learners") {
   Scratch s("authz-node");
   const int port = free_port();
-  Process coordinator("coordinator", coordinator_args(s, port, {"train.max_seconds=20"}), s.dir);
-  await_listening(coordinator);
-  Process node("node-a", node_args(s, port, "node-a"), s.dir);
-  REQUIRE_MESSAGE(wait_until([&] { return coordinator.last_value("version") >= 3; }, 60), coordinator.all());
+  auto run = start_two_learner_run(s, port, {"train.max_seconds=20"});
+  Process& coordinator = *run.coordinator;
+  Process& node = *run.node;
 
   // A client that holds the join token and joins as a one-learner node, then misbehaves on its link.
   Client client;
@@ -309,12 +307,9 @@ TEST_CASE("the console: an admin session with the admin token answers status, le
   std::ofstream(admin_token) << "admin-horse-battery-staple-0123456789\n";
   chmod(admin_token.c_str(), 0600);
   const int port = free_port();
-  Process coordinator("coordinator",
-                      coordinator_args(s, port, {"train.max_seconds=0"}, {"--admin-token-file", admin_token.string()}),
-                      s.dir);
-  await_listening(coordinator);
-  Process node("node-a", node_args(s, port, "node-a"), s.dir);
-  REQUIRE_MESSAGE(wait_until([&] { return coordinator.last_value("version") >= 3; }, 60), coordinator.all());
+  auto run = start_two_learner_run(s, port, {"train.max_seconds=0"}, {"--admin-token-file", admin_token.string()});
+  Process& coordinator = *run.coordinator;
+  Process& node = *run.node;
 
   const std::string target = "127.0.0.1:" + std::to_string(port);
   int opened = 0;  // admin sessions the gateway accepted

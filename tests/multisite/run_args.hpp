@@ -1,6 +1,7 @@
 // Command lines of the coordinator and node processes the multi-process tests start.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -47,6 +48,21 @@ inline void await_listening(Process& coordinator) {
                                           !coordinator.running(); }, 60),
                   coordinator.all());
   REQUIRE_MESSAGE(coordinator.running(), coordinator.all());
+}
+
+// A coordinator and node-a with two of its learners, returned once 3 versions are committed.
+struct TwoLearnerRun {
+  std::unique_ptr<Process> coordinator, node;
+};
+
+inline TwoLearnerRun start_two_learner_run(const Scratch& s, int port, const std::vector<std::string>& sets,
+                                           const std::vector<std::string>& coordinator_flags = {}) {
+  TwoLearnerRun run;
+  run.coordinator = std::make_unique<Process>("coordinator", coordinator_args(s, port, sets, coordinator_flags), s.dir);
+  await_listening(*run.coordinator);
+  run.node = std::make_unique<Process>("node-a", node_args(s, port, "node-a"), s.dir);
+  REQUIRE_MESSAGE(wait_until([&] { return run.coordinator->last_value("version") >= 3; }, 60), run.coordinator->all());
+  return run;
 }
 
 }  // namespace multisite
