@@ -42,9 +42,14 @@ std::pair<bool, std::string> store_call(caf::actor_system& system, Ts&&... messa
 }
 
 nlohmann::json describe(const AdminCommand& command) {
-  static const char* kNames[] = {"status", "learners", "nodes", "versions", "pin", "unpin", "audit", "kill_syncer"};
+  static const char* kNames[] = {"status", "learners", "nodes", "versions", "pin", "unpin", "audit", "kill_syncer",
+                                 "set", "drain"};
   nlohmann::json j = {{"verb", kNames[static_cast<int>(command.verb)]}};
   if (command.verb == AdminVerb::pin || command.verb == AdminVerb::unpin) j["version"] = command.version;
+  if (command.verb == AdminVerb::set) {
+    j["key"] = command.key;
+    j["value"] = command.value;
+  }
   return j;
 }
 
@@ -78,6 +83,9 @@ Expected<nlohmann::json> execute(caf::actor_system& system, const AdminSpec& spe
           {"mode", spec.mode},
           {"committed_version", syncer.value("version", uint64_t{0})},
           {"phase", syncer.value("phase", "")},
+          {"outer_lr", syncer.contains("outer_lr") ? syncer["outer_lr"] : nlohmann::json(nullptr)},
+          {"outer_momentum", syncer.contains("outer_momentum") ? syncer["outer_momentum"] : nlohmann::json(nullptr)},
+          {"quorum", syncer.contains("quorum") ? syncer["quorum"] : nlohmann::json(nullptr)},
           {"heldout_loss", scored ? measured(number_or_null_nan(evaluator, "heldout_loss")) : nlohmann::json(nullptr)},
           {"heldout_version", evaluator.value("scored_version", uint64_t{0})},
           {"learners_alive", monitor.value("alive", 0)},
@@ -143,6 +151,27 @@ Expected<nlohmann::json> execute(caf::actor_system& system, const AdminSpec& spe
         const uint64_t version = ask(system, syncer_name()).value("version", uint64_t{0});
         caf::anon_send_exit(syncer, caf::exit_reason::kill);  // as abrupt as a crash: no handler runs
         return nlohmann::json{{"killed", "syncer"}, {"version_at_kill", version}};
+      });
+    case AdminVerb::set:
+      return audited(system, peer, command, [&]() -> Expected<nlohmann::json> {
+        auto syncer = Directory::get(system, syncer_name());
+        if (!syncer) return make_error(ErrorCode::unavailable, "no syncer is running (it is being restarted)");
+        caf::scoped_actor self{system};
+        Expected<nlohmann::json> result = make_error(ErrorCode::unavailable, "no answer from the syncer");
+        self->request(syncer, std::chrono::seconds(10), tune_atom::value, command.key, command.value)
+            .receive(
+                [&](bool ok, std::string& old_or_reason, std::string& now) {
+                  result = ok ? Expected<nlohmann::json>(nlohmann::json{
+                                    {"key", command.key}, {"old", old_or_reason}, {"new", now}})
+                              : Expected<nlohmann::json>(make_error(ErrorCode::invalid_argument, old_or_reason));
+                },
+                [&](caf::error& error) { result = make_error(ErrorCode::unavailable, system.render(error)); });
+        return result;
+      });
+    case AdminVerb::drain:
+      return audited(system, peer, command, [&]() -> Expected<nlohmann::json> {
+        spec.counters->drain_requested = true;
+        return nlohmann::json{{"draining", true}};
       });
     case AdminVerb::audit: {
       const uint32_t count = command.count == 0 ? 20 : command.count;

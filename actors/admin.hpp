@@ -7,7 +7,7 @@
 // actor's handle. Every command must carry a session key the gateway issued:
 //   (admin, key, WireBytes AdminCommand) -> WireBytes AdminReply
 // Anything else is refused and counted (actors/authorization.hpp). Commands: status, learners, nodes,
-// versions, audit (read-only); pin, unpin, kill_syncer (mutating: each is appended to the store's
+// versions, audit (read-only); pin, unpin, kill_syncer, set, drain (mutating: each is appended to the store's
 // audit log in RocksDB — time, peer, command — before it acts, and its result after; a command whose
 // audit entry cannot be written is not carried out). Detached: it asks the local actors synchronously.
 #pragma once

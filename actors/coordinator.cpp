@@ -196,6 +196,7 @@ Expected<nlohmann::json> Coordinator::run(const std::function<bool()>& stop_requ
       first_commit_s = monotonic_seconds();
     }
     if (stop_requested()) stopped_by = "signal";
+    else if (impl.counters->drain_requested) stopped_by = "drain";
     else if (max_seconds > 0 && now >= max_seconds) stopped_by = "max_seconds";
     else if (run.max_tokens > 0 && tokens_merged(syncer) >= run.max_tokens) stopped_by = "max_tokens";
     if (now >= next_progress || !stopped_by.empty()) {

@@ -63,6 +63,7 @@ struct RemoteCounters {
   std::atomic<int64_t> rejected_foreign{0};  // envelopes from a learner id outside the session's range
   std::atomic<int64_t> admin_sessions_accepted{0};
   std::atomic<int64_t> admin_sessions_refused{0};  // wrong or missing admin token, or none configured
+  std::atomic<bool> drain_requested{false};         // the console's `drain`: the coordinator stops cleanly
   std::mutex mutex;
   std::map<std::string, LinkTally> tallies;  // node name -> counts (guarded by mutex)
   std::map<std::string, std::string> sites;  // node name -> site (guarded by mutex)

@@ -297,6 +297,13 @@ caf::behavior syncer_behavior(SyncerActor* self, SyncerSpec spec) {
   self->send(self, tick_atom::value);
   return {
       [=](WireBytes& bytes) { handle(self, std::move(bytes), caf::actor_cast<caf::actor>(self->current_sender())); },
+      [=](tune_atom, const std::string& key, const std::string& value) -> std::tuple<bool, std::string, std::string> {
+        auto& st = self->state;
+        auto change = st.core->set(key, value);
+        if (!change) return {false, change.error().reason, ""};
+        st.log->info("{}: {} -> {} (admin set)", key, change->first, change->second);
+        return {true, change->first, change->second};
+      },
       [=](tick_atom) {
         auto& st = self->state;
         if (st.phase == Phase::restoring && st.now() - st.restore_requested_s > kRestoreRetryS) request_restore(self);

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <set>
+#include <sstream>
 
 #include "actors/wire.hpp"
 #include "common/log.hpp"
@@ -131,6 +133,50 @@ Status SyncerCore::restore(uint64_t version, std::vector<std::vector<float>> bro
   in_flight_ = false;
   if (manifest.contains("accounting")) restore_accounting(manifest["accounting"]);
   return {};
+}
+
+Expected<std::pair<std::string, std::string>> SyncerCore::set(const std::string& key, const std::string& value) {
+  auto parse = [&](double& out) -> Status {
+    char* end = nullptr;
+    out = std::strtod(value.c_str(), &end);
+    if (value.empty() || end != value.c_str() + value.size() || !std::isfinite(out)) {
+      return make_error(ErrorCode::invalid_argument, key + ": '" + value + "' is not a finite number");
+    }
+    return {};
+  };
+  auto text = [](double v) {
+    std::ostringstream out;
+    out << v;
+    return out.str();
+  };
+  double number = 0;
+  if (key == "outer.lr") {
+    if (Status ok = parse(number); !ok) return ok.error();
+    if (!(number > 0 && number <= 10)) return make_error(ErrorCode::invalid_argument, "outer.lr must be in (0, 10], not " + value);
+    std::pair<std::string, std::string> change{text(rules_.lr), text(number)};
+    rules_.lr = options_.setup.outer.lr = number;
+    return change;
+  }
+  if (key == "outer.momentum") {
+    if (Status ok = parse(number); !ok) return ok.error();
+    if (!(number >= 0 && number < 1)) return make_error(ErrorCode::invalid_argument, "outer.momentum must be in [0, 1), not " + value);
+    std::pair<std::string, std::string> change{text(rules_.momentum), text(number)};
+    rules_.momentum = options_.setup.outer.momentum = number;
+    return change;
+  }
+  if (key == "outer.quorum") {
+    if (Status ok = parse(number); !ok) return ok.error();
+    const int learners = options_.setup.run.learners;
+    if (number != std::floor(number) || number < 1 || number > learners) {
+      return make_error(ErrorCode::invalid_argument,
+                        "outer.quorum must be a whole number in [1, " + std::to_string(learners) + "], not " + value);
+    }
+    std::pair<std::string, std::string> change{std::to_string(options_.setup.outer.quorum), text(number)};
+    options_.setup.outer.quorum = static_cast<int>(number);
+    return change;
+  }
+  return make_error(ErrorCode::invalid_argument,
+                    "'" + key + "' is not runtime-tunable (outer.lr, outer.momentum, outer.quorum)");
 }
 
 messages::Welcome SyncerCore::join(const messages::Join& join, double now_s) {
@@ -487,6 +533,9 @@ nlohmann::json SyncerCore::status(double now_s) const {
     open_rounds.push_back(f.next_round);
   }
   return {{"mode", mode_},
+          {"outer_lr", rules_.lr},
+          {"outer_momentum", rules_.momentum},
+          {"quorum", options_.setup.outer.quorum},
           {"version", latest_version_},
           {"commits", commits_},
           {"merged_contributions", merges_},

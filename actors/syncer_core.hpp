@@ -104,6 +104,11 @@ class SyncerCore {
   // ---- restoring -------------------------------------------------------------------------------
   // Version 1 of a fresh run: the initial parameters, zero momentum.
   StagedCommit stage_initial(double now_s);
+  // The runtime-tunable keys (outer.lr, outer.momentum, outer.quorum): validated, then in effect from
+  // the next merge. Returns (old, new) as text; the error names the key and why. Not persisted: a
+  // restarted syncer starts from the run's configuration again.
+  Expected<std::pair<std::string, std::string>> set(const std::string& key, const std::string& value);
+
   // Loads a committed version (from the checkpoint store): per fragment B_p and the outer-state blob
   // (fragment_state.hpp, to_stored). `manifest` restores the rest of each value and the counters.
   Status restore(uint64_t version, std::vector<std::vector<float>> broadcast,

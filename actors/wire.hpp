@@ -44,6 +44,8 @@ using stop_atom = caf::atom_constant<caf::atom("stop")>;
 using pin_atom = caf::atom_constant<caf::atom("pin")>;
 using unpin_atom = caf::atom_constant<caf::atom("unpin")>;
 using audit_atom = caf::atom_constant<caf::atom("audit")>;
+// The admin actor's `set` of a runtime-tunable syncer key (local only): (tune, key, value).
+using tune_atom = caf::atom_constant<caf::atom("tune")>;
 
 // Names in the actor registry; a restarted actor is registered again under the same name.
 inline caf::atom_value syncer_name() { return caf::atom("syncer"); }

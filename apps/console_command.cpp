@@ -43,6 +43,8 @@ const std::map<std::string, CommandHelp>& commands() {
       {"unpin", {AdminVerb::unpin, "unpin V", "let retention drop version V again (audited)"}},
       {"audit", {AdminVerb::audit, "audit [N]", "the newest N (20) entries of the audit log, oldest first"}},
       {"kill", {AdminVerb::kill_syncer, "kill syncer", "kill the syncer like a crash; it restarts from RocksDB (audited)"}},
+      {"set", {AdminVerb::set, "set KEY VALUE", "outer.lr, outer.momentum or outer.quorum, validated (audited)"}},
+      {"drain", {AdminVerb::drain, "drain", "stop cleanly: in-flight work finishes and is committed (audited)"}},
   };
   return table;
 }
@@ -60,12 +62,18 @@ std::string help_text() {
 // A command line -> the typed command, or why not.
 Expected<messages::AdminCommand> parse_command(const std::string& line, uint64_t request_id) {
   std::istringstream words(line);
-  std::string name, argument, extra;
-  words >> name >> argument >> extra;
+  std::string name, argument, extra, more;
+  words >> name >> argument >> extra >> more;
   auto it = commands().find(name);
   if (it == commands().end()) return make_error(ErrorCode::invalid_argument, "unknown command '" + name + "' (help lists them)");
   messages::AdminCommand command{request_id, it->second.verb, 0, 0};
   auto usage = [&] { return make_error(ErrorCode::invalid_argument, std::string("usage: ") + it->second.usage); };
+  if (command.verb == AdminVerb::set) {
+    if (argument.empty() || extra.empty() || !more.empty()) return usage();
+    command.key = argument;
+    command.value = extra;
+    return command;
+  }
   if (!extra.empty()) return usage();
   auto number = [&](uint64_t& out) {
     if (argument.empty() || argument.find_first_not_of("0123456789") != std::string::npos || argument.size() > 18) return false;

@@ -194,6 +194,8 @@ enum AdminVerb {
   unpin @5;       # let retention drop `version` again (mutating)
   audit @6;       # the newest entries of the audit log
   killSyncer @7;  # kill the syncer as abruptly as a crash; its supervisor restarts it (mutating)
+  set @8;         # set the runtime-tunable `key` to `value`: outer.lr, outer.momentum, outer.quorum (mutating)
+  drain @9;       # stop the run cleanly: nodes finish their in-flight work, the syncer commits it (mutating)
 }
 
 # console -> admin actor (over an admin session, authenticated with the admin token); answered
@@ -203,6 +205,8 @@ struct AdminCommand {
   verb @1 :AdminVerb;
   version @2 :UInt64;  # pin, unpin
   count @3 :UInt32;    # audit: how many entries (0 = 20)
+  key @4 :Text;        # set
+  value @5 :Text;      # set
 }
 
 struct Envelope {

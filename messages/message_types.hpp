@@ -136,15 +136,18 @@ struct Restore {
 };
 
 enum class AdminVerb : uint8_t {
-  status = 0, learners = 1, nodes = 2, versions = 3, pin = 4, unpin = 5, audit = 6, kill_syncer = 7
+  status = 0, learners = 1, nodes = 2, versions = 3, pin = 4, unpin = 5, audit = 6, kill_syncer = 7, set = 8,
+  drain = 9
 };
-constexpr uint8_t kLastAdminVerb = 7;
+constexpr uint8_t kLastAdminVerb = 9;
 
 struct AdminCommand {
   uint64_t request_id = 0;
   AdminVerb verb = AdminVerb::status;
   uint64_t version = 0;  // pin, unpin
   uint32_t count = 0;    // audit (0: 20)
+  std::string key{};     // set
+  std::string value{};   // set
 };
 
 struct CommitEnd {

@@ -137,6 +137,8 @@ void write_body(capnp::MessageBuilder& builder, wire::Envelope::Body::Builder bo
           out.setVerb(static_cast<wire::AdminVerb>(m.verb));
           out.setVersion(m.version);
           out.setCount(m.count);
+          out.setKey(text(m.key));
+          out.setValue(text(m.value));
         } else if constexpr (std::is_same_v<T, CommitEnd>) {
           auto out = body.initCommitEnd();
           out.setVersion(m.version);
@@ -239,7 +241,8 @@ Expected<Message> read_body(wire::Envelope::Body::Reader body,
       return Message(Restore{body.getRestore().getRequestId()});
     case Which::ADMIN_COMMAND: {
       auto in = body.getAdminCommand();
-      return Message(AdminCommand{in.getRequestId(), static_cast<AdminVerb>(in.getVerb()), in.getVersion(), in.getCount()});
+      return Message(AdminCommand{in.getRequestId(), static_cast<AdminVerb>(in.getVerb()), in.getVersion(), in.getCount(),
+                                  string(in.getKey()), string(in.getValue())});
     }
     case Which::COMMIT_END: {
       auto in = body.getCommitEnd();

@@ -110,6 +110,33 @@ TEST_CASE("syncer core: work that starts before the end of work already accepted
   CHECK(restarted.accept(resent, {0.5f, 0.5f, 0.5f}, 5) == RejectReason::duplicate);
 }
 
+TEST_CASE("syncer core: set changes a runtime-tunable key for the next merge and refuses bad values") {
+  auto core = make_core("decoupled", 1);  // lr 1, momentum 0
+  REQUIRE(core.join(join_of("learner-0"), 0).accepted);
+  auto changed = core.set("outer.lr", "0.5");
+  REQUIRE(changed.ok());
+  CHECK(changed->first == "1");
+  CHECK(changed->second == "0.5");
+  CHECK_FALSE(core.set("outer.lr", "-1").ok());
+  CHECK_FALSE(core.set("outer.lr", "nan").ok());
+  CHECK_FALSE(core.set("outer.lr", "0.5x").ok());
+  CHECK_FALSE(core.set("outer.momentum", "1").ok());
+  CHECK_FALSE(core.set("outer.quorum", "3").ok());  // 2 learners in this run
+  CHECK_FALSE(core.set("outer.quorum", "1.5").ok());
+  CHECK(core.set("outer.quorum", "2").ok());
+  CHECK(core.set("outer.quorum", "1").ok());
+  auto unknown = core.set("model.preset", "big");
+  REQUIRE_FALSE(unknown.ok());
+  CHECK(unknown.error().reason.find("not runtime-tunable") != std::string::npos);
+  // The next merge uses lr 0.5: θ − 0.5 · Δ.
+  UpdateHeader h{"learner-0", 0, 1, 10, 100, 2.0f, 0, 0, 10};
+  REQUIRE_FALSE(core.accept(h, {0.4f, 0.4f, 0.4f}, 1).has_value());
+  auto staged = core.stage({0}, 1);
+  REQUIRE(staged.ok());
+  CHECK(staged->find(0)->next.parameters[0] == doctest::Approx(1 - 0.5 * 0.4));
+  CHECK(core.status(1)["outer_lr"].get<double>() == doctest::Approx(0.5));
+}
+
 TEST_CASE("syncer core: merge, outer step, commit and staleness") {
   auto core = make_core("decoupled", 1);
   REQUIRE(core.join(join_of("learner-0"), 0).accepted);

@@ -129,6 +129,10 @@ TEST_CASE("every message kind round-trips with all its fields") {
   CHECK(command.request_id == 3);
   CHECK(command.verb == AdminVerb::pin);
   CHECK(command.version == 41);
+  auto set = std::get<AdminCommand>(round_trip(wrap(AdminCommand{4, AdminVerb::set, 0, 0, "outer.lr", "0.5"})).body);
+  CHECK(set.verb == AdminVerb::set);
+  CHECK(set.key == "outer.lr");
+  CHECK(set.value == "0.5");
 
   auto request = std::get<AdminRequest>(round_trip(wrap(AdminRequest{5, "kill", {"l1", "now"}})).body);
   CHECK(request.request_id == 5);

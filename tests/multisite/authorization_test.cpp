@@ -437,11 +437,32 @@ TEST_CASE("the console: an admin session with the admin token answers status, le
   CHECK(unknown_code == 2);
   CHECK(unknown_err.find("unknown command 'launch-missiles'") != std::string::npos);
 
-  coordinator.kill(SIGTERM);
+  // set: a runtime-tunable key changes the syncer's value; a bad value or another key is refused.
+  CHECK(status["outer_lr"].get<double>() == doctest::Approx(0.7));
+  auto set = answer("set outer.lr 0.5");
+  CHECK(set["key"] == "outer.lr");
+  CHECK(set["old"] == "0.7");
+  CHECK(set["new"] == "0.5");
+  CHECK(answer("status")["outer_lr"].get<double>() == doctest::Approx(0.5));
+  {
+    auto [code, out, err] = console("set outer.lr -1", admin_token);
+    CHECK(code == 1);
+    CHECK(err.find("outer.lr must be in (0, 10], not -1") != std::string::npos);
+    auto [other_code, other_out, other_err] = console("set model.preset big", admin_token);
+    CHECK(other_code == 1);
+    CHECK(other_err.find("'model.preset' is not runtime-tunable") != std::string::npos);
+  }
+  CHECK(answer("status")["outer_lr"].get<double>() == doctest::Approx(0.5));  // the refusals changed nothing
+  CHECK(answer("set outer.quorum 2")["new"] == "2");
+  CHECK(answer("status")["quorum"].get<int>() == 2);
+
+  // drain: the run ends cleanly, as if its budget were spent.
+  CHECK(answer("drain")["draining"] == true);
   REQUIRE(coordinator.wait(60) == 0);
   CAPTURE(coordinator.all());
   CHECK_MESSAGE(node.wait(30) == 0, node.all());
   auto summary = coordinator.summary();
+  CHECK(summary["stopped_by"] == "drain");
   CHECK(summary["admin_sessions"]["accepted"].get<int>() == opened);
   CHECK(summary["admin_sessions"]["refused"].get<int>() == 1);
   CHECK(coordinator.err().find("admin-horse") == std::string::npos);
