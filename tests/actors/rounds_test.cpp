@@ -80,19 +80,32 @@ TEST_CASE("decoupled rounds with a 3x straggler: at most one version per fragmen
     // A few more periods of the fast learners.
     const int64_t fast_step = monitor_step(*cluster, learner_id(0));
     REQUIRE(cluster->wait_for([&] { return monitor_step(*cluster, learner_id(0)) >= fast_step + 3 * H; }, 30));
-    auto syncer = status(*cluster, syncer_name());
-    // Asked after the syncer, each learner's own step is at least the one it sent its last update at.
     auto step_of = [&](int m) {
       auto learner = cluster->query(learner_name(m), "status", {}, 5);
       return learner ? (*learner)["step"].get<int64_t>() : int64_t{0};
     };
-    const int64_t lead = std::max(step_of(0), step_of(1));
+    // The leading learner's step asked before the syncer (a lower bound on the rounds it had reached
+    // then) and after it (an upper bound): under load the learners run on between the queries.
+    const int64_t lead_before = std::max(step_of(0), step_of(1));
+    auto syncer = status(*cluster, syncer_name());
+    const int64_t lead_after = std::max(step_of(0), step_of(1));
+    const int64_t straggler_after = step_of(2);
     for (int p = 0; p < P; ++p) {
       CAPTURE(p);
       // Rounds of p the leading learner has reached: its due steps offset_p + kH so far.
-      const int64_t rounds = (lead - fragment_offset(p, P, H, true)) / H + 1;
-      CHECK(syncer["fragment_commits"][p].get<int64_t>() <= rounds);
-      CHECK(syncer["fragment_commits"][p].get<int64_t>() >= rounds / 2);
+      auto rounds_at = [&](int64_t lead) { return (lead - fragment_offset(p, P, H, true)) / H + 1; };
+      CAPTURE(lead_before);
+      CAPTURE(lead_after);
+      CHECK(syncer["fragment_commits"][p].get<int64_t>() <= rounds_at(lead_after));
+      CAPTURE(straggler_after);
+      if (quorum == 1) {
+        // One on-time learner closes a round: the leader's pace, within a factor of two.
+        CHECK(syncer["fragment_commits"][p].get<int64_t>() >= rounds_at(lead_before) / 2);
+      } else {
+        // K = 2 needs both fast learners on time; when they drift apart a round can close only once
+        // the straggler has something pending too. The rounds never fall behind the straggler's own.
+        CHECK(syncer["fragment_commits"][p].get<int64_t>() >= rounds_at(straggler_after) - 1);
+      }
     }
     // The straggler's work keeps being merged (in rounds it arrived late for), and the others ran
     // at their own pace: about three times its steps.
