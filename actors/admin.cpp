@@ -196,12 +196,7 @@ using AdminActor = caf::stateful_actor<AdminState>;
 
 caf::behavior admin_behavior(AdminActor* self, AdminSpec spec) {
   self->state.spec = std::move(spec);
-  auto counters = self->state.spec.counters;
-  auto log = self->state.log;
-  self->set_default_handler([counters, log](caf::scheduled_actor*, caf::message_view& x) -> caf::result<caf::message> {
-    counters->refusals.refuse("admin", message_kind(x.content()), Refusal::unauthenticated, *log);
-    return caf::sec::unexpected_message;
-  });
+  refuse_unmatched(self, "admin", refusals_of(self->state.spec.counters), self->state.log);
   return {
       [=](admin_atom, const std::string& key, WireBytes& bytes) -> caf::result<WireBytes> {
         auto& st = self->state;

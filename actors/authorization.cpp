@@ -8,6 +8,9 @@
 #include <stdexcept>
 
 #include <caf/atom.hpp>
+#include <caf/message_view.hpp>
+#include <caf/scheduled_actor.hpp>
+#include <caf/sec.hpp>
 #include <caf/type_erased_tuple.hpp>
 
 #include "actors/wire.hpp"
@@ -104,6 +107,15 @@ nlohmann::json Refusals::to_json() const {
   int64_t total = 0;
   for (const auto& [_, c] : by_reason_) total += c;
   return {{"total", total}, {"by_reason", reasons}, {"by_kind", by_kind_}};
+}
+
+void refuse_unmatched(caf::scheduled_actor* self, std::string actor, std::shared_ptr<Refusals> refusals,
+                      std::shared_ptr<spdlog::logger> log) {
+  self->set_default_handler([actor = std::move(actor), refusals, log](caf::scheduled_actor*, caf::message_view& x)
+                                -> caf::result<caf::message> {
+    refusals->refuse(actor, message_kind(x.content()), Refusal::unauthenticated, *log);
+    return caf::sec::unexpected_message;
+  });
 }
 
 std::string message_kind(const caf::type_erased_tuple& message) {

@@ -77,6 +77,11 @@ class Refusals {
   std::map<std::string, int64_t> by_kind_;  // "actor kind reason" -> count
 };
 
+// Makes every message no handler of `self` takes a refusal: counted as unauthenticated under
+// `actor`, logged once, a request answered with an error (the peer learns nothing else).
+void refuse_unmatched(caf::scheduled_actor* self, std::string actor, std::shared_ptr<Refusals> refusals,
+                      std::shared_ptr<spdlog::logger> log);
+
 // A short name for an unmatched CAF message: its leading atom, else its first element's type.
 std::string message_kind(const caf::type_erased_tuple& message);
 

@@ -204,15 +204,15 @@ Expected<nlohmann::json> Coordinator::run(const std::function<bool()>& stop_requ
       auto monitor = impl.status(monitor_name());
       auto evaluator = impl.status(evaluator_name());
       auto gateway = impl.counters->to_json();
+      const auto traffic = impl.stats->snapshot();
       nlohmann::json p = {{"elapsed_s", now}, {"version", syncer.value("version", uint64_t{0})},
                           {"tokens", tokens_merged(syncer)}, {"alive", monitor.value("alive", 0)},
                           {"nodes", field(gateway, "nodes").size()},
                           {"heldout_loss", number(evaluator, "scored_version", 0) > 0 ? number(evaluator, "heldout_loss", std::nan("")) : std::nan("")},
-                          {"bytes_cross_site", impl.stats->snapshot().cross_site().bytes_sent +
-                                                   impl.stats->snapshot().cross_site().bytes_received}};
+                          {"bytes_cross_site", traffic.cross_site().bytes_sent + traffic.cross_site().bytes_received}};
       // For the metrics endpoint and status page (apps/metrics_server.hpp): counters as measured.
       nlohmann::json links = nlohmann::json::array();
-      for (const auto& peer : impl.stats->snapshot().peers) {
+      for (const auto& peer : traffic.peers) {
         links.push_back({{"node", peer.node}, {"site", peer.site}, {"bytes_sent", peer.counters.bytes_sent},
                          {"bytes_received", peer.counters.bytes_received}});
       }

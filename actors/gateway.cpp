@@ -31,16 +31,6 @@ bool is_role(caf::atom_value role) {
   return role == syncer_name() || role == store_name() || role == monitor_name();
 }
 
-// Any message no handler of `self` takes: refused as unauthenticated, counted, and a request is
-// answered with an error (the peer learns nothing else).
-void refuse_unexpected(caf::scheduled_actor* self, std::string actor, std::shared_ptr<RemoteCounters> counters,
-                       std::shared_ptr<spdlog::logger> log) {
-  self->set_default_handler([actor, counters, log](caf::scheduled_actor*, caf::message_view& x) -> caf::result<caf::message> {
-    counters->refusals.refuse(actor, message_kind(x.content()), Refusal::unauthenticated, *log);
-    return caf::sec::unexpected_message;
-  });
-}
-
 // ---- downlink: one per learner incarnation and role ----------------------------------------------
 
 struct DownlinkSpec {
@@ -186,7 +176,7 @@ caf::behavior link_behavior(LinkActor* self, LinkSpec spec) {
     st.log->warn("node {} (site {}) is gone: {}", st.spec.node, st.spec.site, self->system().render(down.reason));
     self->quit(down.reason ? down.reason : caf::error{caf::exit_reason::remote_link_unreachable});
   });
-  refuse_unexpected(self, "link of node '" + st.spec.node + "'", st.spec.counters, st.log);
+  refuse_unmatched(self, "link of node '" + st.spec.node + "'", refusals_of(st.spec.counters), st.log);
   return {
       [=](up_atom, std::string& key, caf::atom_value role, caf::actor& learner, WireBytes& bytes) {
         auto& st = self->state;
@@ -344,7 +334,7 @@ caf::behavior gateway_behavior(GatewayActor* self, GatewaySpec spec) {
                    st.links.end());
   });
   publish_sessions(self);
-  refuse_unexpected(self, "gateway", st.spec.counters, st.log);
+  refuse_unmatched(self, "gateway", refusals_of(st.spec.counters), st.log);
   return {
       [=](nodejoin_atom, WireBytes& bytes, int32_t learners, int32_t preferred, caf::actor& watcher) -> JoinReply {
         return on_node_join(self, std::move(bytes), learners, preferred, watcher);

@@ -90,6 +90,11 @@ struct GatewaySpec {
   std::shared_ptr<AdminSessions> admin_sessions;
 };
 
+// The counters' refusals as a handle that keeps the counters alive (for refuse_unmatched).
+inline std::shared_ptr<Refusals> refusals_of(const std::shared_ptr<RemoteCounters>& counters) {
+  return std::shared_ptr<Refusals>(counters, &counters->refusals);
+}
+
 caf::actor spawn_gateway(caf::actor_system& system, GatewaySpec spec);
 
 }  // namespace archipelago::actors

@@ -97,10 +97,7 @@ caf::behavior watcher_behavior(WatcherActor* self, caf::actor gateway, std::shar
   st.refusals = refusals;
   auto log = component_logger("node");
   // Its handle is sent to the coordinator: whatever else a peer sends it is refused and counted.
-  self->set_default_handler([refusals, log](caf::scheduled_actor*, caf::message_view& x) -> caf::result<caf::message> {
-    refusals->refuse("node watcher", message_kind(x.content()), Refusal::unauthenticated, *log);
-    return caf::sec::unexpected_message;
-  });
+  refuse_unmatched(self, "node watcher", refusals, log);
   auto keyed = [=](const std::string& key, const char* kind) {
     auto& st = self->state;
     if (keys_equal(key, st.key)) return true;
