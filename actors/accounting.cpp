@@ -1,45 +1,92 @@
 #include "actors/accounting.hpp"
 
-#include <algorithm>
-
 namespace archipelago::actors {
 
-Goodput compute_goodput(const GoodputInputs& in) {
-  Goodput g;
-  g.allocated_s = in.wall_s * in.learner_slots;
-  if (g.allocated_s <= 0) return g;
-  double useful = 0, discarded = 0;
-  for (const auto& l : in.learners) {
-    const double merged = std::min(l.step_equivalents_merged, static_cast<double>(l.steps_computed));
-    const double lost = std::max(0.0, static_cast<double>(l.steps_computed) - merged);
-    useful += merged * l.step_s;
-    discarded += lost * l.step_s;  // rejected work is part of what was computed and not merged
+Ledger build_ledger(double wall_s, const std::vector<SlotTimes>& slots) {
+  Ledger ledger;
+  ledger.allocated_s = wall_s * static_cast<double>(slots.size());
+  for (const auto& t : slots) {
+    LedgerParts p;
+    const double computed = t.compute_s + (t.lifetime_s - t.alive_s);
+    p.merged = t.merged_compute_s;
+    p.rejected = t.rejected_compute_s;
+    p.unmerged = computed - t.merged_compute_s - t.rejected_compute_s;
+    p.recovering = t.recovery_s;
+    p.waiting = t.wait_s;
+    p.paused = t.paused_s;
+    p.overhead = t.alive_s - t.recovery_s - t.compute_s - t.wait_s - t.paused_s;
+    p.restarting = t.restarting_s;
+    p.idle = wall_s - t.lifetime_s - t.restarting_s;
+    ledger.slots.push_back(p);
+    auto& s = ledger.seconds;
+    s.merged += p.merged;
+    s.rejected += p.rejected;
+    s.unmerged += p.unmerged;
+    s.recovering += p.recovering;
+    s.waiting += p.waiting;
+    s.paused += p.paused;
+    s.overhead += p.overhead;
+    s.restarting += p.restarting;
+    s.idle += p.idle;
   }
-  g.useful_s = std::min(useful, g.allocated_s);
-  g.goodput = g.useful_s / g.allocated_s;
-  auto share = [&](double seconds) { return std::clamp(seconds / g.allocated_s, 0.0, 1.0); };
-  g.restart = share(in.restart_s);
-  g.recovery = share(in.recovery_s);
-  g.discarded = share(discarded);
-  // Normalize so the parts never exceed 1 (estimates come from separate counters).
-  double used = g.goodput + g.restart + g.recovery + g.discarded;
-  if (used > 1) {
-    const double scale = (1 - g.goodput) / std::max(1e-12, used - g.goodput);
-    g.restart *= scale;
-    g.recovery *= scale;
-    g.discarded *= scale;
-    used = 1;
-  }
-  g.waiting = std::max(0.0, 1 - used);
-  return g;
+  return ledger;
 }
 
-nlohmann::json to_json(const Goodput& g) {
-  return {{"goodput", g.goodput},
-          {"badput", {{"restart", g.restart}, {"recovery", g.recovery}, {"discarded", g.discarded},
-                      {"waiting", g.waiting}}},
-          {"allocated_s", g.allocated_s},
-          {"useful_s", g.useful_s}};
+nlohmann::json to_json(const Ledger& ledger) {
+  const auto& s = ledger.seconds;
+  const std::vector<std::pair<const char*, double>> parts = {
+      {"rejected", s.rejected}, {"unmerged", s.unmerged}, {"recovering", s.recovering},
+      {"waiting", s.waiting},   {"paused", s.paused},     {"overhead", s.overhead},
+      {"restarting", s.restarting}, {"idle", s.idle}};
+  nlohmann::json badput = nlohmann::json::object(), seconds = {{"merged", s.merged}};
+  for (const auto& [name, value] : parts) {
+    badput[name] = ledger.allocated_s > 0 ? value / ledger.allocated_s : 0.0;
+    seconds[name] = value;
+  }
+  return {{"goodput", ledger.goodput()}, {"allocated_s", ledger.allocated_s}, {"badput", badput},
+          {"seconds", seconds}};
+}
+
+namespace {
+
+nlohmann::json member(const nlohmann::json& j, const std::string& key) {
+  if (j.is_object()) {
+    auto it = j.find(key);
+    if (it != j.end() && it->is_object()) return *it;
+  }
+  return nlohmann::json::object();
+}
+
+double seconds_of(const nlohmann::json& j, const char* key) {
+  auto it = j.find(key);
+  return it != j.end() && it->is_number() ? it->get<double>() : 0.0;
+}
+
+}  // namespace
+
+Ledger ledger_from_status(double wall_s, const std::vector<std::string>& slot_ids, const nlohmann::json& monitor,
+                          const nlohmann::json& syncer, const nlohmann::json& syncer_at_start) {
+  const auto slots = member(monitor, "slots");
+  const auto learners = member(syncer, "learners");
+  const auto learners_at_start = member(syncer_at_start, "learners");
+  std::vector<SlotTimes> times;
+  for (const auto& id : slot_ids) {
+    const auto t = member(member(slots, id), "times");
+    const auto merged = member(learners, id);
+    const auto merged_before = member(learners_at_start, id);
+    SlotTimes s;
+    s.lifetime_s = seconds_of(t, "lifetime_s");
+    s.alive_s = seconds_of(t, "alive_s");
+    s.recovery_s = seconds_of(t, "recovery_s");
+    s.compute_s = seconds_of(t, "compute_s");
+    s.wait_s = seconds_of(t, "wait_s");
+    s.paused_s = seconds_of(t, "paused_s");
+    s.restarting_s = seconds_of(t, "restarting_s");
+    s.merged_compute_s = seconds_of(merged, "compute_merged_s") - seconds_of(merged_before, "compute_merged_s");
+    s.rejected_compute_s = seconds_of(merged, "compute_rejected_s") - seconds_of(merged_before, "compute_rejected_s");
+    times.push_back(s);
+  }
+  return build_ledger(wall_s, times);
 }
 
 int64_t ddp_equivalent_bytes(int64_t tokens, int64_t tokens_per_worker_step, int64_t parameters) {

@@ -1,56 +1,85 @@
-// Goodput and bytes accounting: pure functions over the counters the actors report.
+// Goodput and bytes accounting: pure functions over the times and counters the actors report.
 //
-// Goodput = learner compute time whose work reached a committed version ÷ allocated learner time
-// (learner slots × wall time). Work is counted in "step equivalents": an update of fragment p
-// carrying s inner steps is worth s · numel_p / numel of a step once it is committed, so partial
-// (per-fragment) merges count partially. An update carries every inner step since the learner's
-// previous update of that fragment, including steps whose effect on the fragment was later mixed
-// with (or replaced by) a newer global: that is the algorithm (Streaming / Decoupled DiLoCo's
-// overlap), not lost work, as in the published goodput. Steps restored from a learner's checkpoint
-// after a kill count once, in the update that finally carries them. Badput is split into
-//   restart     a slot without a running learner (death → respawn, and the rest of the run after
-//               a learner was given up),
-//   recovery    respawn → first new inner step (model build, join, state fetch),
-//   discarded   compute whose work was rejected (stale, ...) or lost (never merged: killed before
-//               sending, or in flight at a crash),
-//   waiting     everything else: waiting for the syncer (sync mode), start-up, draining, overhead.
-// Shares add up to 1. Pure; any thread.
+// The goodput ledger. Every learner slot's allocated time (the run's wall time) is split into parts
+// measured from timestamps, never from averages, and the parts add up to the allocated time
+// exactly (nothing is clamped or rescaled):
+//
+//   merged       compute whose work reached a committed version: each update carries the compute
+//                time behind it (every inner step's time × the fragment's share of the
+//                parameters), summed by the syncer when it merges the update: this is goodput
+//   rejected     compute of updates the syncer refused (stale, duplicate, non-finite, ...)
+//   unmerged     compute not (yet) in a committed version: lost with a crashed incarnation, cut
+//                off by the drain timeout, or still in flight while the run goes on
+//   recovering   an incarnation's start → its first inner step: model build, join, state fetch
+//   waiting      blocked on the syncer (sync mode's round barrier)
+//   paused       paused by an operator
+//   overhead     the rest of a live incarnation's time: encoding and sending updates, installing
+//                globals, checkpoint copies, messaging
+//   restarting   an incarnation's exit → the next one's spawn (the supervisor's backoff)
+//   idle         no incarnation at all: before the slot's first spawn (a node not yet joined), after
+//                it finished or was given up, while its node is gone
+//
+// Where the times come from. A learner measures its own incarnation (alive, recovery, compute,
+// wait, paused: disjoint intervals on its clock) and reports them in its heartbeats; its supervisor,
+// in the same process and on the same clock, measures each incarnation's life (spawn → exit) and
+// the restarts between them, and sums both per slot (messages' SlotReport). The part of a life its
+// heartbeats do not cover (after the last heartbeat: a crash loses what was computed there, and a
+// live incarnation is computing) counts as compute. So
+//   computed   = compute + (lifetime − alive)     merged + rejected + unmerged = computed
+//   overhead   = alive − recovery − compute − wait − paused
+//   idle       = allocated − lifetime − restarting
+// A negative `unmerged` would mean updates carried more compute than the learner measured, a
+// negative `idle` a supervisor whose lives outlast the run's clock: either is a defect shown as it
+// is, never hidden.
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 namespace archipelago::actors {
 
-struct LearnerAccount {
-  double step_s = 0;                     // mean compute time of one inner step
-  double step_equivalents_merged = 0;
-  double step_equivalents_rejected = 0;
-  int64_t steps_computed = 0;            // all incarnations, this run
-};
-
-struct GoodputInputs {
-  double wall_s = 0;
-  int learner_slots = 0;
-  std::vector<LearnerAccount> learners;
-  double restart_s = 0;    // summed over slots: downtime + idle time of failed learners
+// One learner slot's reported times (seconds), summed over its incarnations.
+struct SlotTimes {
+  double lifetime_s = 0;     // incarnations' lives, spawn → exit or now
+  double alive_s = 0;        // ... covered by their heartbeats
   double recovery_s = 0;
+  double compute_s = 0;
+  double wait_s = 0;
+  double paused_s = 0;
+  double restarting_s = 0;   // exit → respawn
+  double merged_compute_s = 0;    // from the syncer
+  double rejected_compute_s = 0;  // from the syncer
 };
 
-struct Goodput {
-  double goodput = 0;
-  double restart = 0;
-  double recovery = 0;
-  double discarded = 0;
-  double waiting = 0;
-  double allocated_s = 0;
-  double useful_s = 0;
+struct LedgerParts {
+  double merged = 0, rejected = 0, unmerged = 0, recovering = 0, waiting = 0, paused = 0, overhead = 0,
+         restarting = 0, idle = 0;
+  double sum() const {
+    return merged + rejected + unmerged + recovering + waiting + paused + overhead + restarting + idle;
+  }
 };
 
-Goodput compute_goodput(const GoodputInputs& inputs);
-nlohmann::json to_json(const Goodput& goodput);
+struct Ledger {
+  double allocated_s = 0;          // slots × wall
+  LedgerParts seconds;             // summed over slots
+  std::vector<LedgerParts> slots;  // per slot, seconds
+  double goodput() const { return allocated_s > 0 ? seconds.merged / allocated_s : 0; }
+};
+
+// `wall_s`: the run's wall time, allocated to every slot.
+Ledger build_ledger(double wall_s, const std::vector<SlotTimes>& slots);
+// {"goodput", "allocated_s", "badput": {part: share}, "seconds": {part: s}}; shares of allocated time.
+nlohmann::json to_json(const Ledger& ledger);
+
+// The ledger of a run from its actors' status: the failure monitor's "slots" (times from the
+// supervisors' SlotReports) and the syncer's "learners" (compute merged and rejected), minus what
+// the syncer had counted at `syncer_at_start` (a resumed run's earlier processes). `slot_ids`: every
+// learner slot of the run; a slot nobody reported on is idle.
+Ledger ledger_from_status(double wall_s, const std::vector<std::string>& slot_ids, const nlohmann::json& monitor,
+                          const nlohmann::json& syncer, const nlohmann::json& syncer_at_start);
 
 // Bytes a data-parallel run would send for the same tokens: every step, each of the workers sends
 // its gradients and receives parameters (2 × model bytes per worker-step).

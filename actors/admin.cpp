@@ -1,10 +1,14 @@
 #include "actors/admin.hpp"
 
 #include <chrono>
+#include <csignal>
 #include <functional>
+
+#include <unistd.h>
 
 #include <caf/all.hpp>
 
+#include "actors/accounting.hpp"
 #include "actors/authorization.hpp"
 #include "actors/directory.hpp"
 #include "actors/remote_protocol.hpp"
@@ -43,25 +47,70 @@ std::pair<bool, std::string> store_call(caf::actor_system& system, Ts&&... messa
 
 nlohmann::json describe(const AdminCommand& command) {
   static const char* kNames[] = {"status", "learners", "nodes", "versions", "pin", "unpin", "audit", "kill_syncer",
-                                 "set", "drain"};
+                                 "set", "drain", "kill_learner", "kill_node", "restart_learner", "pause", "resume",
+                                 "checkpoint", "events", "version_show"};
+  static_assert(sizeof(kNames) / sizeof(kNames[0]) == kLastAdminVerb + 1);
   nlohmann::json j = {{"verb", kNames[static_cast<int>(command.verb)]}};
   if (command.verb == AdminVerb::pin || command.verb == AdminVerb::unpin) j["version"] = command.version;
   if (command.verb == AdminVerb::set) {
     j["key"] = command.key;
     j["value"] = command.value;
   }
+  if (!command.target.empty()) j["target"] = command.target;
   return j;
 }
 
+// The goodput ledger of this process's run so far (actors/accounting.hpp).
+nlohmann::json goodput_now(caf::actor_system& system, const AdminSpec& spec) {
+  std::vector<std::string> ids;
+  for (int m = 0; m < spec.learner_slots; ++m) ids.push_back(learner_id(m));
+  auto syncer = ask(system, syncer_name());  // before the monitor: merged work never outruns the times
+  auto monitor = ask(system, monitor_name());
+  return to_json(ledger_from_status(monotonic_seconds() - spec.started_s, ids, monitor, syncer,
+                                    spec.accounting_at_start));
+}
+
+// One learner control, or (pause / resume without a target) one per learner slot.
+Expected<nlohmann::json> control(const AdminSpec& spec, ControlAction action, const std::string& target) {
+  if (!spec.control) return make_error(ErrorCode::unavailable, "this run cannot control its learners");
+  std::vector<std::string> targets{target};
+  if (target.empty() || target == "all") {
+    if (action != ControlAction::pause_learner && action != ControlAction::resume_learner) {
+      return make_error(ErrorCode::invalid_argument, "name a learner (see learners)");
+    }
+    targets.clear();
+    for (int m = 0; m < spec.learner_slots; ++m) targets.push_back(learner_id(m));
+  } else if (action != ControlAction::kill_node &&
+             (learner_index(target) < 0 || learner_index(target) >= spec.learner_slots)) {
+    return make_error(ErrorCode::invalid_argument, "'" + target + "' is not a learner of this run (learner-0.." +
+                                                       learner_id(spec.learner_slots - 1) + ")");
+  }
+  nlohmann::json done = nlohmann::json::array();
+  std::string failed;
+  for (const auto& t : targets) {
+    auto result = spec.control(LearnerControl{0, action, t});
+    if (result) {
+      done.push_back(*result);
+    } else {
+      failed += (failed.empty() ? "" : "; ") + result.error().reason;
+    }
+  }
+  if (done.empty()) return make_error(ErrorCode::unavailable, failed);
+  return nlohmann::json{{"sent", done}, {"failed", failed}};
+}
+
 // A mutating command: audited (peer, command) before `act` runs, and its result after.
-Expected<nlohmann::json> audited(caf::actor_system& system, const std::string& peer, const AdminCommand& command,
-                                 const std::function<Expected<nlohmann::json>()>& act) {
+Expected<nlohmann::json> audited(caf::actor_system& system, const AdminSpec& spec, const std::string& peer,
+                                 const AdminCommand& command, const std::function<Expected<nlohmann::json>()>& act) {
   nlohmann::json entry = {{"peer", peer}, {"command", describe(command)}, {"phase", "requested"}};
   auto logged = store_call(system, audit_atom::value, entry.dump());
   if (!logged.first) {
     return make_error(ErrorCode::unavailable, "not done: cannot write the audit log: " + logged.second);
   }
   auto result = act();
+  if (spec.events) {
+    spec.events->add("command", peer, describe(command).dump() + (result ? " ok" : " failed: " + result.error().reason));
+  }
   entry["phase"] = "done";
   entry["ok"] = result.ok();
   if (!result) entry["error"] = result.error().reason;
@@ -92,6 +141,7 @@ Expected<nlohmann::json> execute(caf::actor_system& system, const AdminSpec& spe
           {"bytes_up", traffic.bytes_received},
           {"bytes_down", traffic.bytes_sent},
           {"uptime_s", monotonic_seconds() - spec.started_s},
+          {"goodput", goodput_now(system, spec)},
       };
     }
     case AdminVerb::learners: {
@@ -100,6 +150,7 @@ Expected<nlohmann::json> execute(caf::actor_system& system, const AdminSpec& spe
       auto remote = spec.counters->to_json();
       nlohmann::json rows = nlohmann::json::array();
       const auto learners = monitor.value("learners", nlohmann::json::object());
+      const auto slots = monitor.value("slots", nlohmann::json::object());
       for (const auto& [id, r] : learners.items()) {
         std::string node, site;
         const int index = learner_index(id);
@@ -117,7 +168,9 @@ Expected<nlohmann::json> execute(caf::actor_system& system, const AdminSpec& spe
                         {"step", r.value("step", int64_t{0})}, {"tokens_per_s", r.value("tokens_per_s", 0.0)},
                         // staleness of its last merged update (null: none merged yet); restarts: rejoins
                         {"staleness", staleness < 0 ? nlohmann::json(nullptr) : nlohmann::json(staleness)},
-                        {"restarts", joins > 0 ? joins - 1 : 0}, {"deaths", r.value("deaths", 0)},
+                        // its supervisor's restarts (a rejoin after a syncer restart is not one)
+                        {"restarts", slots.value(id, nlohmann::json::object()).value("restarts", 0)},
+                        {"deaths", r.value("deaths", 0)},
                         {"heartbeat_age_s", r.contains("heartbeat_age_s") ? r["heartbeat_age_s"] : nlohmann::json(nullptr)},
                         {"joins", joins}, {"contributions_merged", record.value("contributions_merged", 0)}});
       }
@@ -137,7 +190,7 @@ Expected<nlohmann::json> execute(caf::actor_system& system, const AdminSpec& spe
     }
     case AdminVerb::pin:
     case AdminVerb::unpin:
-      return audited(system, peer, command, [&]() -> Expected<nlohmann::json> {
+      return audited(system, spec, peer, command, [&]() -> Expected<nlohmann::json> {
         const bool pin = command.verb == AdminVerb::pin;
         auto done = pin ? store_call(system, pin_atom::value, command.version)
                         : store_call(system, unpin_atom::value, command.version);
@@ -145,7 +198,7 @@ Expected<nlohmann::json> execute(caf::actor_system& system, const AdminSpec& spe
         return nlohmann::json{{"version", command.version}, {"pinned", pin}};
       });
     case AdminVerb::kill_syncer:
-      return audited(system, peer, command, [&]() -> Expected<nlohmann::json> {
+      return audited(system, spec, peer, command, [&]() -> Expected<nlohmann::json> {
         auto syncer = Directory::get(system, syncer_name());
         if (!syncer) return make_error(ErrorCode::unavailable, "no syncer is running (it is being restarted)");
         const uint64_t version = ask(system, syncer_name()).value("version", uint64_t{0});
@@ -153,7 +206,7 @@ Expected<nlohmann::json> execute(caf::actor_system& system, const AdminSpec& spe
         return nlohmann::json{{"killed", "syncer"}, {"version_at_kill", version}};
       });
     case AdminVerb::set:
-      return audited(system, peer, command, [&]() -> Expected<nlohmann::json> {
+      return audited(system, spec, peer, command, [&]() -> Expected<nlohmann::json> {
         auto syncer = Directory::get(system, syncer_name());
         if (!syncer) return make_error(ErrorCode::unavailable, "no syncer is running (it is being restarted)");
         caf::scoped_actor self{system};
@@ -169,10 +222,48 @@ Expected<nlohmann::json> execute(caf::actor_system& system, const AdminSpec& spe
         return result;
       });
     case AdminVerb::drain:
-      return audited(system, peer, command, [&]() -> Expected<nlohmann::json> {
+      return audited(system, spec, peer, command, [&]() -> Expected<nlohmann::json> {
         spec.counters->drain_requested = true;
         return nlohmann::json{{"draining", true}};
       });
+    case AdminVerb::kill_learner:
+    case AdminVerb::kill_node:
+    case AdminVerb::restart_learner:
+    case AdminVerb::pause:
+    case AdminVerb::resume:
+      return audited(system, spec, peer, command, [&]() -> Expected<nlohmann::json> {
+        const auto action = command.verb == AdminVerb::kill_learner    ? ControlAction::kill_learner
+                            : command.verb == AdminVerb::kill_node       ? ControlAction::kill_node
+                            : command.verb == AdminVerb::restart_learner ? ControlAction::restart_learner
+                            : command.verb == AdminVerb::pause           ? ControlAction::pause_learner
+                                                                         : ControlAction::resume_learner;
+        return control(spec, action, command.target);
+      });
+    case AdminVerb::checkpoint:
+      return audited(system, spec, peer, command, [&]() -> Expected<nlohmann::json> {
+        auto syncer = Directory::get(system, syncer_name());
+        if (!syncer) return make_error(ErrorCode::unavailable, "no syncer is running (it is being restarted)");
+        caf::scoped_actor self{system};
+        Expected<nlohmann::json> result = make_error(ErrorCode::unavailable, "no answer from the syncer");
+        self->request(syncer, std::chrono::seconds(10), checkpoint_atom::value)
+            .receive(
+                [&](bool ok, std::string& what, uint64_t version) {
+                  result = ok ? Expected<nlohmann::json>(nlohmann::json{{"version", version}, {"state", what}})
+                              : Expected<nlohmann::json>(make_error(ErrorCode::conflict, what));
+                },
+                [&](caf::error& error) { result = make_error(ErrorCode::unavailable, system.render(error)); });
+        return result;
+      });
+    case AdminVerb::events: {
+      if (!spec.events) return make_error(ErrorCode::unavailable, "this run keeps no events");
+      return nlohmann::json{{"events", spec.events->recent(command.count == 0 ? 20 : command.count)},
+                            {"total", spec.events->total()}};
+    }
+    case AdminVerb::version_show: {
+      auto version = ask_admin(system, store_name(), "admin", "version", {std::to_string(command.version)}, 10);
+      if (!version) return version.error();
+      return *version;
+    }
     case AdminVerb::audit: {
       const uint32_t count = command.count == 0 ? 20 : command.count;
       auto read = store_call(system, audit_atom::value, count);
@@ -235,6 +326,38 @@ std::string AdminSessions::peer_of(const std::string& key) const {
     if (keys_equal(k, key)) found = peer;  // no early exit on a match
   }
   return found;
+}
+
+Expected<nlohmann::json> apply_learner_control(caf::actor_system& system, const LearnerControl& control) {
+  auto log = component_logger("admin");
+  if (control.action == ControlAction::kill_node) {
+    log->warn("killed by an operator (kill node): SIGKILL");
+    ::kill(::getpid(), SIGKILL);  // as abrupt as a crash: nothing below runs
+    return make_error(ErrorCode::unavailable, "still alive after SIGKILL");
+  }
+  const int index = learner_index(control.learner_id);
+  auto learner = index >= 0 ? Directory::get(system, learner_name(index)) : caf::actor{};
+  if (!learner) return make_error(ErrorCode::not_found, "'" + control.learner_id + "' is not running here (restarting?)");
+  switch (control.action) {
+    case ControlAction::kill_learner:
+      caf::anon_send_exit(learner, caf::exit_reason::kill);  // no handler runs: its supervisor sees a crash
+      break;
+    case ControlAction::restart_learner:
+      caf::anon_send(learner, restart_atom::value, process_key());
+      break;
+    case ControlAction::pause_learner:
+    case ControlAction::resume_learner:
+      caf::anon_send(learner, pause_atom::value, process_key(), control.action == ControlAction::pause_learner);
+      break;
+    case ControlAction::kill_node:
+      break;
+  }
+  log->info("{}: {} (operator)", control.learner_id,
+            control.action == ControlAction::kill_learner      ? "killed"
+            : control.action == ControlAction::restart_learner ? "restarting"
+            : control.action == ControlAction::pause_learner   ? "pausing"
+                                                               : "resuming");
+  return nlohmann::json{{"learner", control.learner_id}};
 }
 
 caf::actor spawn_admin(caf::actor_system& system, AdminSpec spec) {

@@ -12,6 +12,7 @@
 // audit entry cannot be written is not carried out). Detached: it asks the local actors synchronously.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <map>
@@ -20,7 +21,9 @@
 #include <caf/actor.hpp>
 #include <caf/fwd.hpp>
 
+#include "actors/events.hpp"
 #include "actors/gateway.hpp"
+#include "messages/message_types.hpp"
 
 namespace archipelago::actors {
 
@@ -36,6 +39,15 @@ class AdminSessions {
   std::map<std::string, std::string> peers_;  // key -> peer
 };
 
+// Carries out a learner control on this process's learners (a node's, or a local run's):
+// kill (exit reason kill: as abrupt as a crash), restart, pause, resume; kill_node SIGKILLs this
+// process. Errors: no such learner here.
+Expected<nlohmann::json> apply_learner_control(caf::actor_system& system, const messages::LearnerControl& control);
+
+// How the admin actor reaches the learners: in a coordinator through the gateway to the node that
+// runs them; in a local run directly (apply_learner_control).
+using LearnerControlFn = std::function<Expected<nlohmann::json>(const messages::LearnerControl&)>;
+
 struct AdminSpec {
   std::shared_ptr<AdminSessions> sessions;
   std::shared_ptr<RemoteCounters> counters;
@@ -43,6 +55,10 @@ struct AdminSpec {
   std::string mode;
   std::string run_dir;
   double started_s = 0;  // monotonic seconds when the coordinator started
+  int learner_slots = 0;
+  LearnerControlFn control;
+  std::shared_ptr<EventLog> events;
+  nlohmann::json accounting_at_start = nlohmann::json::object();  // a resumed version's (goodput ledger)
 };
 
 caf::actor spawn_admin(caf::actor_system& system, AdminSpec spec);

@@ -38,7 +38,10 @@ bool node_may_send(caf::atom_value role, const Message& body) {
            std::holds_alternative<Leave>(body);
   }
   if (role == store_name()) return std::holds_alternative<Fetch>(body);
-  if (role == monitor_name()) return std::holds_alternative<Heartbeat>(body) || std::holds_alternative<Leave>(body);
+  if (role == monitor_name()) {
+    return std::holds_alternative<Heartbeat>(body) || std::holds_alternative<Leave>(body) ||
+           std::holds_alternative<SlotReport>(body);
+  }
   return false;
 }
 

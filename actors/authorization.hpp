@@ -8,10 +8,10 @@
 //                           this process                stop                            the process key
 //   node link (coordinator) its admitted node           up: Join, FragmentUpdate, Leave  the session key; the sender id
 //                                                           to syncer; Fetch to the        is a learner of the node's
-//                                                           store; Heartbeat, Leave to     admitted slots
-//                                                           monitor
+//                                                           store; Heartbeat, Leave,       admitted slots
+//                                                           SlotReport to monitor
 //                           this process (gateway)      stop                            the process key
-//   watcher (node)          its coordinator's link      deliver, stop                   the session key
+//   watcher (node)          its coordinator's link      deliver, stop, LearnerControl   the session key
 //                           this process                init                            the process key
 //   learner (node)          this process only           envelopes                       a sender on this node
 //

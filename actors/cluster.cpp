@@ -1,4 +1,5 @@
 #include "actors/cluster.hpp"
+#include "actors/events.hpp"
 #include "actors/directory.hpp"
 
 #include <algorithm>
@@ -62,6 +63,7 @@ struct LocalCluster::Impl {
   caf::actor root;
   Clock::time_point started;
   uint64_t start_version = 0;
+  nlohmann::json accounting_at_start = nlohmann::json::object();  // the resumed version's manifest's
   double initial_heldout_loss = std::nan("");
   int64_t tokens_per_learner_step = 0;
   int learner_slots = 0;
@@ -163,6 +165,7 @@ Expected<std::unique_ptr<LocalCluster>> LocalCluster::start(RuntimeOptions optio
     impl->initial_heldout_loss = replica->evaluate(*heldout);
     auto manifest = nlohmann::json::parse(latest->manifest_json, nullptr, false);
     if (!manifest.is_discarded()) {
+      impl->accounting_at_start = field(manifest, "accounting");
       for (int m = 0; m < impl->learner_slots; ++m) {
         start_steps[m] = field(field(field(manifest, "accounting"), "learners"), learner_id(m))
                              .value("steps_merged_fragment0", int64_t{0});
@@ -179,6 +182,7 @@ Expected<std::unique_ptr<LocalCluster>> LocalCluster::start(RuntimeOptions optio
   }
   replica.reset();
 
+  if (!options.events) options.events = std::make_shared<EventLog>();
   impl->options = std::make_shared<const RuntimeOptions>(options);
   impl->corpus = std::move(corpus);
   impl->layout = layout;
@@ -189,7 +193,7 @@ Expected<std::unique_ptr<LocalCluster>> LocalCluster::start(RuntimeOptions optio
                             : Clock::time_point::max();
 
   // Learners, under their own supervisor.
-  SupervisorSpec learners{"learner_supervisor", learner_supervisor_name(), impl->options, {}};
+  SupervisorSpec learners{"learner_supervisor", learner_supervisor_name(), impl->options, {}, true};
   auto shared_shards = std::make_shared<std::vector<std::vector<training::Span>>>(std::move(*shards));
   for (int m = 0; m < impl->learner_slots; ++m) {
     ChildSpec child;
@@ -305,24 +309,11 @@ Expected<ClusterResult> LocalCluster::run(const std::function<void(const Progres
     keep(last.store, s.store);
   };
 
+  // A resumed run's earlier processes are not this run's: their merged compute is subtracted.
+  std::vector<std::string> slot_ids;
+  for (int m = 0; m < impl.learner_slots; ++m) slot_ids.push_back(learner_id(m));
   auto goodput_of = [&](const Snapshot& s, double wall) {
-    GoodputInputs in;
-    in.wall_s = wall;
-    in.learner_slots = impl.learner_slots;
-    for (int m = 0; m < impl.learner_slots; ++m) {
-      const auto id = learner_id(m);
-      LearnerAccount a;
-      const double tps = field(field(s.monitor, "learners"), id).value("tokens_per_s", 0.0);
-      a.step_s = tps > 0 ? impl.tokens_per_learner_step / tps : 0;
-      const auto acct = field(field(s.syncer, "learners"), id);
-      a.step_equivalents_merged = acct.value("step_equivalents_merged", 0.0);
-      a.step_equivalents_rejected = acct.value("step_equivalents_rejected", 0.0);
-      a.steps_computed = field(field(s.learners, "children"), id).value("steps_computed", int64_t{0});
-      in.learners.push_back(a);
-    }
-    in.restart_s = s.learners.value("downtime_s", 0.0) + s.learners.value("failed_idle_s", 0.0);
-    in.recovery_s = s.learners.value("recovery_s", 0.0);
-    return compute_goodput(in);
+    return ledger_from_status(wall, slot_ids, s.monitor, s.syncer, impl.accounting_at_start);
   };
   auto tokens_of = [&](const Snapshot& s) {
     return s.learners.value("steps_computed", int64_t{0}) * impl.tokens_per_learner_step;
@@ -345,7 +336,7 @@ Expected<ClusterResult> LocalCluster::run(const std::function<void(const Progres
     p.heldout_version = s.evaluator.value("scored_version", uint64_t{0});
     p.alive = s.monitor.value("alive", 0);
     p.total = impl.learner_slots;
-    p.goodput = goodput_of(s, p.elapsed_s).goodput;
+    p.goodput = goodput_of(s, p.elapsed_s).goodput();
     p.bytes_sent = bytes_of(s);
     p.bytes_ddp_equivalent = ddp_equivalent_bytes(p.tokens, impl.tokens_per_learner_step / (run.mode == "ddp" ? run.learners : 1),
                                                   result.parameters);
@@ -473,7 +464,8 @@ Expected<ClusterResult> LocalCluster::run(const std::function<void(const Progres
       {"learners->monitor", last.monitor.value("heartbeat_bytes", int64_t{0})}};
   result.details = {{"syncer", last.syncer}, {"monitor", last.monitor}, {"learner_supervisor", last.learners},
                     {"root_supervisor", last.root}, {"evaluator", last.evaluator}, {"store", last.store},
-                    {"links_bytes", links}, {"goodput", to_json(result.goodput)}};
+                    {"links_bytes", links}, {"goodput", to_json(result.goodput)},
+                    {"events", impl.options->events ? impl.options->events->recent(256) : nlohmann::json::array()}};
   return result;
 }
 

@@ -70,7 +70,7 @@ struct ClusterResult {
   int64_t bytes_ddp_equivalent = 0; // computed: 2 x fp32 model per data-parallel worker-step, same tokens
   int64_t fragment_commits = 0;     // Σ over fragments of the commits that changed it, this run
   double versions_per_fragment_round = 0;  // fragment_commits ÷ (P × the leading learner's inner steps ÷ H)
-  Goodput goodput;
+  Ledger goodput;                   // the goodput ledger (actors/accounting.hpp)
   int64_t restarts = 0;             // learner restarts
   int64_t infrastructure_restarts = 0;  // syncer / store / monitor / evaluator restarts
   int64_t rejected_updates = 0;

@@ -13,7 +13,9 @@
 #include <caf/openssl/all.hpp>
 
 #include "actors/evaluator.hpp"
+#include "actors/events.hpp"
 #include "actors/failure_monitor.hpp"
+#include "actors/accounting.hpp"
 #include "actors/admin.hpp"
 #include "actors/gateway.hpp"
 #include "actors/run_setup.hpp"
@@ -65,6 +67,7 @@ struct Coordinator::Impl {
   uint16_t port = 0;
   Clock::time_point started;
   std::optional<uint64_t> resumed_from;
+  nlohmann::json accounting_at_start = nlohmann::json::object();  // the resumed version's (goodput ledger)
   double initial_heldout_loss = std::nan("");
   std::shared_ptr<net::LinkStats> stats;
   std::shared_ptr<RemoteCounters> counters = std::make_shared<RemoteCounters>();
@@ -124,11 +127,14 @@ Expected<std::unique_ptr<Coordinator>> Coordinator::start(CoordinatorOptions opt
   if (latest) {
     impl->resumed_from = latest->version;
     runtime.resume = true;
+    auto manifest = nlohmann::json::parse(latest->manifest_json, nullptr, false);
+    if (manifest.is_object() && manifest.contains("accounting")) impl->accounting_at_start = manifest["accounting"];
   }
   auto loss = heldout_loss(runtime, impl->setup, latest ? &*latest : nullptr);
   if (!loss) return make_error(loss.error().code, "run directory " + runtime.run_dir + ": " + loss.error().reason);
   impl->initial_heldout_loss = *loss;
 
+  runtime.events = std::make_shared<EventLog>();
   impl->runtime = std::make_shared<const RuntimeOptions>(runtime);
   impl->stats = std::make_shared<net::LinkStats>(options.site);
   impl->config.set("scheduler.max-threads", std::min<size_t>(std::max(1u, std::thread::hardware_concurrency()), 2));
@@ -147,6 +153,27 @@ Expected<std::unique_ptr<Coordinator>> Coordinator::start(CoordinatorOptions opt
 
   AdminSpec admin{std::make_shared<AdminSessions>(), impl->counters, impl->stats, runtime.setup.run.mode,
                   runtime.run_dir, monotonic_seconds()};
+  admin.learner_slots = runtime.setup.run.learners;
+  admin.events = impl->runtime->events;
+  admin.accounting_at_start = impl->accounting_at_start;
+  caf::actor_system* system = impl->system.get();
+  admin.control = [system](const messages::LearnerControl& control) -> Expected<nlohmann::json> {
+    // To the node that runs the learner, through the gateway and the node's session.
+    auto gateway = Directory::get(*system, caf::atom("gateway"));
+    if (!gateway) return make_error(ErrorCode::unavailable, "the gateway is not running");
+    auto bytes = Outbox("admin").wrap(control);
+    if (!bytes) return bytes.error();
+    caf::scoped_actor self{*system};
+    Expected<nlohmann::json> result = make_error(ErrorCode::unavailable, "no answer from the gateway");
+    self->request(gateway, std::chrono::seconds(5), control_atom::value, process_key(), std::move(*bytes))
+        .receive(
+            [&](bool ok, std::string& node) {
+              result = ok ? Expected<nlohmann::json>(nlohmann::json{{"learner", control.learner_id}, {"node", node}})
+                          : Expected<nlohmann::json>(make_error(ErrorCode::not_found, node));
+            },
+            [&](caf::error& error) { result = make_error(ErrorCode::unavailable, system->render(error)); });
+    return result;
+  };
   auto sessions = admin.sessions;
   impl->admin = spawn_admin(*impl->system, std::move(admin));
   GatewaySpec gateway{options.secret, options.config_toml, options.topology_toml, options.topology, options.site,
@@ -184,6 +211,8 @@ Expected<nlohmann::json> Coordinator::run(const std::function<bool()>& stop_requ
   std::optional<uint64_t> start_version;
   int64_t start_tokens = 0;
   double first_commit_s = -1;  // monotonic_seconds() when this process first saw a new committed version
+  std::vector<std::string> slot_ids;
+  for (int m = 0; m < run.learners; ++m) slot_ids.push_back(learner_id(m));
   while (true) {
     const double now = impl.elapsed_s();
     auto s = impl.status(syncer_name());
@@ -216,9 +245,10 @@ Expected<nlohmann::json> Coordinator::run(const std::function<bool()>& stop_requ
         links.push_back({{"node", peer.node}, {"site", peer.site}, {"bytes_sent", peer.counters.bytes_sent},
                          {"bytes_received", peer.counters.bytes_received}});
       }
-      int64_t restarts = 0;
-      const auto records = field(syncer, "learners");  // named: items() must not outlive it
-      for (const auto& [id, r] : records.items()) restarts += std::max(0, r.value("joins", 0) - 1);
+      int64_t restarts = 0;  // as the nodes' supervisors report them
+      const auto slots = field(monitor, "slots");  // named: items() must not outlive it
+      for (const auto& [id, r] : slots.items()) restarts += r.value("restarts", 0);
+      p["goodput"] = to_json(ledger_from_status(now, slot_ids, monitor, syncer, impl.accounting_at_start));
       p["start_version"] = start_version.value_or(0);
       p["merged"] = syncer.value("merged_contributions", int64_t{0});
       p["rejected"] = field(syncer, "rejected");
@@ -250,6 +280,9 @@ Expected<nlohmann::json> Coordinator::run(const std::function<bool()>& stop_requ
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   const uint64_t final_version = syncer.value("version", uint64_t{0});
+  // The ledger as the run ends: the nodes' last slot reports came with their learners' exits.
+  const auto ledger = ledger_from_status(impl.elapsed_s(), slot_ids, impl.status(monitor_name()), syncer,
+                                         impl.accounting_at_start);
   auto final_eval = impl.query(evaluator_name(), "evaluate", {std::to_string(final_version)}, 300);
   if (!final_eval) return make_error(ErrorCode::unavailable, "final evaluation failed: " + final_eval.error().reason);
 
@@ -311,6 +344,8 @@ Expected<nlohmann::json> Coordinator::run(const std::function<bool()>& stop_requ
       {"rejected_foreign", remote["rejected_foreign"]}, {"refused", remote["refused"]}, {"rejected_updates", syncer.value("rejected_total", int64_t{0})},
       {"rejected_by_reason", field(syncer, "rejected")}, {"stopped_by", stopped_by},
       {"first_commit_s", first_commit_s},
+      {"goodput", ledger.goodput()}, {"badput", to_json(ledger)["badput"]},
+      {"goodput_seconds", to_json(ledger)["seconds"]},
   };
   return summary;
 }

@@ -6,6 +6,7 @@
 
 #include <caf/all.hpp>
 
+#include "actors/events.hpp"
 #include "actors/policy.hpp"
 #include "actors/wire.hpp"
 #include "common/log.hpp"
@@ -29,11 +30,78 @@ struct Record {
   int64_t nonfinite_recoveries_now = 0;   // the current incarnation, as its last heartbeat said
   int64_t deaths = 0;
   std::string last_reason;
+  uint32_t incarnation = 0;
+  bool paused = false;
+  bool stepping = false;  // the current incarnation has taken an inner step
+  double dead_s = -1;     // when it was last declared dead
 };
+
+// A learner slot's times from its supervisor's SlotReports (the goodput ledger). A report from a new
+// reporter (a node process started again) starts from zero: what the previous one reported is kept
+// in `banked`, its running incarnation counted until the learner was declared dead.
+// A reporter that ran before this monitor (a coordinator restarted under running nodes) is counted
+// from its first report on: `baseline` is that report, subtracted, so the ledger covers this
+// process's time only.
+struct Slot {
+  SlotReport last;
+  double received_s = -1;
+  SlotReport banked;
+  SlotReport baseline;
+};
+
+void add_times(SlotReport& into, const SlotReport& r, double sign = 1) {
+  into.lifetime_seconds += sign * r.lifetime_seconds;
+  into.alive_seconds += sign * r.alive_seconds;
+  into.recovery_seconds += sign * r.recovery_seconds;
+  into.compute_seconds += sign * r.compute_seconds;
+  into.wait_seconds += sign * r.wait_seconds;
+  into.paused_seconds += sign * r.paused_seconds;
+  into.restarting_seconds += sign * r.restarting_seconds;
+}
+
+// The last report brought forward to `now`: a running incarnation lives on until now (or until the
+// monitor declared the learner dead after the report), a restart in progress goes on.
+SlotReport extended(const Slot& slot, const Record* record, double now) {
+  SlotReport r = slot.last;
+  if (slot.received_s < 0) return r;
+  if (r.state == SlotState::running) {
+    const bool dead_since = record && record->state == Liveness::dead && record->dead_s >= slot.received_s;
+    r.lifetime_seconds += (dead_since ? record->dead_s : now) - slot.received_s;
+  } else if (r.state == SlotState::restarting) {
+    r.restarting_seconds += now - slot.received_s;
+  }
+  add_times(r, slot.baseline, -1);
+  return r;
+}
+
+nlohmann::json times_json(const SlotReport& r) {
+  return {{"lifetime_s", r.lifetime_seconds}, {"alive_s", r.alive_seconds},   {"recovery_s", r.recovery_seconds},
+          {"compute_s", r.compute_seconds},   {"wait_s", r.wait_seconds},     {"paused_s", r.paused_seconds},
+          {"restarting_s", r.restarting_seconds}};
+}
+
+// What an operator sees (console, status page): the supervisor's view of the slot where it knows
+// more (restarting, failed), else the detector's, refined by the last heartbeat.
+const char* shown_state(const Record& r, const Slot* slot, double now, const DetectorOptions& detector) {
+  if (slot && slot->received_s >= 0 && slot->last.state == SlotState::restarting) return "restarting";
+  if (slot && slot->received_s >= 0 && slot->last.state == SlotState::failed) return "failed";
+  if (r.state == Liveness::finished) return "finished";
+  if (r.state == Liveness::dead) return "dead";
+  if (r.paused) return "paused";
+  if (r.incarnation > 0 && !r.stepping) return "restarting";  // a new incarnation recovering its state
+  if (r.history.last_s >= 0 && now - r.history.last_s > 0.5 * suspect_timeout(r.history, detector)) return "suspect";
+  return "alive";
+}
+
+const char* slot_state_name(SlotState s) {
+  static const char* names[] = {"running", "restarting", "finished", "failed"};
+  return names[static_cast<int>(s)];
+}
 
 struct MonitorState {
   std::shared_ptr<const RuntimeOptions> options;
   std::map<std::string, Record> learners;
+  std::map<std::string, Slot> slots;
   Outbox outbox{"monitor"};
   int64_t heartbeat_bytes = 0;
   int64_t heartbeats = 0;
@@ -45,13 +113,20 @@ struct MonitorState {
 
 using MonitorActor = caf::stateful_actor<MonitorState>;
 
-void declare_dead(MonitorActor* self, const std::string& id, Record& record, const std::string& reason) {
+// `kill`: the supervisor should make sure it is dead (a frozen learner); not when the supervisor
+// itself reported the exit (its next incarnation may already run).
+void declare_dead(MonitorActor* self, const std::string& id, Record& record, const std::string& reason,
+                  bool kill = true) {
   auto& st = self->state;
   record.state = Liveness::dead;
   record.deaths += 1;
   record.last_reason = reason;
+  record.dead_s = st.now();
+  record.stepping = false;
   st.log->warn("{} declared dead: {}", id, reason);
+  if (st.options->events) st.options->events->add("death", id, reason);
   for (auto name : {syncer_name(), learner_supervisor_name()}) {
+    if (!kill && name == learner_supervisor_name()) continue;
     auto target = Directory::get(self->system(), name);
     auto bytes = st.outbox.wrap(Leave{id, "dead: " + reason, LeaveCode::dead});
     if (target && bytes) self->send(target, std::move(*bytes));
@@ -94,15 +169,46 @@ caf::behavior monitor_behavior(MonitorActor* self, std::shared_ptr<const Runtime
             record.state = Liveness::alive;
             record.nonfinite_recoveries += record.nonfinite_recoveries_now;
             record.nonfinite_recoveries_now = 0;
+            if (beat->incarnation > 0 && st.options->events) {
+              st.options->events->add("rejoin", beat->learner_id, "incarnation " + std::to_string(beat->incarnation));
+            }
           }
           if (record.state == Liveness::dead) return;  // a late beat of a dead incarnation
           observe_heartbeat(record.history, st.now(), static_cast<int64_t>(beat->step));
           record.step = beat->step;
+          record.incarnation = beat->incarnation;
+          record.paused = beat->paused;
+          record.stepping = beat->compute_seconds > 0;
           if (beat->tokens_per_sec > 0) record.tokens_per_s = beat->tokens_per_sec;
           record.nonfinite_recoveries_now = static_cast<int64_t>(beat->nonfinite_recoveries);
         } else if (auto* leave = std::get_if<Leave>(&envelope->body)) {
           auto it = st.learners.find(leave->learner_id);
           if (it != st.learners.end() && leave->code == LeaveCode::finished) it->second.state = Liveness::finished;
+        } else if (auto* report = std::get_if<SlotReport>(&envelope->body)) {
+          if (learner_index(report->learner_id) < 0) return;
+          auto& slot = st.slots[report->learner_id];
+          auto found = st.learners.find(report->learner_id);
+          const Record* record = found == st.learners.end() ? nullptr : &found->second;
+          if (slot.received_s < 0 || slot.last.reporter != report->reporter) {
+            if (slot.received_s >= 0) add_times(slot.banked, extended(slot, record, st.now()));
+            const double uptime = std::chrono::duration<double>(Clock::now() - st.started).count();
+            slot.baseline = report->lifetime_seconds + report->restarting_seconds > uptime ? *report : SlotReport{};
+          }
+          if (st.options->events && slot.last.state != report->state &&
+              (report->state == SlotState::restarting || report->state == SlotState::failed)) {
+            st.options->events->add(report->state == SlotState::failed ? "given_up" : "restart", report->learner_id,
+                                    report->state == SlotState::failed
+                                        ? "restarted too often: the run goes on without it"
+                                        : "incarnation " + std::to_string(report->incarnation) + " exited");
+          }
+          slot.last = *report;
+          slot.received_s = st.now();
+          // Its supervisor saw the incarnation exit: dead now, not after the heartbeat timeout.
+          if (found != st.learners.end() && found->second.state == Liveness::alive &&
+              found->second.incarnation == report->incarnation &&
+              (report->state == SlotState::restarting || report->state == SlotState::failed)) {
+            declare_dead(self, report->learner_id, found->second, "exited (its supervisor)", false);
+          }
         }
       },
       [=](tick_atom) {
@@ -120,10 +226,23 @@ caf::behavior monitor_behavior(MonitorActor* self, std::shared_ptr<const Runtime
         nlohmann::json learners = nlohmann::json::object();
         int alive = 0;
         int64_t nonfinite = 0;
+        nlohmann::json slots = nlohmann::json::object();
+        for (const auto& [id, slot] : st.slots) {
+          auto found = st.learners.find(id);
+          SlotReport total = slot.banked;
+          add_times(total, extended(slot, found == st.learners.end() ? nullptr : &found->second, st.now()));
+          slots[id] = {{"state", slot_state_name(slot.last.state)}, {"incarnation", slot.last.incarnation},
+                       {"restarts", slot.last.restarts}, {"report_age_s", st.now() - slot.received_s},
+                       {"times", times_json(total)}};
+        }
         for (const auto& [id, r] : st.learners) {
           alive += r.state == Liveness::alive ? 1 : 0;
           nonfinite += r.nonfinite_recoveries + r.nonfinite_recoveries_now;
-          learners[id] = {{"state", liveness_name(r.state)}, {"step", r.step}, {"tokens_per_s", r.tokens_per_s},
+          auto slot = st.slots.find(id);
+          learners[id] = {{"state", shown_state(r, slot == st.slots.end() ? nullptr : &slot->second, st.now(),
+                                                st.options->detector)},
+                          {"liveness", liveness_name(r.state)}, {"incarnation", r.incarnation},
+                          {"step", r.step}, {"tokens_per_s", r.tokens_per_s},
                           {"deaths", r.deaths}, {"mean_interval_s", r.history.mean_interval_s},
                           {"timeout_s", suspect_timeout(r.history, st.options->detector)},
                           {"last_reason", r.last_reason},
@@ -131,7 +250,7 @@ caf::behavior monitor_behavior(MonitorActor* self, std::shared_ptr<const Runtime
                                                                    : nlohmann::json(st.now() - r.history.last_s)},
                           {"nonfinite_recoveries", r.nonfinite_recoveries + r.nonfinite_recoveries_now}};
         }
-        nlohmann::json j = {{"alive", alive}, {"learners", learners}, {"heartbeats", st.heartbeats},
+        nlohmann::json j = {{"alive", alive}, {"learners", learners}, {"slots", slots}, {"heartbeats", st.heartbeats},
                             {"learner_nonfinite_recoveries", nonfinite},
                             {"heartbeat_bytes", st.heartbeat_bytes}};
         return admin_reply("monitor", request ? request->request_id : 0, true, "ok", j);

@@ -37,6 +37,7 @@ struct PendingContribution {
   int64_t steps = 0;
   int64_t tokens = 0;
   float train_loss = 0;
+  double compute_s = 0;      // the learner's compute time behind it
   int64_t staleness = 0;
   double arrived_s = 0;
   std::vector<float> delta;  // Δ = θ_p(base) − θ_local,p

@@ -194,6 +194,16 @@ caf::behavior link_behavior(LinkActor* self, LinkSpec spec) {
         }
         caf::anon_send(st.spec.watcher, stop_atom::value, st.spec.key);
       },
+      [=](control_atom, std::string& key, WireBytes& bytes) {
+        // An operator's learner control (admin actor -> gateway -> here): to the node, with its session key.
+        auto& st = self->state;
+        if (!keys_equal(key, process_key())) {
+          st.spec.counters->refusals.refuse("link of node '" + st.spec.node + "'", "control", Refusal::wrong_key, *st.log);
+          return;
+        }
+        st.spec.stats->record_sent(st.spec.node, st.spec.site, bytes.size());
+        caf::anon_send(st.spec.watcher, control_atom::value, st.spec.key, std::move(bytes));
+      },
   };
 }
 
@@ -368,6 +378,30 @@ caf::behavior gateway_behavior(GatewayActor* self, GatewaySpec spec) {
           return;
         }
         for (auto& link : st.links) self->send(link, stop_atom::value, process_key());
+      },
+      [=](control_atom, std::string& key, WireBytes& bytes) -> std::tuple<bool, std::string> {
+        // From the admin actor (this process): the node holding the learner (or named) gets it.
+        auto& st = self->state;
+        if (!keys_equal(key, process_key())) {
+          st.spec.counters->refusals.refuse("gateway", "control", Refusal::wrong_key, *st.log);
+          return {false, "refused"};
+        }
+        auto envelope = peek(bytes);
+        const auto* control = envelope ? std::get_if<LearnerControl>(&envelope->body) : nullptr;
+        if (!control) return {false, "not a learner control"};
+        const bool node_target = control->action == ControlAction::kill_node;
+        const int index = learner_index(control->learner_id);
+        for (size_t i = 0; i < st.links.size(); ++i) {
+          const auto it = st.sessions.find(st.links[i].address());
+          if (it == st.sessions.end()) continue;
+          const auto& s = it->second;
+          if (node_target ? s.node == control->learner_id : index >= s.first && index < s.first + s.count) {
+            self->send(st.links[i], control_atom::value, process_key(), std::move(bytes));
+            return {true, s.node};
+          }
+        }
+        return {false, node_target ? "no node '" + control->learner_id + "' is connected (see nodes)"
+                                   : "no connected node runs '" + control->learner_id + "' (see learners)"};
       },
   };
 }

@@ -46,6 +46,8 @@ struct FragmentSlot {
   int64_t since_step = 0;         // the step this unsent work began at (its last update or install)
   int64_t tokens_since = 0;
   double loss_sum = 0;
+  double compute_since = 0;       // compute time of those steps × this fragment's share (the ledger)
+  double share = 0;               // numel_p / numel
   ErrorFeedback feedback;
 };
 
@@ -86,7 +88,9 @@ struct LearnerState {
   Clock::time_point fetch_sent{};
   int64_t step = 0;
   int64_t steps_this_incarnation = 0;
-  double compute_s = 0, wait_s = 0, recovery_s = 0;
+  double compute_s = 0, wait_s = 0, recovery_s = 0, paused_s = 0;
+  bool paused = false;             // by an operator: no inner steps until resumed
+  Clock::time_point paused_since{};
   double tokens_per_s = 0;         // tokens per compute second, this incarnation
   int64_t tokens_this_incarnation = 0;
   Clock::time_point started = Clock::now();
@@ -114,8 +118,14 @@ void send_to(LearnerActor* self, const caf::actor& to, Message body) {
 void send_heartbeat(LearnerActor* self) {
   auto& st = self->state;
   st.last_beat = Clock::now();
+  const double alive = seconds(st.last_beat - st.started);
+  const double paused = st.paused_s + (st.paused ? seconds(st.last_beat - st.paused_since) : 0);
+  const double waiting = st.wait_s + (st.phase == Phase::waiting ? seconds(st.last_beat - st.wait_started) : 0);
   Heartbeat beat{st.id, static_cast<uint64_t>(st.step), st.tokens_per_s,
-                 static_cast<uint64_t>(st.nonfinite_recoveries)};
+                 static_cast<uint64_t>(st.nonfinite_recoveries), static_cast<uint32_t>(st.spec.incarnation), alive,
+                 // before its first step an incarnation is recovering all along (minus a pause)
+                 st.steps_this_incarnation > 0 ? st.recovery_s : alive - paused, st.compute_s, waiting, paused,
+                 st.paused};
   send_to(self, lookup(self, monitor_name()), beat);
   send_to(self, st.spec.supervisor, beat);
 }
@@ -210,6 +220,7 @@ void recover_from_nonfinite(LearnerActor* self, const std::string& why) {
     slot.steps_since = slot.tokens_since = 0;
     slot.since_step = st.step;
     slot.loss_sum = 0;
+    slot.compute_since = 0;
     slot.restored = false;
   }
   training::OptimizerState fresh;
@@ -244,7 +255,7 @@ void send_update(LearnerActor* self, int p, const std::vector<float>& flat) {
     return FragmentUpdate{st.id, static_cast<uint32_t>(p), slot.version, static_cast<uint32_t>(slot.steps_since),
                           static_cast<uint64_t>(slot.tokens_since), std::isfinite(loss) ? loss : 0.0f,
                           std::move(chunk), st.tokens_per_s, round, static_cast<uint64_t>(slot.since_step),
-                          static_cast<uint64_t>(st.step)};
+                          static_cast<uint64_t>(st.step), slot.compute_since};
   });
   if (!messages) return;
   for (auto& m : *messages) self->send(st.syncer, std::move(m));
@@ -261,6 +272,7 @@ void send_update(LearnerActor* self, int p, const std::vector<float>& flat) {
   slot.since_step = st.step;
   slot.tokens_since = 0;
   slot.loss_sum = 0;
+  slot.compute_since = 0;
 }
 
 bool any_outstanding(LearnerActor* self) {
@@ -306,6 +318,7 @@ void save_checkpoint(LearnerActor* self) {
     f.steps = slot.steps_since;
     f.tokens = slot.tokens_since;
     f.loss_sum = slot.loss_sum;
+    f.compute_s = slot.compute_since;
     f.unsent = read_fragment(self, static_cast<int>(p));
     for (size_t i = 0; i < f.unsent.size(); ++i) f.unsent[i] -= slot.ref[i];
     checkpoint.fragments.push_back(std::move(f));
@@ -365,7 +378,7 @@ bool budget_spent(LearnerActor* self) {
 
 void run_step(LearnerActor* self) {
   auto& st = self->state;
-  if (st.phase != Phase::training) return;
+  if (st.phase != Phase::training || st.paused) return;
   if (budget_spent(self)) {
     begin_drain(self);
     return;
@@ -396,9 +409,10 @@ void run_step(LearnerActor* self) {
   if (st.compute_s > 0) st.tokens_per_s = st.tokens_this_incarnation / st.compute_s;  // per compute second
   st.step += 1;
   st.steps_this_incarnation += 1;
-  if (st.steps_this_incarnation == 1) st.recovery_s = seconds(begin - st.started);
+  if (st.steps_this_incarnation == 1) st.recovery_s = seconds(begin - st.started) - st.paused_s;
   for (auto& slot : st.fragments) {
     slot.steps_since += 1;
+    slot.compute_since += elapsed * slot.share;
     slot.tokens_since += stats.tokens;
     slot.loss_sum += stats.cross_entropy;
   }
@@ -480,6 +494,7 @@ void start_from_globals(LearnerActor* self) {
     slot.steps_since = slot.tokens_since = 0;
     slot.since_step = st.step;
     slot.loss_sum = 0;
+    slot.compute_since = 0;
     slot.restored = false;
     const auto& run = opts(self).setup.run;
     slot.next_due = next_due_step(st.step, q, static_cast<int>(st.fragments.size()), run.inner_steps, st.staggered);
@@ -501,6 +516,7 @@ void start_from_globals(LearnerActor* self) {
       slot.steps_since = saved.steps;
       slot.tokens_since = saved.tokens;
       slot.loss_sum = saved.loss_sum;
+      slot.compute_since = saved.compute_s;
       // Restored work is already a period old: it goes out after the first step, not a period later.
       slot.restored = saved.steps > 0;
     }
@@ -652,6 +668,10 @@ Status initialize(LearnerActor* self) {
     st.spec.start_step -= st.spec.start_step % setup.run.inner_steps;
   }
   st.fragments.resize(st.spec.layout->plan.fragments.size());
+  for (size_t p = 0; p < st.fragments.size(); ++p) {
+    st.fragments[p].share = static_cast<double>(st.spec.layout->plan.fragments[p].numel) /
+                            static_cast<double>(std::max<int64_t>(1, st.spec.layout->parameter_count));
+  }
   st.step = st.spec.start_step;
   // Sync mode is classic DiLoCo: every learner starts the next round from the global model.
   st.install = st.staggered ? install_mode(opts(self).syncer.carry_unsent, opts(self).syncer.alpha)
@@ -744,6 +764,41 @@ caf::behavior learner_behavior(LearnerActor* self, LearnerSpec spec) {
       },
       [=](beat_atom) {
         if (from_this_process(self)) on_beat(self);
+      },
+      [=](pause_atom, const std::string& key, bool pause) -> bool {
+        // An operator's pause (console): no inner steps until resumed; heartbeats go on, marked paused.
+        auto& st = self->state;
+        if (!keys_equal(key, process_key())) {
+          st.refused_remote += 1;
+          return false;
+        }
+        if (pause == st.paused) return true;
+        st.paused = pause;
+        if (pause) {
+          st.paused_since = Clock::now();
+          st.log->info("{}: paused at step {}", st.id, st.step);
+        } else {
+          st.paused_s += seconds(Clock::now() - st.paused_since);
+          st.log->info("{}: resumed at step {}", st.id, st.step);
+          if (st.phase == Phase::training) self->send(self, step_atom::value);
+        }
+        send_heartbeat(self);
+        return true;
+      },
+      [=](restart_atom, const std::string& key) {
+        // An operator's restart: its unsent work is saved first, so the next incarnation continues it.
+        auto& st = self->state;
+        if (!keys_equal(key, process_key())) {
+          st.refused_remote += 1;
+          return;
+        }
+        if (!st.checkpoint_path.empty() && st.replica && st.steps_this_incarnation > 0) {
+          collect_checkpoint_write(self, true);
+          save_checkpoint(self);
+          collect_checkpoint_write(self, true);
+        }
+        st.log->info("{}: restarting at step {} (operator)", st.id, st.step);
+        self->quit(caf::exit_reason::user_shutdown);  // not normal: its supervisor starts the next incarnation
       },
       [=](WireBytes& bytes) {
         auto& st = self->state;

@@ -17,7 +17,7 @@ namespace archipelago::actors {
 namespace {
 
 constexpr uint32_t kMagic = 0x4b434c41;  // "ALCK"
-constexpr uint32_t kFormat = 2;
+constexpr uint32_t kFormat = 3;
 
 void put_double(std::string& out, double value) {
   uint64_t bits = 0;
@@ -80,6 +80,7 @@ Status save_learner_checkpoint(const std::string& path, const LearnerCheckpoint&
     put_le(bytes, static_cast<uint64_t>(f.steps), 8);
     put_le(bytes, static_cast<uint64_t>(f.tokens), 8);
     put_double(bytes, f.loss_sum);
+    put_double(bytes, f.compute_s);
     put_floats(bytes, f.unsent);
   }
   if (c.optimizer.adam_steps > 0) {
@@ -156,7 +157,8 @@ Expected<LearnerCheckpoint> load_learner_checkpoint(const std::string& path, int
   for (uint64_t p = 0; p < fragments; ++p) {
     auto& f = c.fragments[p];
     uint64_t since = 0, steps = 0, tokens = 0;
-    if (!r.le(f.version, 8) || !r.le(since, 8) || !r.le(steps, 8) || !r.le(tokens, 8) || !get_double(r, f.loss_sum)) {
+    if (!r.le(f.version, 8) || !r.le(since, 8) || !r.le(steps, 8) || !r.le(tokens, 8) || !get_double(r, f.loss_sum) ||
+        !get_double(r, f.compute_s)) {
       return make_error(ErrorCode::truncated, path + ": fragment " + std::to_string(p) + " ends early");
     }
     f.since_step = static_cast<int64_t>(since);
@@ -166,6 +168,9 @@ Expected<LearnerCheckpoint> load_learner_checkpoint(const std::string& path, int
       return make_error(ErrorCode::inconsistent, path + ": fragment " + std::to_string(p) + "'s work begins after the checkpoint");
     }
     if (f.steps < 0 || f.tokens < 0) return make_error(ErrorCode::inconsistent, path + ": negative counters");
+    if (!std::isfinite(f.compute_s) || f.compute_s < 0) {
+      return make_error(ErrorCode::inconsistent, path + ": fragment " + std::to_string(p) + "'s compute time is not a duration");
+    }
     Status read = get_floats(r, f.unsent, static_cast<uint64_t>(fragment_sizes[p]), path + ": fragment " + std::to_string(p));
     if (!read) return read.error();
   }

@@ -4,9 +4,9 @@
 // steps per fragment period that is H/2 steps per fragment on average. The learner therefore saves,
 // every `runtime.learner_checkpoint_every` steps, what a restarted incarnation needs to continue:
 //   - per fragment: the unsent work u_p = θ_local,p − θ_ref,p (θ_ref: the global it last installed, or
-//     its own θ_p when it last sent an update) with the step it began at and the step, token and loss
-//     counters of that work. An update sent after the checkpoint already carried u_p: the syncer's
-//     Welcome says how far it has each fragment's work (`receivedUntil`), and u_p is dropped then;
+//     its own θ_p when it last sent an update) with the step it began at and the step, token, loss
+//     and compute-time counters of that work. An update sent after the checkpoint already carried
+//     u_p: the syncer's Welcome says how far it has each fragment's work (`receivedUntil`), and u_p is dropped then;
 //   - AdamW's moments and step counters (flat, parameter order), so no warmup is redone.
 // It never saves θ itself: a restarted learner fetches the latest committed global θ_G and continues
 // from θ_G,p + u_p, so a checkpoint older than the newest version loses nothing committed since.
@@ -34,6 +34,7 @@ struct LearnerCheckpoint {
     int64_t steps = 0;          // inner steps in `unsent`
     int64_t tokens = 0;
     double loss_sum = 0;        // sum of the training losses of those steps
+    double compute_s = 0;       // their compute time × the fragment's share (the goodput ledger)
     std::vector<float> unsent;  // θ_local,p − θ_ref,p, in the fragment's gather order
   };
   int64_t step = 0;             // the learner's inner step (data position) when saved

@@ -1,4 +1,5 @@
 #include "actors/node.hpp"
+#include "actors/admin.hpp"
 #include "actors/directory.hpp"
 
 #include <unistd.h>
@@ -142,6 +143,21 @@ caf::behavior watcher_behavior(WatcherActor* self, caf::actor gateway, std::shar
       },
       [=](stop_atom, const std::string& key) {
         if (keyed(key, "stop")) self->state.flags->stop_requested = true;
+      },
+      [=](control_atom, const std::string& key, WireBytes& bytes) {
+        // An operator's control of one of this node's learners, from the coordinator it joined.
+        auto& st = self->state;
+        if (!keyed(key, "control")) return;
+        st.stats->record_received(kCoordinatorPeer, st.coordinator_site, bytes.size());
+        auto envelope = unwrap(std::move(bytes));
+        const auto* control = envelope ? std::get_if<LearnerControl>(&envelope->body) : nullptr;
+        if (!control) {
+          st.refusals->refuse("node watcher", envelope ? message_name(envelope->body) : "control", Refusal::malformed,
+                              *log, envelope ? "not a learner control" : envelope.error().to_string());
+          return;
+        }
+        auto done = apply_learner_control(self->system(), *control);
+        if (!done) log->warn("learner control: {}", done.error().reason);
       },
   };
 }

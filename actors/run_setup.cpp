@@ -119,7 +119,7 @@ Expected<double> heldout_loss(const RuntimeOptions& options, const RunSetup& set
 SupervisorSpec learner_supervisor_spec(std::shared_ptr<const RuntimeOptions> options,
                                        std::shared_ptr<const training::Corpus> corpus, const RunSetup& setup,
                                        const LearnerSlots& slots) {
-  SupervisorSpec spec{"learner_supervisor", learner_supervisor_name(), options, {}};
+  SupervisorSpec spec{"learner_supervisor", learner_supervisor_name(), options, {}, true};
   for (int i = 0; i < slots.count; ++i) {
     const int index = slots.first + i;
     ChildSpec child;

@@ -6,11 +6,14 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "training/reference_engine.hpp"
 
 namespace archipelago::actors {
+
+class EventLog;  // actors/events.hpp
 
 struct SyncerOptions {
   double alpha = 0.5;           // learner merge of a received global fragment: α·local + (1−α)·global
@@ -62,6 +65,7 @@ struct RuntimeOptions {
   uint32_t keep_versions = 20;      // store retention: newest N committed versions (0 = all)
   int learner_checkpoint_every = 2; // a learner saves its unsent work + AdamW state every N steps (0 = never)
   bool learner_checkpoint_sync = false;  // fdatasync those files (survive power loss, not only a kill)
+  std::shared_ptr<EventLog> events;  // recent events for operators (null: none kept); shared by copies
 };
 
 }  // namespace archipelago::actors

@@ -248,6 +248,31 @@ caf::behavior store_behavior(StoreActor* self, std::shared_ptr<storage::Checkpoi
           }
           return admin_reply("store", request->request_id, true, "ok", {{"versions", versions}});
         }
+        if (request && request->command == "version" && request->args.size() == 1) {
+          // One version: its record, blobs, manifest, and whether every blob still verifies.
+          const uint64_t wanted = std::strtoull(request->args[0].c_str(), nullptr, 10);
+          auto list = st.store->list();
+          if (!list) return admin_reply("store", request->request_id, false, list.error().to_string(), {});
+          for (const auto& info : *list) {
+            if (info.version != wanted) continue;
+            nlohmann::json blobs = nlohmann::json::array();
+            for (const auto& e : info.entries) {
+              blobs.push_back({{"fragment", e.fragment}, {"role", e.role == storage::BlobRole::parameters ? "parameters"
+                                                                                                    : "outer_state"},
+                               {"bytes", e.size}, {"xxh3_128", e.hash.to_hex()}});
+            }
+            auto manifest = nlohmann::json::parse(info.manifest_json, nullptr, false);
+            Status verified = st.store->verify(wanted);
+            return admin_reply("store", request->request_id, true, "ok",
+                               {{"version", wanted}, {"committed_unix_ms", info.committed_unix_ms},
+                                {"pinned", info.pinned}, {"total_bytes", info.total_bytes}, {"blobs", blobs},
+                                {"verified", verified.ok()},
+                                {"verify_error", verified.ok() ? "" : verified.error().to_string()},
+                                {"manifest", manifest.is_discarded() ? nlohmann::json(info.manifest_json) : manifest}});
+          }
+          return admin_reply("store", request->request_id, false,
+                             "no committed version " + request->args[0] + " in the store (see versions)", {});
+        }
         auto latest = st.store->latest_committed_version();
         nlohmann::json j = {{"commits", st.commits}, {"failed_commits", st.failed_commits},
                             {"bytes_received", st.bytes_received}, {"bytes_served", st.bytes_served},

@@ -6,6 +6,7 @@
 
 #include <caf/all.hpp>
 
+#include "actors/authorization.hpp"
 #include "actors/policy.hpp"
 #include "actors/wire.hpp"
 #include "common/log.hpp"
@@ -39,6 +40,11 @@ struct Child {
   double recovery_s = 0;       // respawn -> first new step, summed (restarts only)
   double failed_s = -1;
   std::string last_reason;
+  // The goodput ledger's times (SlotReport): the current incarnation's last heartbeat, and the
+  // incarnations that ended, summed; lifetime spawn -> exit.
+  messages::Heartbeat beat;
+  SlotReport ended;
+  double last_report_s = -1;
 };
 
 struct SupervisorState {
@@ -48,6 +54,8 @@ struct SupervisorState {
   Clock::time_point started = Clock::now();
   std::shared_ptr<spdlog::logger> log;
   const char* name = "supervisor";
+  uint64_t reporter = 0;  // SlotReport.reporter: random per supervisor
+  Outbox outbox{"supervisor"};
   double now() const { return monotonic_seconds(); }
 };
 
@@ -76,18 +84,69 @@ void start_child(SupervisorActor* self, int index) {
   refresh_live(self);
 }
 
+messages::SlotState slot_state(ChildState s) {
+  switch (s) {
+    case ChildState::running: return messages::SlotState::running;
+    case ChildState::restarting: return messages::SlotState::restarting;
+    case ChildState::finished: return messages::SlotState::finished;
+    case ChildState::failed: return messages::SlotState::failed;
+  }
+  return messages::SlotState::running;
+}
+
+// A learner slot's times so far: the ended incarnations plus the running one as of now.
+SlotReport slot_report(const SupervisorState& st, const Child& c) {
+  SlotReport r = c.ended;
+  r.learner_id = c.spec.id;
+  r.state = slot_state(c.state);
+  r.incarnation = static_cast<uint32_t>(c.incarnation);
+  r.restarts = static_cast<uint32_t>(c.restarts);
+  r.reporter = st.reporter;
+  if (c.handle) {
+    r.lifetime_seconds += st.now() - c.spawned_s;
+    r.alive_seconds += c.beat.alive_seconds;
+    r.recovery_seconds += c.beat.recovery_seconds;
+    r.compute_seconds += c.beat.compute_seconds;
+    r.wait_seconds += c.beat.wait_seconds;
+    r.paused_seconds += c.beat.paused_seconds;
+  }
+  if (c.state == ChildState::restarting && c.died_s >= 0) r.restarting_seconds += st.now() - c.died_s;
+  return r;
+}
+
+// Learner supervisors tell the failure monitor (across the session for a node) each slot's times:
+// at most every second per slot, and at once when its state changes.
+void report_slot(SupervisorActor* self, Child& c, bool now) {
+  auto& st = self->state;
+  if (!st.spec.report_slots || (!now && st.now() - c.last_report_s < 1.0)) return;
+  auto monitor = Directory::get(self->system(), monitor_name());
+  if (!monitor) return;
+  c.last_report_s = st.now();
+  st.outbox = Outbox(c.spec.id);
+  auto bytes = st.outbox.wrap(slot_report(st, c));
+  if (bytes) self->send(monitor, std::move(*bytes));
+}
+
 void on_down(SupervisorActor* self, const caf::down_msg& down) {
   auto& st = self->state;
   for (size_t i = 0; i < st.children.size(); ++i) {
     auto& child = st.children[i];
     if (!child.handle || child.handle.address() != down.source) continue;
     child.handle = caf::actor{};
+    child.ended.lifetime_seconds += st.now() - child.spawned_s;
+    child.ended.alive_seconds += child.beat.alive_seconds;
+    child.ended.recovery_seconds += child.beat.recovery_seconds;
+    child.ended.compute_seconds += child.beat.compute_seconds;
+    child.ended.wait_seconds += child.beat.wait_seconds;
+    child.ended.paused_seconds += child.beat.paused_seconds;
+    child.beat = messages::Heartbeat{};
     child.steps_computed += std::max<int64_t>(0, child.last_step - child.start_step);
     child.awaiting_progress = false;
     refresh_live(self);
     if (!down.reason || down.reason == caf::exit_reason::normal) {
       child.state = ChildState::finished;
       st.log->info("{} finished", child.spec.id);
+      report_slot(self, child, true);
       return;
     }
     child.last_reason = self->system().render(down.reason);
@@ -98,6 +157,7 @@ void on_down(SupervisorActor* self, const caf::down_msg& down) {
       child.failed_s = st.now();
       st.log->error("{} exited ({}); {}: the run continues without it", child.spec.id, child.last_reason,
                     decision.reason);
+      report_slot(self, child, true);
       return;
     }
     child.state = ChildState::restarting;
@@ -105,6 +165,7 @@ void on_down(SupervisorActor* self, const caf::down_msg& down) {
     st.log->warn("{} exited ({}); {}", child.spec.id, child.last_reason, decision.reason);
     self->delayed_send(self, std::chrono::milliseconds(static_cast<int64_t>(decision.delay_s * 1000)),
                        restart_atom::value, static_cast<int>(i));
+    report_slot(self, child, true);
     return;
   }
 }
@@ -132,6 +193,13 @@ nlohmann::json status_json(SupervisorActor* self) {
                            {"last_step", c.last_step}, {"steps_computed", computed},
                            {"downtime_s", c.downtime_s + down_now}, {"recovery_s", c.recovery_s},
                            {"last_reason", c.last_reason}};
+    if (st.spec.report_slots) {
+      const auto r = slot_report(st, c);
+      children[c.spec.id]["times"] = {{"lifetime_s", r.lifetime_seconds}, {"alive_s", r.alive_seconds},
+                                      {"recovery_s", r.recovery_seconds}, {"compute_s", r.compute_seconds},
+                                      {"wait_s", r.wait_seconds}, {"paused_s", r.paused_seconds},
+                                      {"restarting_s", r.restarting_seconds}};
+    }
   }
   return {{"name", st.spec.name}, {"children", children}, {"restarts", restarts}, {"running", running},
           {"finished", finished}, {"failed", failed}, {"restarting", restarting}, {"downtime_s", downtime},
@@ -142,6 +210,7 @@ caf::behavior supervisor_behavior(SupervisorActor* self, SupervisorSpec spec) {
   auto& st = self->state;
   st.log = component_logger(spec.name);
   st.spec = std::move(spec);
+  st.reporter = std::stoull(random_key().substr(0, 16), nullptr, 16);
   for (const auto& child_spec : st.spec.children) {
     Child child;
     child.spec = child_spec;
@@ -164,8 +233,10 @@ caf::behavior supervisor_behavior(SupervisorActor* self, SupervisorSpec spec) {
         child.incarnation += 1;
         child.restarts += 1;
         child.downtime_s += st.now() - child.died_s;
+        child.ended.restarting_seconds += st.now() - child.died_s;
         child.awaiting_progress = true;
         start_child(self, index);
+        report_slot(self, child, true);
         st.log->info("{} restarted (incarnation {}) at step {}", child.spec.id, child.incarnation, child.last_step);
       },
       [=](WireBytes& bytes) {
@@ -177,6 +248,8 @@ caf::behavior supervisor_behavior(SupervisorActor* self, SupervisorSpec spec) {
           for (auto& c : st.children) {
             if (c.spec.id != beat->learner_id || !c.handle || caf::actor_cast<caf::actor>(sender) != c.handle) continue;
             c.last_step = static_cast<int64_t>(beat->step);
+            if (beat->incarnation == static_cast<uint32_t>(c.incarnation)) c.beat = *beat;
+            report_slot(self, c, false);
             if (c.awaiting_progress && c.last_step > c.start_step) {
               c.awaiting_progress = false;
               c.recovery_s += st.now() - c.spawned_s;

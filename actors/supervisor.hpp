@@ -47,6 +47,7 @@ struct SupervisorSpec {
   caf::atom_value registry_name;
   std::shared_ptr<const RuntimeOptions> options;
   std::vector<ChildSpec> children;
+  bool report_slots = false;  // learner supervisors: SlotReports to the failure monitor (the goodput ledger)
 };
 
 caf::actor spawn_supervisor(caf::actor_system& system, SupervisorSpec spec);

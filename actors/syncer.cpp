@@ -197,8 +197,10 @@ void on_persisted(SyncerActor* self, const Persisted& persisted) {
 void on_update(SyncerActor* self, const caf::actor& sender, const DecodedEnvelope& envelope,
                const FragmentUpdate& update) {
   auto& st = self->state;
+  // A refused update's compute counts once (its first chunk), as rejected work.
+  const double compute_s = update.chunk.chunk_index == 0 ? update.compute_seconds : 0;
   if (auto reject = st.core->screen(envelope.sender_id, envelope.sequence, update)) {
-    st.core->count_reject(*reject, update.learner_id);
+    st.core->count_reject(*reject, update.learner_id, 0, compute_s);
     st.log->warn("rejected a fragment update from {} (fragment {}): {}", update.learner_id, update.fragment_id,
                  to_string(*reject));
     if (*reject == RejectReason::unknown_learner) {
@@ -214,13 +216,13 @@ void on_update(SyncerActor* self, const caf::actor& sender, const DecodedEnvelop
   auto added = st.inbox.add(key, update.chunk);
   if (!added) {
     const auto reason = added.error().code == ErrorCode::non_finite ? RejectReason::non_finite : RejectReason::malformed;
-    st.core->count_reject(reason, update.learner_id);
+    st.core->count_reject(reason, update.learner_id, 0, compute_s);
     st.log->warn("rejected an update from {}: {}", update.learner_id, added.error().to_string());
     return;
   }
   if (!added->complete) return;
   UpdateHeader header{update.learner_id, update.fragment_id, update.base_version, update.inner_steps, update.tokens,
-                      update.train_loss, update.round, update.from_step, update.to_step};
+                      update.train_loss, update.round, update.from_step, update.to_step, update.compute_seconds};
   if (st.core->accept(header, std::move(added->values), st.now())) return;
   try_merge(self);
 }
@@ -303,6 +305,21 @@ caf::behavior syncer_behavior(SyncerActor* self, SyncerSpec spec) {
         if (!change) return {false, change.error().reason, ""};
         st.log->info("{}: {} -> {} (admin set)", key, change->first, change->second);
         return {true, change->first, change->second};
+      },
+      [=](checkpoint_atom) -> std::tuple<bool, std::string, uint64_t> {
+        // An operator's `checkpoint`: what is pending is merged and committed now, quorum or not.
+        auto& st = self->state;
+        if (st.phase != Phase::ready) return {false, "the syncer is restoring its state", 0};
+        if (st.core->commit_in_flight()) return {false, "a commit is in flight: try again", 0};
+        auto pending = st.core->fragments_with_pending();
+        if (pending.empty()) return {true, "nothing pending: the latest version is committed", st.core->latest_version()};
+        auto staged = st.core->stage(pending, st.now());
+        if (!staged) return {false, staged.error().to_string(), 0};
+        st.staged = std::move(*staged);
+        const uint64_t version = st.staged->version;
+        st.log->info("checkpoint (admin): committing version {} with {} fragment(s)", version, pending.size());
+        send_persist(self, *st.staged);
+        return {true, "committing", version};
       },
       [=](tick_atom) {
         auto& st = self->state;

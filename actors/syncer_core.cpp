@@ -6,6 +6,7 @@
 #include <set>
 #include <sstream>
 
+#include "actors/events.hpp"
 #include "actors/wire.hpp"
 #include "common/log.hpp"
 #include "net/auth.hpp"
@@ -23,6 +24,8 @@ nlohmann::json learner_accounting(const LearnerRecord& r) {
           {"contributions_rejected", r.contributions_rejected},
           {"step_equivalents_merged", r.step_equivalents_merged},
           {"step_equivalents_rejected", r.step_equivalents_rejected},
+          {"compute_merged_s", r.compute_merged_s},
+          {"compute_rejected_s", r.compute_rejected_s},
           {"steps_merged_fragment0", r.steps_merged_fragment0},
           {"tokens_merged", r.tokens_merged},
           {"joins", r.joins},
@@ -175,8 +178,51 @@ Expected<std::pair<std::string, std::string>> SyncerCore::set(const std::string&
     options_.setup.outer.quorum = static_cast<int>(number);
     return change;
   }
+  if (key == "outer.downlink_codec") {
+    auto codec = messages::parse_codec(value);
+    if (!codec) return make_error(ErrorCode::invalid_argument, "outer.downlink_codec: " + codec.error().reason);
+    // Every broadcast names its codec and B_p advances by what receivers decode: a switch is safe.
+    std::pair<std::string, std::string> change{messages::codec_name(rules_.downlink), messages::codec_name(*codec)};
+    rules_.downlink = *codec;
+    options_.setup.outer.downlink_codec = value;
+    return change;
+  }
+  if (key == "syncer.grace_max_s" || key == "syncer.grace_gamma") {
+    if (Status ok = parse(number); !ok) return ok.error();
+    const bool max = key == "syncer.grace_max_s";
+    if (!(number >= 0 && number <= (max ? 60 : 10))) {
+      return make_error(ErrorCode::invalid_argument, key + " must be in [0, " + (max ? "60" : "10") + "], not " + value);
+    }
+    double& field = max ? options_.syncer.grace_max_s : options_.syncer.grace_gamma;
+    std::pair<std::string, std::string> change{text(field), text(number)};
+    field = number;
+    return change;
+  }
+  if (key == "syncer.max_staleness") {
+    if (Status ok = parse(number); !ok) return ok.error();
+    if (number != std::floor(number) || number < 0 || number > 1000) {
+      return make_error(ErrorCode::invalid_argument, "syncer.max_staleness must be a whole number in [0, 1000], not " + value);
+    }
+    std::pair<std::string, std::string> change{std::to_string(options_.syncer.max_staleness), text(number)};
+    options_.syncer.max_staleness = static_cast<int>(number);
+    return change;
+  }
+  if (key == "outer.codec" || key == "train.inner_steps") {
+    return make_error(ErrorCode::invalid_argument,
+                      "'" + key + "' is fixed for a run: the learners' schedule slots, step ranges and error "
+                      "feedback are built on it; restart from the committed version with --set " + key + "=" + value);
+  }
   return make_error(ErrorCode::invalid_argument,
-                    "'" + key + "' is not runtime-tunable (outer.lr, outer.momentum, outer.quorum)");
+                    "'" + key + "' is not runtime-tunable (outer.lr, outer.momentum, outer.quorum, "
+                    "outer.downlink_codec, syncer.grace_max_s, syncer.grace_gamma, syncer.max_staleness)");
+}
+
+std::vector<int> SyncerCore::fragments_with_pending() const {
+  std::vector<int> ids;
+  for (int p = 0; p < fragment_count(); ++p) {
+    if (!fragments_[p].pending.empty()) ids.push_back(p);
+  }
+  return ids;
 }
 
 messages::Welcome SyncerCore::join(const messages::Join& join, double now_s) {
@@ -233,12 +279,15 @@ double SyncerCore::fastest_tokens_per_s() const {
   return fastest;
 }
 
-void SyncerCore::count_reject(RejectReason reason, const std::string& learner_id, double step_equivalents) {
+void SyncerCore::count_reject(RejectReason reason, const std::string& learner_id, double step_equivalents,
+                              double compute_s) {
   rejects_.by_reason[to_string(reason)] += 1;
+  if (options_.events) options_.events->add("rejected", learner_id.empty() ? "?" : learner_id, to_string(reason));
   auto it = learners_.find(learner_id);
   if (it != learners_.end()) {
     it->second.contributions_rejected += 1;
     it->second.step_equivalents_rejected += step_equivalents;
+    it->second.compute_rejected_s += compute_s;
   }
 }
 
@@ -301,7 +350,7 @@ std::optional<RejectReason> SyncerCore::accept(const UpdateHeader& h, std::vecto
   auto duplicate = [&](const std::string& why) {
     component_logger("syncer")->warn("rejected update of fragment {} from {} (steps {}..{}, base {}): {}", h.fragment,
                                      h.learner_id, h.from_step, h.to_step, h.base_version, why);
-    count_reject(RejectReason::duplicate, h.learner_id, h.inner_steps * share);
+    count_reject(RejectReason::duplicate, h.learner_id, h.inner_steps * share, h.compute_s);
     return RejectReason::duplicate;
   };
   if (mode_ == "decoupled" || mode_ == "async") {
@@ -325,7 +374,7 @@ std::optional<RejectReason> SyncerCore::accept(const UpdateHeader& h, std::vecto
   if (!staleness.accept) {
     component_logger("syncer")->warn("rejected update of fragment {} from {}: {}", h.fragment, h.learner_id,
                                      staleness.reason);
-    count_reject(RejectReason::stale, h.learner_id, h.inner_steps * share);
+    count_reject(RejectReason::stale, h.learner_id, h.inner_steps * share, h.compute_s);
     return RejectReason::stale;
   }
   const std::string key = h.learner_id + "/" + std::to_string(h.fragment);
@@ -344,6 +393,7 @@ std::optional<RejectReason> SyncerCore::accept(const UpdateHeader& h, std::vecto
   c.steps = h.inner_steps;
   c.tokens = static_cast<int64_t>(h.tokens);
   c.train_loss = h.train_loss;
+  c.compute_s = h.compute_s;
   c.staleness = staleness.staleness;
   c.arrived_s = now_s;
   c.delta = std::move(delta);
@@ -479,6 +529,7 @@ void SyncerCore::credit(std::map<std::string, LearnerRecord>& learners, const St
       const double share = static_cast<double>(fragments_[c.fragment].numel) / std::max<int64_t>(1, total_numel_);
       r.contributions_merged += 1;
       r.step_equivalents_merged += c.steps * share;
+      r.compute_merged_s += c.compute_s;
       r.tokens_merged += static_cast<int64_t>(c.tokens * share);
       if (c.fragment == 0) r.steps_merged_fragment0 += c.steps;
       r.last_staleness = c.staleness;
@@ -504,6 +555,8 @@ void SyncerCore::restore_accounting(const nlohmann::json& a) {
     r.contributions_rejected = j.value("contributions_rejected", int64_t{0});
     r.step_equivalents_merged = j.value("step_equivalents_merged", 0.0);
     r.step_equivalents_rejected = j.value("step_equivalents_rejected", 0.0);
+    r.compute_merged_s = j.value("compute_merged_s", 0.0);
+    r.compute_rejected_s = j.value("compute_rejected_s", 0.0);
     r.steps_merged_fragment0 = j.value("steps_merged_fragment0", int64_t{0});
     r.tokens_merged = j.value("tokens_merged", int64_t{0});
     r.joins = j.value("joins", int64_t{0});

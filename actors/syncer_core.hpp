@@ -56,6 +56,8 @@ struct LearnerRecord {
   int64_t contributions_rejected = 0;
   double step_equivalents_merged = 0;    // Σ inner steps × fragment share over merged contributions
   double step_equivalents_rejected = 0;
+  double compute_merged_s = 0;           // Σ compute seconds of merged contributions (goodput)
+  double compute_rejected_s = 0;         // ... of refused updates
   int64_t steps_merged_fragment0 = 0;    // data position hint for --resume
   int64_t tokens_merged = 0;
   double tokens_per_s = 0;               // its throughput, as its last update reported it
@@ -86,6 +88,7 @@ struct UpdateHeader {
   uint64_t round = 0;
   uint64_t from_step = 0;  // the learner's data positions the work spans
   uint64_t to_step = 0;
+  double compute_s = 0;    // the compute time behind it (the goodput ledger)
 };
 
 class SyncerCore {
@@ -98,6 +101,8 @@ class SyncerCore {
   int64_t fragment_numel(int p) const { return fragments_[p].numel; }
   uint64_t latest_version() const { return latest_version_; }
   bool commit_in_flight() const { return in_flight_; }
+  // Fragments holding contributions not yet merged (an operator's `checkpoint` commits them now).
+  std::vector<int> fragments_with_pending() const;
   const FragmentState& fragment(int p) const { return fragments_[p]; }
   const FragmentRules& rules() const { return rules_; }
 
@@ -124,7 +129,8 @@ class SyncerCore {
   // A whole update. Rejects stale / duplicate (same learner and base already pending).
   std::optional<RejectReason> accept(const UpdateHeader& header, std::vector<float> delta, double now_s);
   // Counts a rejection (from screen, accept or decoding) for `learner_id` (may be unknown).
-  void count_reject(RejectReason reason, const std::string& learner_id, double step_equivalents = 0);
+  void count_reject(RejectReason reason, const std::string& learner_id, double step_equivalents = 0,
+                    double compute_s = 0);
 
   // ---- merging ---------------------------------------------------------------------------------
   // Fragments whose merge is due now; `next_deadline_s` (< 0: none) says when to look again.

@@ -46,6 +46,12 @@ using unpin_atom = caf::atom_constant<caf::atom("unpin")>;
 using audit_atom = caf::atom_constant<caf::atom("audit")>;
 // The admin actor's `set` of a runtime-tunable syncer key (local only): (tune, key, value).
 using tune_atom = caf::atom_constant<caf::atom("tune")>;
+// To a learner (local only, with the process key): (pause, key, true | false); (restart, key).
+using pause_atom = caf::atom_constant<caf::atom("pause")>;
+// To the syncer (local only): commit every fragment with pending contributions now.
+using checkpoint_atom = caf::atom_constant<caf::atom("checkpoint")>;
+// A learner control for a node (LearnerControl): gateway -> node link -> node watcher.
+using control_atom = caf::atom_constant<caf::atom("control")>;
 
 // Names in the actor registry; a restarted actor is registered again under the same name.
 inline caf::atom_value syncer_name() { return caf::atom("syncer"); }

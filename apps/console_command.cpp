@@ -35,15 +35,25 @@ struct CommandHelp {
 
 const std::map<std::string, CommandHelp>& commands() {
   static const std::map<std::string, CommandHelp> table = {
-      {"status", {AdminVerb::status, "status", "run directory, mode, committed version, held-out loss, bytes, uptime"}},
-      {"learners", {AdminVerb::learners, "learners", "every learner: id, node, site, state, step, tokens/s, deaths"}},
+      {"status", {AdminVerb::status, "status", "run, mode, committed version, held-out loss, goodput, bytes, uptime"}},
+      {"learners", {AdminVerb::learners, "learners", "every learner: id, node, site, state, step, tokens/s, restarts"}},
       {"nodes", {AdminVerb::nodes, "nodes", "the admitted nodes, learner slots, joins and refused messages"}},
       {"versions", {AdminVerb::versions, "versions", "the committed versions in the store: digests, pinned"}},
       {"pin", {AdminVerb::pin, "pin V", "keep version V through retention (audited)"}},
       {"unpin", {AdminVerb::unpin, "unpin V", "let retention drop version V again (audited)"}},
       {"audit", {AdminVerb::audit, "audit [N]", "the newest N (20) entries of the audit log, oldest first"}},
-      {"kill", {AdminVerb::kill_syncer, "kill syncer", "kill the syncer like a crash; it restarts from RocksDB (audited)"}},
-      {"set", {AdminVerb::set, "set KEY VALUE", "outer.lr, outer.momentum or outer.quorum, validated (audited)"}},
+      {"kill", {AdminVerb::kill_syncer, "kill learner ID | node NAME | syncer",
+                "as abrupt as a crash: its supervisor restarts a learner or the syncer; a node's process is "
+                "SIGKILLed (audited)"}},
+      {"restart", {AdminVerb::restart_learner, "restart learner ID", "save its unsent work, start it again (audited)"}},
+      {"pause", {AdminVerb::pause, "pause [ID]", "a learner (or all) takes no inner steps until resumed (audited)"}},
+      {"resume", {AdminVerb::resume, "resume [ID]", "resume a paused learner (or all) (audited)"}},
+      {"checkpoint", {AdminVerb::checkpoint, "checkpoint", "commit what is pending now, without quorum (audited)"}},
+      {"events", {AdminVerb::events, "events [N]", "the newest N (20) deaths, restarts, rejections, commands"}},
+      {"version", {AdminVerb::version_show, "version show V", "one committed version: blobs, manifest, verified"}},
+      {"set", {AdminVerb::set, "set KEY VALUE",
+               "outer.lr, outer.momentum, outer.quorum, outer.downlink_codec, syncer.grace_max_s, "
+               "syncer.grace_gamma, syncer.max_staleness; validated, old -> new (audited)"}},
       {"drain", {AdminVerb::drain, "drain", "stop cleanly: in-flight work finishes and is committed (audited)"}},
   };
   return table;
@@ -53,9 +63,9 @@ std::string help_text() {
   std::ostringstream out;
   for (const auto& [name, c] : commands()) {
     const std::string usage = c.usage;
-    out << "  " << usage << std::string(usage.size() < 14 ? 14 - usage.size() : 1, ' ') << c.help << "\n";
+    out << "  " << usage << std::string(usage.size() < 24 ? 24 - usage.size() : 1, ' ') << c.help << "\n";
   }
-  out << "  help          this list\n  quit          end the session\n";
+  out << "  help                    this list\n  quit                    end the session\n";
   return out.str();
 }
 
@@ -74,18 +84,41 @@ Expected<messages::AdminCommand> parse_command(const std::string& line, uint64_t
     command.value = extra;
     return command;
   }
-  if (!extra.empty()) return usage();
   auto number = [&](uint64_t& out) {
     if (argument.empty() || argument.find_first_not_of("0123456789") != std::string::npos || argument.size() > 18) return false;
     out = std::stoull(argument);
     return true;
   };
+  // Two-word commands: kill learner ID | kill node NAME | restart learner ID | version show V.
+  if (name == "kill" && (argument == "learner" || argument == "node")) {
+    if (extra.empty() || !more.empty()) return usage();
+    command.verb = argument == "learner" ? AdminVerb::kill_learner : AdminVerb::kill_node;
+    command.target = extra;
+    return command;
+  }
+  if (name == "restart") {
+    if (argument != "learner" || extra.empty() || !more.empty()) return usage();
+    command.target = extra;
+    return command;
+  }
+  if (name == "version") {
+    if (argument != "show" || !more.empty()) return usage();
+    argument = extra;
+    if (!number(command.version)) return usage();
+    return command;
+  }
+  if (!extra.empty()) return usage();
   switch (command.verb) {
     case AdminVerb::pin:
     case AdminVerb::unpin:
       if (!number(command.version)) return usage();
       break;
-    case AdminVerb::audit: {
+    case AdminVerb::pause:
+    case AdminVerb::resume:
+      command.target = argument;  // "" or "all": every learner
+      break;
+    case AdminVerb::audit:
+    case AdminVerb::events: {
       uint64_t count = 20;
       if (!argument.empty() && (!number(count) || count == 0 || count > 10000)) return usage();
       command.count = static_cast<uint32_t>(count);

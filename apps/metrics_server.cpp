@@ -104,7 +104,10 @@ void MetricsBoard::update(const nlohmann::json& p) {
   latest_ = p;
   const double loss = p.contains("heldout_loss") && p["heldout_loss"].is_number() ? p["heldout_loss"].get<double>()
                                                                                   : std::nan("");
-  history_.push_back({num(p, "elapsed_s"), loss, whole(p, "version")});
+  const auto ledger = part(p, "goodput");
+  const double goodput = ledger.contains("goodput") && ledger["goodput"].is_number() ? ledger["goodput"].get<double>()
+                                                                                     : std::nan("");
+  history_.push_back({num(p, "elapsed_s"), loss, whole(p, "version"), goodput});
   while (history_.size() > kHistory) history_.pop_front();
   const auto learners = part(p, "learner_states");
   for (const auto& [id, r] : learners.items()) {
@@ -148,7 +151,7 @@ std::string MetricsBoard::prometheus() const {
     family(out, "archipelago_heldout_loss", "gauge", "Held-out cross-entropy of the latest scored version (nats/token).");
     out << "archipelago_heldout_loss " << number(p["heldout_loss"].get<double>()) << "\n";
   }
-  family(out, "archipelago_learner_restarts_total", "counter", "Learner rejoins after a first join (restarts).");
+  family(out, "archipelago_learner_restarts_total", "counter", "Learner restarts by the nodes' supervisors (a node process started again counts from zero).");
   out << "archipelago_learner_restarts_total " << whole(p, "learner_restarts") << "\n";
   family(out, "archipelago_learners", "gauge", "Learners by the failure monitor's state.");
   std::map<std::string, int> by_state;
@@ -159,6 +162,17 @@ std::string MetricsBoard::prometheus() const {
   const auto refused = part(part(p, "refused"), "by_reason");
   for (const auto& [reason, n] : refused.items()) {
     out << "archipelago_refused_messages_total{reason=\"" << label(reason) << "\"} " << (n.is_number() ? n.get<int64_t>() : 0) << "\n";
+  }
+  const auto ledger = part(p, "goodput");
+  if (ledger.contains("goodput") && ledger["goodput"].is_number()) {
+    family(out, "archipelago_goodput_ratio", "gauge",
+           "Learner compute merged into committed versions / allocated learner-slot time, this process.");
+    out << "archipelago_goodput_ratio " << number(ledger["goodput"].get<double>()) << "\n";
+    family(out, "archipelago_badput_ratio", "gauge", "The rest of the allocated time, by part; with goodput it adds to 1.");
+    const auto badput = part(ledger, "badput");
+    for (const auto& [name, share] : badput.items()) {
+      out << "archipelago_badput_ratio{part=\"" << label(name) << "\"} " << number(share.is_number() ? share.get<double>() : 0) << "\n";
+    }
   }
   family(out, "archipelago_uptime_seconds", "gauge", "Seconds since the coordinator started.");
   out << "archipelago_uptime_seconds " << number(num(p, "elapsed_s")) << "\n";
@@ -177,6 +191,8 @@ std::string MetricsBoard::page() const {
          ".alive{color:#080}.dead,.failed{color:#c00}.suspect,.restarting{color:#c80}</style></head><body>"
       << "<h1>Archipelago coordinator</h1><p id=\"summary\">committed version <b>" << whole(p, "version")
       << "</b> &middot; held-out loss <b>" << (scored ? number(p["heldout_loss"].get<double>()) : "\u2014")
+      << "</b> &middot; goodput <b>"
+      << (part(p, "goodput").contains("goodput") ? number(num(part(p, "goodput"), "goodput")) : "\u2014")
       << "</b> &middot; up " << number(num(p, "elapsed_s")) << " s</p>";
   // Learner -> node, from the admitted sessions' slot ranges.
   auto node_of = [&](const std::string& id) -> std::string {
@@ -198,12 +214,14 @@ std::string MetricsBoard::page() const {
         << "</td></tr>";
   }
   out << "</table>";
-  std::vector<std::pair<double, double>> loss, versions;
+  std::vector<std::pair<double, double>> loss, versions, goodput;
   for (const auto& point : history_) {
     loss.emplace_back(point.elapsed_s, point.heldout_loss);
     versions.emplace_back(point.elapsed_s, static_cast<double>(point.version));
+    goodput.emplace_back(point.elapsed_s, point.goodput);
   }
   for (const auto& [id, title, points] : {std::make_tuple("loss", "Held-out loss", &loss),
+                                          std::make_tuple("goodput", "Goodput", &goodput),
                                           std::make_tuple("versions", "Committed versions", &versions)}) {
     out << "<h2>" << title << "</h2><svg id=\"" << id << "\" width=\"600\" height=\"180\" viewBox=\"0 0 600 180\">";
     const std::string line = polyline(*points, 600, 180);

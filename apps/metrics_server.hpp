@@ -6,10 +6,11 @@
 //     started), archipelago_updates_merged_total, archipelago_updates_rejected_total{reason},
 //     archipelago_bytes_total{direction="sent"|"received",link=<node>}, archipelago_heldout_loss
 //     (absent until measured), archipelago_learner_restarts_total, archipelago_learners{state},
-//     archipelago_refused_messages_total{reason}, archipelago_uptime_seconds.
-//     Goodput is not exported by the coordinator: it does not see the nodes' learner time.
-//   GET /         a page that reloads itself every 2 s: the learners table, held-out loss and
-//                 committed versions over time as inline SVG, recent events (learner state changes).
+//     archipelago_refused_messages_total{reason}, archipelago_uptime_seconds,
+//     archipelago_goodput_ratio and archipelago_badput_ratio{part} (the goodput ledger of
+//     actors/accounting.hpp: the nodes' supervisors report their learners' times).
+//   GET /         a page that reloads itself every 2 s: the learners table, held-out loss, goodput
+//                 and committed versions over time as inline SVG, recent events (learner state changes).
 //
 // Every figure comes from the coordinator's last progress sample (runtime.progress_interval_s).
 // Off a loopback address every request needs `Authorization: Bearer <admin token>` (Prometheus'
@@ -45,6 +46,7 @@ class MetricsBoard {
     double elapsed_s;
     double heldout_loss;  // NaN: not measured yet
     uint64_t version;
+    double goodput;       // NaN: no ledger in the sample
   };
   std::deque<Point> history_;
   std::deque<std::string> events_;  // newest last

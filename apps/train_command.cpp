@@ -161,11 +161,14 @@ void print_summary_table(const json& s) {
   }
   if (s.contains("versions_committed")) {
     row("versions committed", std::to_string(s["versions_committed"].get<int64_t>()));
-    row("goodput", num(s["goodput"].get<double>(), "%.3f") + "  (badput: restart " +
-                       num(s["badput"]["restart"].get<double>(), "%.3f") + ", recovery " +
-                       num(s["badput"]["recovery"].get<double>(), "%.3f") + ", discarded " +
-                       num(s["badput"]["discarded"].get<double>(), "%.3f") + ", waiting " +
-                       num(s["badput"]["waiting"].get<double>(), "%.3f") + ")");
+    std::string badput;
+    const auto parts = s["badput"];  // named: items() must not outlive it
+    for (const auto& [part, share] : parts.items()) {
+      if (share.get<double>() >= 0.0005 || share.get<double>() <= -0.0005) {
+        badput += (badput.empty() ? "" : ", ") + part + " " + num(share.get<double>(), "%.3f");
+      }
+    }
+    row("goodput", num(s["goodput"].get<double>(), "%.3f") + "  (badput: " + badput + ")");
     row("learner restarts", std::to_string(s["restarts"].get<int64_t>()));
     row("rejected updates", std::to_string(s["rejected_updates"].get<int64_t>()));
   }
@@ -262,8 +265,9 @@ int run_train(const TrainArguments& arguments) {
         {"blas", blas.library}, {"blas_gflops", blas.gflops},
         {"device", config->run.device}, {"precision", config->inner.precision},
         {"versions_committed", r.versions_committed}, {"start_version", r.start_version},
-        {"final_version", r.final_version}, {"goodput", r.goodput.goodput},
-        {"badput", to_json(r.goodput)["badput"]}, {"restarts", r.restarts},
+        {"final_version", r.final_version}, {"goodput", r.goodput.goodput()},
+        {"badput", to_json(r.goodput)["badput"]}, {"goodput_seconds", to_json(r.goodput)["seconds"]},
+        {"restarts", r.restarts},
         {"infrastructure_restarts", r.infrastructure_restarts}, {"rejected_updates", r.rejected_updates},
         {"rejected_by_reason", r.details["syncer"].value("rejected", json::object())},
         {"kill_to_merge_s", r.kill_to_merge_s}, {"links_bytes", r.details["links_bytes"]},

@@ -90,6 +90,8 @@ struct FragmentUpdate {
                           # update of the fragment, or the install it started from.
   toStep @10 :UInt64;     # its data position when it sent this update (>= fromStep). The syncer refuses
                           # an update that starts before the end of one it already accepted (a duplicate).
+  computeSeconds @11 :Float64;  # the learner's compute time behind this update: each inner step's time
+                                # times this fragment's share of the parameters (goodput ledger).
 }
 
 # syncer -> learners: one chunk of a committed global fragment.
@@ -111,6 +113,56 @@ struct Heartbeat {
   step @1 :UInt64;          # inner steps taken since the learner started.
   tokensPerSec @2 :Float64; # recent throughput (must be finite, >= 0).
   nonfiniteRecoveries @3 :UInt64;  # this incarnation's steps that went NaN/Inf and were undone from the globals.
+  # This incarnation's time so far, on the learner's clock (actors/accounting.hpp's ledger):
+  incarnation @4 :UInt32;
+  aliveSeconds @5 :Float64;     # since it started
+  recoverySeconds @6 :Float64;  # start -> its first inner step (all of aliveSeconds before it)
+  computeSeconds @7 :Float64;   # inner steps
+  waitSeconds @8 :Float64;      # blocked on the syncer (sync mode)
+  pausedSeconds @9 :Float64;    # paused by an operator
+  paused @10 :Bool;             # paused now
+}
+
+# What a learner slot's supervisor knows of it.
+enum SlotState {
+  running @0;
+  restarting @1;  # its incarnation died; the next one starts after the backoff
+  finished @2;
+  failed @3;      # restarted too often: given up
+}
+
+# learner supervisor -> failure monitor (through the node's session for a remote node), about one
+# learner slot: its time summed over every incarnation this supervisor ran, measured on one clock.
+# The monitor keeps the last report of each slot; the goodput ledger is built from them.
+struct SlotReport {
+  learnerId @0 :Text;
+  state @1 :SlotState;
+  incarnation @2 :UInt32;
+  restarts @3 :UInt32;
+  reporter @4 :UInt64;           # random per supervisor: a new node process starts its sums from zero
+  lifetimeSeconds @5 :Float64;   # its incarnations' lives: spawn -> exit (or this report)
+  aliveSeconds @6 :Float64;      # ... of which covered by their heartbeats
+  recoverySeconds @7 :Float64;   # the heartbeats' times, summed
+  computeSeconds @8 :Float64;
+  waitSeconds @9 :Float64;
+  pausedSeconds @10 :Float64;
+  restartingSeconds @11 :Float64;  # exit -> respawn, summed (one in progress included)
+}
+
+# What the coordinator may tell a node about one of its learners (an operator's console command).
+enum ControlAction {
+  killLearner @0;     # as abrupt as a crash; its supervisor restarts it
+  restartLearner @1;  # saves its unsent work, exits; its supervisor restarts it
+  pauseLearner @2;    # no inner steps until resumed (it keeps its heartbeats)
+  resumeLearner @3;
+  killNode @4;        # the node process kills itself (SIGKILL)
+}
+
+# coordinator -> node (over the session it joined, with its session key).
+struct LearnerControl {
+  requestId @0 :UInt64;
+  action @1 :ControlAction;
+  learnerId @2 :Text;  # "" with killNode
 }
 
 # What a Persist chunk carries.
@@ -196,6 +248,14 @@ enum AdminVerb {
   killSyncer @7;  # kill the syncer as abruptly as a crash; its supervisor restarts it (mutating)
   set @8;         # set the runtime-tunable `key` to `value`: outer.lr, outer.momentum, outer.quorum (mutating)
   drain @9;       # stop the run cleanly: nodes finish their in-flight work, the syncer commits it (mutating)
+  killLearner @10;    # `target`: a learner id; as abrupt as a crash (mutating)
+  killNode @11;       # `target`: a node name; its process is SIGKILLed (mutating)
+  restartLearner @12; # `target`: a learner id (mutating)
+  pause @13;          # `target`: a learner id, or "" for all (mutating)
+  resume @14;         # `target`: a learner id, or "" for all (mutating)
+  checkpoint @15;     # commit what is pending now, without waiting for quorum (mutating)
+  events @16;         # the newest `count` failures, restarts, rejections and commands
+  versionShow @17;    # one committed version's manifest: `version`
 }
 
 # console -> admin actor (over an admin session, authenticated with the admin token); answered
@@ -207,6 +267,7 @@ struct AdminCommand {
   count @3 :UInt32;    # audit: how many entries (0 = 20)
   key @4 :Text;        # set
   value @5 :Text;      # set
+  target @6 :Text;     # kill, restart, pause, resume
 }
 
 struct Envelope {
@@ -228,5 +289,7 @@ struct Envelope {
     restore @14 :Restore;
     commitEnd @15 :CommitEnd;
     adminCommand @16 :AdminCommand;
+    slotReport @17 :SlotReport;
+    learnerControl @18 :LearnerControl;
   }
 }

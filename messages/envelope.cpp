@@ -107,6 +107,28 @@ Status validate(const Message& message, const DecodeLimits& limits) {
   if (auto* m = std::get_if<Heartbeat>(&message); m && !finite(m->tokens_per_sec)) {
     return make_error(ErrorCode::non_finite, "tokens/s is not finite");
   }
+  // Times of the goodput ledger: finite and non-negative, or the ledger would be poisoned.
+  auto duration = [&](double v) { return finite(v) && v >= 0; };
+  if (auto* m = std::get_if<FragmentUpdate>(&message); m && !duration(m->compute_seconds)) {
+    return make_error(ErrorCode::non_finite, "an update's compute seconds are not a finite, non-negative number");
+  }
+  if (auto* m = std::get_if<Heartbeat>(&message);
+      m && !(duration(m->alive_seconds) && duration(m->recovery_seconds) && duration(m->compute_seconds) &&
+             duration(m->wait_seconds) && duration(m->paused_seconds))) {
+    return make_error(ErrorCode::non_finite, "a heartbeat's times are not finite, non-negative numbers");
+  }
+  if (auto* m = std::get_if<SlotReport>(&message);
+      m && !(duration(m->lifetime_seconds) && duration(m->alive_seconds) && duration(m->recovery_seconds) &&
+             duration(m->compute_seconds) && duration(m->wait_seconds) && duration(m->paused_seconds) &&
+             duration(m->restarting_seconds))) {
+    return make_error(ErrorCode::non_finite, "a slot report's times are not finite, non-negative numbers");
+  }
+  if (auto* m = std::get_if<SlotReport>(&message); m && static_cast<uint8_t>(m->state) > 3) {
+    return make_error(ErrorCode::invalid_argument, "a slot report's state is unknown");
+  }
+  if (auto* m = std::get_if<LearnerControl>(&message); m && static_cast<uint8_t>(m->action) > 4) {
+    return make_error(ErrorCode::invalid_argument, "a learner control's action is unknown");
+  }
   constexpr size_t kMaxFragments = 1 << 16;
   if (auto* m = std::get_if<Fetch>(&message); m && m->held_digests.size() > kMaxFragments) {
     return make_error(ErrorCode::invalid_argument, "a fetch lists more held fragments than any model has");
@@ -240,7 +262,8 @@ const char* message_name(const Message& message) {
                                            "global_fragment", "heartbeat", "persist",
                                            "persisted", "leave",     "admin_request",
                                            "admin_reply", "fetch",     "restore",
-                                           "commit_end", "admin_command"};
+                                           "commit_end", "admin_command", "slot_report",
+                                           "learner_control"};
   static_assert(std::variant_size_v<Message> == sizeof(kNames) / sizeof(kNames[0]));
   return kNames[message.index()];
 }

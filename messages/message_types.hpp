@@ -85,6 +85,7 @@ struct FragmentUpdate {
   uint64_t round = 0;         // decoupled: schedule slot of the fragment this update is due in
   uint64_t from_step = 0;     // the sender's data position when this work began
   uint64_t to_step = 0;       // ... and when it sent it
+  double compute_seconds = 0; // the compute time behind it (each step's time × this fragment's share)
 };
 
 struct GlobalFragment {
@@ -100,6 +101,40 @@ struct Heartbeat {
   uint64_t step = 0;
   double tokens_per_sec = 0.0;
   uint64_t nonfinite_recoveries = 0;
+  // This incarnation's time so far, on the learner's clock:
+  uint32_t incarnation = 0;
+  double alive_seconds = 0;
+  double recovery_seconds = 0;
+  double compute_seconds = 0;
+  double wait_seconds = 0;
+  double paused_seconds = 0;
+  bool paused = false;
+};
+
+enum class SlotState : uint8_t { running = 0, restarting = 1, finished = 2, failed = 3 };
+
+struct SlotReport {
+  std::string learner_id;
+  SlotState state = SlotState::running;
+  uint32_t incarnation = 0;
+  uint32_t restarts = 0;
+  uint64_t reporter = 0;
+  double lifetime_seconds = 0;
+  double alive_seconds = 0;
+  double recovery_seconds = 0;
+  double compute_seconds = 0;
+  double wait_seconds = 0;
+  double paused_seconds = 0;
+  double restarting_seconds = 0;
+};
+
+enum class ControlAction : uint8_t { kill_learner = 0, restart_learner = 1, pause_learner = 2, resume_learner = 3,
+                                     kill_node = 4 };
+
+struct LearnerControl {
+  uint64_t request_id = 0;
+  ControlAction action = ControlAction::kill_learner;
+  std::string learner_id;
 };
 
 enum class PersistKind : uint8_t { parameters = 0, outer_momentum = 1 };
@@ -137,9 +172,10 @@ struct Restore {
 
 enum class AdminVerb : uint8_t {
   status = 0, learners = 1, nodes = 2, versions = 3, pin = 4, unpin = 5, audit = 6, kill_syncer = 7, set = 8,
-  drain = 9
+  drain = 9, kill_learner = 10, kill_node = 11, restart_learner = 12, pause = 13, resume = 14, checkpoint = 15,
+  events = 16, version_show = 17
 };
-constexpr uint8_t kLastAdminVerb = 9;
+constexpr uint8_t kLastAdminVerb = 17;
 
 struct AdminCommand {
   uint64_t request_id = 0;
@@ -148,6 +184,7 @@ struct AdminCommand {
   uint32_t count = 0;    // audit (0: 20)
   std::string key{};     // set
   std::string value{};   // set
+  std::string target{};  // kill, restart, pause, resume
 };
 
 struct CommitEnd {
@@ -171,7 +208,7 @@ struct AdminReply {
 // The alternatives appear in the order of Envelope.body in the schema.
 using Message = std::variant<Join, Welcome, FragmentUpdate, GlobalFragment, Heartbeat, Persist,
                              Persisted, Leave, AdminRequest, AdminReply, Fetch, Restore, CommitEnd,
-                             AdminCommand>;
+                             AdminCommand, SlotReport, LearnerControl>;
 
 struct Envelope {
   uint32_t protocol_version = kProtocolVersion;

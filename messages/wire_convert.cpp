@@ -93,6 +93,7 @@ void write_body(capnp::MessageBuilder& builder, wire::Envelope::Body::Builder bo
           out.setRound(m.round);
           out.setFromStep(m.from_step);
           out.setToStep(m.to_step);
+          out.setComputeSeconds(m.compute_seconds);
           write_chunk(builder, out.initChunk(), m.chunk, external);
         } else if constexpr (std::is_same_v<T, GlobalFragment>) {
           auto out = body.initGlobalFragment();
@@ -107,6 +108,32 @@ void write_body(capnp::MessageBuilder& builder, wire::Envelope::Body::Builder bo
           out.setStep(m.step);
           out.setTokensPerSec(m.tokens_per_sec);
           out.setNonfiniteRecoveries(m.nonfinite_recoveries);
+          out.setIncarnation(m.incarnation);
+          out.setAliveSeconds(m.alive_seconds);
+          out.setRecoverySeconds(m.recovery_seconds);
+          out.setComputeSeconds(m.compute_seconds);
+          out.setWaitSeconds(m.wait_seconds);
+          out.setPausedSeconds(m.paused_seconds);
+          out.setPaused(m.paused);
+        } else if constexpr (std::is_same_v<T, SlotReport>) {
+          auto out = body.initSlotReport();
+          out.setLearnerId(text(m.learner_id));
+          out.setState(static_cast<wire::SlotState>(m.state));
+          out.setIncarnation(m.incarnation);
+          out.setRestarts(m.restarts);
+          out.setReporter(m.reporter);
+          out.setLifetimeSeconds(m.lifetime_seconds);
+          out.setAliveSeconds(m.alive_seconds);
+          out.setRecoverySeconds(m.recovery_seconds);
+          out.setComputeSeconds(m.compute_seconds);
+          out.setWaitSeconds(m.wait_seconds);
+          out.setPausedSeconds(m.paused_seconds);
+          out.setRestartingSeconds(m.restarting_seconds);
+        } else if constexpr (std::is_same_v<T, LearnerControl>) {
+          auto out = body.initLearnerControl();
+          out.setRequestId(m.request_id);
+          out.setAction(static_cast<wire::ControlAction>(m.action));
+          out.setLearnerId(text(m.learner_id));
         } else if constexpr (std::is_same_v<T, Persist>) {
           auto out = body.initPersist();
           out.setVersion(m.version);
@@ -139,6 +166,7 @@ void write_body(capnp::MessageBuilder& builder, wire::Envelope::Body::Builder bo
           out.setCount(m.count);
           out.setKey(text(m.key));
           out.setValue(text(m.value));
+          out.setTarget(text(m.target));
         } else if constexpr (std::is_same_v<T, CommitEnd>) {
           auto out = body.initCommitEnd();
           out.setVersion(m.version);
@@ -197,7 +225,7 @@ Expected<Message> read_body(wire::Envelope::Body::Reader body,
       return Message(FragmentUpdate{string(in.getLearnerId()), in.getFragmentId(),
                                     in.getBaseVersion(), in.getInnerSteps(), in.getTokens(),
                                     in.getTrainLoss(), std::move(*chunk), in.getTokensPerSec(), in.getRound(),
-                                    in.getFromStep(), in.getToStep()});
+                                    in.getFromStep(), in.getToStep(), in.getComputeSeconds()});
     }
     case Which::GLOBAL_FRAGMENT: {
       auto in = body.getGlobalFragment();
@@ -209,7 +237,21 @@ Expected<Message> read_body(wire::Envelope::Body::Reader body,
     case Which::HEARTBEAT: {
       auto in = body.getHeartbeat();
       return Message(Heartbeat{string(in.getLearnerId()), in.getStep(), in.getTokensPerSec(),
-                               in.getNonfiniteRecoveries()});
+                               in.getNonfiniteRecoveries(), in.getIncarnation(), in.getAliveSeconds(),
+                               in.getRecoverySeconds(), in.getComputeSeconds(), in.getWaitSeconds(),
+                               in.getPausedSeconds(), in.getPaused()});
+    }
+    case Which::SLOT_REPORT: {
+      auto in = body.getSlotReport();
+      return Message(SlotReport{string(in.getLearnerId()), static_cast<SlotState>(in.getState()), in.getIncarnation(),
+                                in.getRestarts(), in.getReporter(), in.getLifetimeSeconds(), in.getAliveSeconds(),
+                                in.getRecoverySeconds(), in.getComputeSeconds(), in.getWaitSeconds(),
+                                in.getPausedSeconds(), in.getRestartingSeconds()});
+    }
+    case Which::LEARNER_CONTROL: {
+      auto in = body.getLearnerControl();
+      return Message(LearnerControl{in.getRequestId(), static_cast<ControlAction>(in.getAction()),
+                                    string(in.getLearnerId())});
     }
     case Which::PERSIST: {
       auto in = body.getPersist();
@@ -242,7 +284,7 @@ Expected<Message> read_body(wire::Envelope::Body::Reader body,
     case Which::ADMIN_COMMAND: {
       auto in = body.getAdminCommand();
       return Message(AdminCommand{in.getRequestId(), static_cast<AdminVerb>(in.getVerb()), in.getVersion(), in.getCount(),
-                                  string(in.getKey()), string(in.getValue())});
+                                  string(in.getKey()), string(in.getValue()), string(in.getTarget())});
     }
     case Which::COMMIT_END: {
       auto in = body.getCommitEnd();

@@ -22,8 +22,8 @@ LearnerCheckpoint sample() {
   c.optimizer.exp_avg = {0.1f, -0.2f, 0.3f, 0.4f, 0.5f};
   c.optimizer.exp_avg_sq = {1e-4f, 2e-4f, 3e-4f, 4e-4f, 5e-4f};
   c.fragments.resize(2);
-  c.fragments[0] = {7, 39, 3, 1536, 12.5, {0.01f, -0.02f, 0.03f}};
-  c.fragments[1] = {6, 34, 8, 4096, 30.25, {0.5f, -0.5f}};
+  c.fragments[0] = {7, 39, 3, 1536, 12.5, 0.75, {0.01f, -0.02f, 0.03f}};
+  c.fragments[1] = {6, 34, 8, 4096, 30.25, 1.5, {0.5f, -0.5f}};
   return c;
 }
 
@@ -58,6 +58,7 @@ TEST_CASE("learner checkpoint: round trip, and bad files are refused with the re
   CHECK(read->fragments[1].version == 6);
   CHECK(read->fragments[1].since_step == 34);
   CHECK(read->fragments[0].since_step == 39);
+  CHECK(read->fragments[1].compute_s == 1.5);
   CHECK(read->fragments[1].steps == 8);
   CHECK(read->fragments[1].tokens == 4096);
   CHECK(read->fragments[1].loss_sum == 30.25);

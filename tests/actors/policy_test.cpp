@@ -138,20 +138,65 @@ TEST_CASE("policy: the failure detector adapts to each learner's heartbeat histo
   CHECK(check_liveness(starting, 5.5 + 31, o).suspected);
 }
 
-TEST_CASE("accounting: goodput and badput shares add up to one") {
-  GoodputInputs in;
-  in.wall_s = 100;
-  in.learner_slots = 2;
-  in.learners = {{0.5, 150, 0, 180}, {0.5, 100, 10, 120}};
-  in.restart_s = 10;
-  in.recovery_s = 4;
-  auto g = compute_goodput(in);
-  CHECK(g.goodput == doctest::Approx((150 + 100) * 0.5 / 200));
-  CHECK(g.discarded == doctest::Approx((30 + 20) * 0.5 / 200));
-  CHECK(g.restart == doctest::Approx(0.05));
-  CHECK(g.recovery == doctest::Approx(0.02));
-  CHECK(g.goodput + g.restart + g.recovery + g.discarded + g.waiting == doctest::Approx(1));
+TEST_CASE("goodput ledger: every part from its own measurement, and they add up to the allocated time") {
+  // Slot 0: 100 s of one incarnation, 90 s of it in heartbeats: 2 s recovering, 80 s computing,
+  // 3 s waiting; the syncer merged 70 s of compute and refused 4 s.
+  SlotTimes a;
+  a.lifetime_s = 100;
+  a.alive_s = 90;
+  a.recovery_s = 2;
+  a.compute_s = 80;
+  a.wait_s = 3;
+  a.merged_compute_s = 70;
+  a.rejected_compute_s = 4;
+  // Slot 1: killed and held down for 30 s, two incarnations living 60 s in all, 5 s paused.
+  SlotTimes b;
+  b.lifetime_s = 60;
+  b.alive_s = 59;
+  b.recovery_s = 4;
+  b.compute_s = 45;
+  b.paused_s = 5;
+  b.restarting_s = 30;
+  b.merged_compute_s = 40;
+  const auto ledger = build_ledger(100, {a, b});
+  CHECK(ledger.allocated_s == 200);
+  const auto& s0 = ledger.slots[0];
+  CHECK(s0.merged == 70);
+  CHECK(s0.rejected == 4);
+  CHECK(s0.unmerged == doctest::Approx(80 + 10 - 70 - 4));  // the 10 s after the last heartbeat computed too
+  CHECK(s0.overhead == doctest::Approx(90 - 2 - 80 - 3));
+  CHECK(s0.idle == doctest::Approx(0));
+  const auto& s1 = ledger.slots[1];
+  CHECK(s1.restarting == 30);
+  CHECK(s1.paused == 5);
+  CHECK(s1.idle == doctest::Approx(100 - 60 - 30));
+  CHECK(ledger.goodput() == doctest::Approx(110.0 / 200));
+  // A slot held down X s can have goodput at most 1 - X / (wall · slots), whatever else happened.
+  CHECK(ledger.goodput() <= 1 - 30.0 / 200);
+  for (const auto& p : ledger.slots) CHECK(p.sum() == doctest::Approx(100).epsilon(1e-12));
+  CHECK(std::abs(ledger.seconds.sum() - ledger.allocated_s) < 1e-9);
+  // Shares of the allocated time in JSON: goodput plus the badput parts is one.
+  const auto j = to_json(ledger);
+  double shares = j["goodput"].get<double>();
+  for (const auto& [part, share] : j["badput"].items()) shares += share.get<double>();
+  CHECK(std::abs(shares - 1) < 1e-9);
+  // A slot nobody reported on is idle all the run.
+  const auto empty = build_ledger(50, {SlotTimes{}});
+  CHECK(empty.slots[0].idle == 50);
+  CHECK(empty.goodput() == 0);
   CHECK(ddp_equivalent_bytes(1000, 100, 10) == 10 * 2 * 10 * 4);
+}
+
+TEST_CASE("goodput ledger from actor status: a resumed run's earlier merges are not this run's") {
+  const nlohmann::json monitor = {
+      {"slots", {{"learner-0", {{"times", {{"lifetime_s", 10.0}, {"alive_s", 10.0}, {"compute_s", 8.0}}}}}}}};
+  const nlohmann::json syncer = {{"learners", {{"learner-0", {{"compute_merged_s", 107.0}}}}}};
+  const nlohmann::json at_start = {{"learners", {{"learner-0", {{"compute_merged_s", 100.0}}}}}};
+  const auto ledger = ledger_from_status(10, {"learner-0", "learner-1"}, monitor, syncer, at_start);
+  CHECK(ledger.slots[0].merged == doctest::Approx(7));
+  CHECK(ledger.slots[0].unmerged == doctest::Approx(1));
+  CHECK(ledger.slots[1].idle == 10);
+  CHECK(ledger.goodput() == doctest::Approx(7.0 / 20));
 }
 
 TEST_CASE("policy: installing a global fragment replaces, mixes or carries the unsent steps") {

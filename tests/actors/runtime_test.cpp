@@ -49,8 +49,8 @@ TEST_CASE("sync mode reproduces the reference engine's held-out loss") {
   CHECK(result->versions_committed >= 4);
   CHECK(result->rejected_updates == 0);
   CHECK(result->restarts == 0);
-  CHECK(result->goodput.goodput > 0.3);
-  CHECK(result->goodput.goodput <= 1.0);
+  CHECK(result->goodput.goodput() > 0.3);
+  CHECK(result->goodput.goodput() <= 1.0);
 }
 
 TEST_CASE("a killed learner is restarted, rejoins at the latest committed version and is merged again") {
@@ -104,6 +104,28 @@ TEST_CASE("a killed learner is restarted, rejoins at the latest committed versio
   REQUIRE(result.ok());
   CHECK(result->restarts == 1);
   CHECK(result->heldout_loss < result->initial_heldout_loss);
+  // The ledger: the victim's slot was held down for the 0.5 s backoff at least, so goodput is at most
+  // 1 - 0.5 / (wall · slots); the parts add up to the allocated time, each measured on its own.
+  const auto& ledger = result->goodput;
+  CHECK(ledger.slots[1].restarting >= 0.5);
+  CHECK(ledger.slots[0].restarting == 0);
+  CHECK(ledger.goodput() <= 1 - 0.5 / ledger.allocated_s);
+  CHECK(ledger.goodput() > 0.2);
+  CHECK(std::abs(ledger.seconds.sum() - ledger.allocated_s) < 1e-9 * ledger.allocated_s);
+  for (const auto& slot : ledger.slots) {
+    CHECK(slot.merged > 0);
+    CHECK(slot.overhead >= 0);
+    CHECK(slot.idle > -0.05);  // lives measured inside the run's clock
+  }
+  CHECK(ledger.slots[1].recovering > ledger.slots[0].recovering);  // it started twice
+  const auto events = result->details["events"];
+  bool death = false, rejoin = false;
+  for (const auto& e : events) {
+    death |= e["kind"] == "death" && e["subject"] == victim;
+    rejoin |= e["kind"] == "rejoin" && e["subject"] == victim;
+  }
+  CHECK_MESSAGE(death, events.dump());
+  CHECK_MESSAGE(rejoin, events.dump());
 }
 
 TEST_CASE("a killed syncer is restarted from RocksDB without losing or changing committed versions") {
@@ -161,7 +183,10 @@ TEST_CASE("a learner that crashes on every start is given up after R restarts an
   CHECK(children[learner_id(0)]["state"] == "finished");
   CHECK(result->versions_committed > 0);
   CHECK(result->heldout_loss < result->initial_heldout_loss);
-  CHECK(result->goodput.restart > 0.3);  // one slot of two was idle nearly all the run
+  // One slot of two had no learner nearly all the run: the ledger says so, and its parts add up.
+  CHECK(result->goodput.slots[1].idle > 0.8 * result->goodput.allocated_s / 2);
+  CHECK(result->goodput.slots[1].merged == 0);
+  CHECK(result->goodput.seconds.sum() == doctest::Approx(result->goodput.allocated_s).epsilon(1e-9));
 }
 
 TEST_CASE("async mode: a straggler runs fewer inner steps per period (dynamic local steps)") {

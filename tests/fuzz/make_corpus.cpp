@@ -62,6 +62,8 @@ int main(int argc, char** argv) {
       {"restore", Restore{1}},
       {"admin_command", AdminCommand{2, AdminVerb::learners}},
       {"commit_end", CommitEnd{4, "{\"contributors\":2}"}},
+      {"slot_report", SlotReport{"learner-0", SlotState::running, 2, 1, 77, 10.5, 10.0, 1.0, 8.0, 0.5, 0, 0.25}},
+      {"learner_control", LearnerControl{3, ControlAction::pause_learner, "learner-0"}},
   };
   for (const auto& [name, message] : seeds) write(dir + "/envelope/" + name, envelope_bytes(message));
 

@@ -93,6 +93,27 @@ TEST_CASE("every message kind round-trips with all its fields") {
   CHECK(heartbeat.learner_id == "l3");
   CHECK(heartbeat.step == 77);
   CHECK(heartbeat.tokens_per_sec == 11000.25);
+  auto timed = std::get<Heartbeat>(round_trip(wrap(Heartbeat{"l3", 7, 1.0, 0, 2, 9.5, 1.25, 6.5, 0.5, 0.75, true})).body);
+  CHECK(timed.incarnation == 2);
+  CHECK(timed.alive_seconds == 9.5);
+  CHECK(timed.recovery_seconds == 1.25);
+  CHECK(timed.compute_seconds == 6.5);
+  CHECK(timed.wait_seconds == 0.5);
+  CHECK(timed.paused_seconds == 0.75);
+  CHECK(timed.paused);
+  auto report = std::get<SlotReport>(
+      round_trip(wrap(SlotReport{"l3", SlotState::restarting, 4, 3, 99, 20, 18, 2, 12, 1, 0.5, 1.5})).body);
+  CHECK(report.state == SlotState::restarting);
+  CHECK(report.incarnation == 4);
+  CHECK(report.restarts == 3);
+  CHECK(report.reporter == 99);
+  CHECK(report.lifetime_seconds == 20);
+  CHECK(report.compute_seconds == 12);
+  CHECK(report.restarting_seconds == 1.5);
+  auto control = std::get<LearnerControl>(round_trip(wrap(LearnerControl{8, ControlAction::resume_learner, "l3"})).body);
+  CHECK(control.request_id == 8);
+  CHECK(control.action == ControlAction::resume_learner);
+  CHECK(control.learner_id == "l3");
 
   auto persist = std::get<Persist>(
       round_trip(wrap(Persist{9, 1, PersistKind::outer_momentum, small, "{\"a\":1}"})).body);
@@ -129,6 +150,10 @@ TEST_CASE("every message kind round-trips with all its fields") {
   CHECK(command.request_id == 3);
   CHECK(command.verb == AdminVerb::pin);
   CHECK(command.version == 41);
+  auto kill = std::get<AdminCommand>(
+      round_trip(wrap(AdminCommand{6, AdminVerb::kill_learner, 0, 0, "", "", "learner-1"})).body);
+  CHECK(kill.verb == AdminVerb::kill_learner);
+  CHECK(kill.target == "learner-1");
   auto set = std::get<AdminCommand>(round_trip(wrap(AdminCommand{4, AdminVerb::set, 0, 0, "outer.lr", "0.5"})).body);
   CHECK(set.verb == AdminVerb::set);
   CHECK(set.key == "outer.lr");
@@ -293,6 +318,16 @@ TEST_CASE("malformed messages are rejected with the expected code") {
        raw_message([](wire::Envelope::Builder root) {
          root.initBody().initHeartbeat().setTokensPerSec(std::numeric_limits<double>::infinity());
        }), {}, ErrorCode::non_finite},
+      {"negative compute seconds of a heartbeat",
+       raw_message([](wire::Envelope::Builder root) { root.initBody().initHeartbeat().setComputeSeconds(-1); }), {},
+       ErrorCode::non_finite},
+      {"NaN lifetime of a slot report",
+       raw_message([](wire::Envelope::Builder root) {
+         root.initBody().initSlotReport().setLifetimeSeconds(std::numeric_limits<double>::quiet_NaN());
+       }), {}, ErrorCode::non_finite},
+      {"Inf compute seconds of an update",
+       raw_update(values, [](U u, C) { u.setComputeSeconds(std::numeric_limits<double>::infinity()); }), {},
+       ErrorCode::non_finite},
   };
   for (const Row& row : rows) {
     const std::string name = row.name;

@@ -171,7 +171,7 @@ TEST_CASE("an admitted node may send only its learners' messages, for its own le
   const std::map<caf::atom_value, std::set<std::string>> allowed = {
       {syncer_name(), {"join", "fragment_update", "leave"}},
       {store_name(), {"fetch"}},
-      {monitor_name(), {"heartbeat", "leave"}}};
+      {monitor_name(), {"heartbeat", "leave", "slot_report"}}};
   Outbox as_own(own);
   const std::vector<messages::Message> every_kind = {
       messages::Join{own, "n", "s", "cpu", 0, token_of(s)},
@@ -188,6 +188,8 @@ TEST_CASE("an admitted node may send only its learners' messages, for its own le
       messages::Restore{1},
       messages::CommitEnd{999, "{}"},
       messages::AdminCommand{1, messages::AdminVerb::status},
+      messages::SlotReport{own},
+      messages::LearnerControl{1, messages::ControlAction::kill_node, ""},
   };
   REQUIRE(every_kind.size() == std::variant_size_v<messages::Message>);
   int64_t forbidden = 0;
@@ -200,7 +202,7 @@ TEST_CASE("an admitted node may send only its learners' messages, for its own le
       forbidden += 1;
     }
   }
-  REQUIRE(forbidden == 3 * 14 - 6);
+  REQUIRE(forbidden == 3 * 16 - 7);
   // 2. A heartbeat as a learner of another node.
   Outbox as_other(other);
   auto beat = as_other.wrap(messages::Heartbeat{other, 1, 1.0, 0});
@@ -307,7 +309,9 @@ TEST_CASE("the console: an admin session with the admin token answers status, le
   std::ofstream(admin_token) << "admin-horse-battery-staple-0123456789\n";
   chmod(admin_token.c_str(), 0600);
   const int port = free_port();
-  auto run = start_two_learner_run(s, port, {"train.max_seconds=0"}, {"--admin-token-file", admin_token.string()});
+  // A 2 s restart backoff: a killed learner stays visibly `restarting` for a while.
+  auto run = start_two_learner_run(s, port, {"train.max_seconds=0", "runtime.backoff_initial_s=2"},
+                                   {"--admin-token-file", admin_token.string()});
   Process& coordinator = *run.coordinator;
   Process& node = *run.node;
 
@@ -423,7 +427,7 @@ TEST_CASE("the console: an admin session with the admin token answers status, le
     const std::string text = read_file(out);
     CAPTURE(text);
     CHECK(text.find("connected to " + target) != std::string::npos);
-    CHECK(text.find("kill syncer") != std::string::npos);        // help lists the commands
+    CHECK(text.find("kill learner ID | node NAME | syncer") != std::string::npos);  // help lists the commands
     CHECK(text.find("\"learner_slots\": 4") != std::string::npos);  // nodes, pretty-printed
     CHECK(text.find("unknown command 'bogus'") != std::string::npos);
   }
@@ -456,6 +460,88 @@ TEST_CASE("the console: an admin session with the admin token answers status, le
   CHECK(answer("set outer.quorum 2")["new"] == "2");
   CHECK(answer("status")["quorum"].get<int>() == 2);
 
+  {
+    auto [code, out, err] = console("set outer.codec int8", admin_token);
+    CHECK(code == 1);
+    CHECK(err.find("is fixed for a run") != std::string::npos);
+  }
+  auto codec = answer("set outer.downlink_codec int8");
+  CHECK(codec["old"] == "int4_uniform");  // config/default.toml
+  CHECK(codec["new"] == "int8");
+  CHECK(answer("set syncer.grace_max_s 3")["new"] == "3");
+
+  // The learners: kill one (as abrupt as a crash), it is restarting, then alive again, one restart more.
+  auto state_of = [&](const std::string& id) {
+    const auto rows = answer("learners")["learners"];  // named: a range-for over a temporary's member dangles
+    for (const auto& l : rows) {
+      if (l["id"] == id) return l;
+    }
+    return nlohmann::json::object();
+  };
+  CHECK(answer("kill learner learner-1")["sent"][0]["node"] == "node-a");
+  std::set<std::string> seen;
+  nlohmann::json victim;
+  CHECK_MESSAGE(wait_until([&] {
+                  victim = state_of("learner-1");
+                  seen.insert(victim.value("state", ""));
+                  return seen.count("restarting") && victim.value("state", "") == "alive";
+                }, 40),
+                victim.dump());
+  CHECK(victim["restarts"].get<int>() == 1);
+  CHECK(victim["deaths"].get<int>() == 1);
+  CHECK(state_of("learner-0")["state"] == "alive");  // nobody else was touched
+  {
+    auto [code, out, err] = console("kill learner learner-9", admin_token);
+    CHECK(code == 1);
+    CHECK(err.find("not a learner of this run") != std::string::npos);
+  }
+
+  // pause stops a learner's steps (it keeps beating: paused, not dead), resume restarts them.
+  CHECK(answer("pause learner-0")["sent"].size() == 1);
+  nlohmann::json paused;
+  CHECK_MESSAGE(wait_until([&] { return (paused = state_of("learner-0")).value("state", "") == "paused"; }, 10),
+                paused.dump());
+  const int64_t paused_at = paused["step"].get<int64_t>();
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  auto still = state_of("learner-0");
+  CHECK(still["state"] == "paused");
+  CHECK(still["step"].get<int64_t>() == paused_at);
+  CHECK(still["heartbeat_age_s"].get<double>() < 2);
+  CHECK(answer("resume")["sent"].size() == 2);  // every learner
+  CHECK(wait_until([&] { return state_of("learner-0").value("step", int64_t{0}) > paused_at + 2; }, 20));
+
+  // checkpoint commits what is pending now; version show reads one committed version back.
+  auto checkpoint = answer("checkpoint");
+  const uint64_t checkpointed = checkpoint["version"].get<uint64_t>();
+  CHECK(checkpointed > at_kill);
+  CHECK(wait_until([&] { return answer("status")["committed_version"].get<uint64_t>() >= checkpointed; }, 20));
+  auto shown = answer("version show " + std::to_string(checkpointed));
+  CHECK(shown["version"] == checkpointed);
+  CHECK(shown["verified"] == true);
+  CHECK(shown["blobs"].size() >= 4);
+  CHECK(shown["manifest"].is_object());
+  {
+    auto [code, out, err] = console("version show 999999", admin_token);
+    CHECK(code == 1);
+    CHECK(err.find("no committed version 999999") != std::string::npos);
+  }
+  // events: the death and the rejoin, and the operator's commands.
+  auto events = answer("events 200")["events"];
+  std::set<std::string> kinds;
+  for (const auto& e : events) {
+    if (e["subject"] == "learner-1" || e["kind"] == "command") kinds.insert(e["kind"].get<std::string>());
+  }
+  CHECK_MESSAGE((kinds.count("death") && kinds.count("rejoin") && kinds.count("command")), events.dump());
+  // status carries the goodput ledger: goodput and its badput parts add up to one.
+  auto ledger = answer("status")["goodput"];
+  double shares = ledger["goodput"].get<double>();
+  for (const auto& [part, share] : ledger["badput"].items()) shares += share.get<double>();
+  CHECK(std::abs(shares - 1) < 1e-9);
+  CHECK(ledger["goodput"].get<double>() > 0);
+  CHECK(ledger["badput"]["idle"].get<double>() > 0.4);  // two of four slots never had a node
+  CHECK(ledger["badput"]["restarting"].get<double>() > 0);
+  CHECK(ledger["badput"]["paused"].get<double>() > 0);
+
   // drain: the run ends cleanly, as if its budget were spent.
   CHECK(answer("drain")["draining"] == true);
   REQUIRE(coordinator.wait(60) == 0);
@@ -463,6 +549,8 @@ TEST_CASE("the console: an admin session with the admin token answers status, le
   CHECK_MESSAGE(node.wait(30) == 0, node.all());
   auto summary = coordinator.summary();
   CHECK(summary["stopped_by"] == "drain");
+  CHECK(summary["goodput"].get<double>() > 0);
+  CHECK(summary["badput"]["restarting"].get<double>() > 0);
   CHECK(summary["admin_sessions"]["accepted"].get<int>() == opened);
   CHECK(summary["admin_sessions"]["refused"].get<int>() == 1);
   CHECK(coordinator.err().find("admin-horse") == std::string::npos);
