@@ -75,7 +75,8 @@ TEST_CASE("metrics and the status page: Prometheus text checked against the run,
   for (const char* name : {"archipelago_committed_version", "archipelago_versions_committed_total",
                            "archipelago_updates_merged_total", "archipelago_updates_rejected_total",
                            "archipelago_bytes_total", "archipelago_heldout_loss", "archipelago_learner_restarts_total",
-                           "archipelago_learners", "archipelago_refused_messages_total", "archipelago_uptime_seconds"}) {
+                           "archipelago_learners", "archipelago_refused_messages_total", "archipelago_uptime_seconds",
+                           "archipelago_goodput_ratio", "archipelago_badput_ratio"}) {
     CAPTURE(name);
     CHECK(metrics.helped.count(name) == 1);
     CHECK(metrics.types.count(name) == 1);
@@ -95,6 +96,17 @@ TEST_CASE("metrics and the status page: Prometheus text checked against the run,
   CHECK(metrics.samples["archipelago_refused_messages_total{reason=\"unauthenticated\"}"] == 0);
   CHECK(metrics.samples["archipelago_heldout_loss"] > 0);
   CHECK(metrics.samples["archipelago_heldout_loss"] < 6);  // below a uniform byte model's ln 256 = 5.55 + margin
+  // The goodput ledger: two of four slots have no node, so at most half the allocated time is goodput;
+  // goodput and the badput parts add up to one.
+  const double goodput = metrics.samples["archipelago_goodput_ratio"];
+  CHECK(goodput > 0);
+  CHECK(goodput <= 0.5);
+  double parts = goodput;
+  for (const auto& [sample, value] : metrics.samples) {
+    if (sample.rfind("archipelago_badput_ratio{", 0) == 0) parts += value;
+  }
+  CHECK(parts == doctest::Approx(1).epsilon(1e-6));
+  CHECK(metrics.samples["archipelago_badput_ratio{part=\"idle\"}"] >= 0.45);
 
   // The page, rendered by a real browser: the learners table and both curves, and a screenshot.
   const fs::path artifacts = fs::path(ARCHIPELAGO_BINARY).parent_path().parent_path() / "test-artifacts";
@@ -111,8 +123,8 @@ TEST_CASE("metrics and the status page: Prometheus text checked against the run,
   CHECK(dom.find("data-id=\"learner-0\"") != std::string::npos);
   CHECK(dom.find("data-id=\"learner-1\"") != std::string::npos);
   CHECK(dom.find("<td class=\"alive\">alive</td>") != std::string::npos);
-  const std::regex curve("<svg id=\"(loss|versions)\"[^>]*>\\s*<polyline [^>]*points=\"([0-9.]+,[0-9.]+ ){2,}");
-  CHECK(std::distance(std::sregex_iterator(dom.begin(), dom.end(), curve), std::sregex_iterator()) == 2);
+  const std::regex curve("<svg id=\"(loss|goodput|versions)\"[^>]*>\\s*<polyline [^>]*points=\"([0-9.]+,[0-9.]+ ){2,}");
+  CHECK(std::distance(std::sregex_iterator(dom.begin(), dom.end(), curve), std::sregex_iterator()) == 3);
   const auto screenshot = artifacts / "status-page.png";
   fs::remove(screenshot);
   REQUIRE(std::system((chromium + " --window-size=1000,1100 --screenshot=" + screenshot.string() + " " + url + " > " +
