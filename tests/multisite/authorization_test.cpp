@@ -309,8 +309,8 @@ TEST_CASE("the console: an admin session with the admin token answers status, le
   std::ofstream(admin_token) << "admin-horse-battery-staple-0123456789\n";
   chmod(admin_token.c_str(), 0600);
   const int port = free_port();
-  // A 2 s restart backoff: a killed learner stays visibly `restarting` for a while.
-  auto run = start_two_learner_run(s, port, {"train.max_seconds=0", "runtime.backoff_initial_s=2"},
+  // A 6 s restart backoff: a killed learner stays `restarting` longer than a console poll takes under load.
+  auto run = start_two_learner_run(s, port, {"train.max_seconds=0", "runtime.backoff_initial_s=6"},
                                    {"--admin-token-file", admin_token.string()});
   Process& coordinator = *run.coordinator;
   Process& node = *run.node;
@@ -485,7 +485,7 @@ TEST_CASE("the console: an admin session with the admin token answers status, le
                   victim = state_of("learner-1");
                   seen.insert(victim.value("state", ""));
                   return seen.count("restarting") && victim.value("state", "") == "alive";
-                }, 40),
+                }, 60),
                 victim.dump());
   CHECK(victim["restarts"].get<int>() == 1);
   CHECK(victim["deaths"].get<int>() == 1);
