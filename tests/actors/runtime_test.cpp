@@ -184,7 +184,9 @@ TEST_CASE("a learner that crashes on every start is given up after R restarts an
   CHECK(result->versions_committed > 0);
   CHECK(result->heldout_loss < result->initial_heldout_loss);
   // One slot of two had no learner nearly all the run: the ledger says so, and its parts add up.
-  CHECK(result->goodput.slots[1].idle > 0.8 * result->goodput.allocated_s / 2);
+  // (restarting: its backoffs; idle: after it was given up — a short run is mostly backoff)
+  CHECK(result->goodput.slots[1].idle + result->goodput.slots[1].restarting > 0.9 * result->goodput.allocated_s / 2);
+  CHECK(result->goodput.slots[1].idle > 0);
   CHECK(result->goodput.slots[1].merged == 0);
   CHECK(result->goodput.seconds.sum() == doctest::Approx(result->goodput.allocated_s).epsilon(1e-9));
 }
