@@ -310,7 +310,8 @@ TEST_CASE("the console: an admin session with the admin token answers status, le
   chmod(admin_token.c_str(), 0600);
   const int port = free_port();
   // A 6 s restart backoff: a killed learner stays `restarting` longer than a console poll takes under load.
-  auto run = start_two_learner_run(s, port, {"train.max_seconds=0", "runtime.backoff_initial_s=6"},
+  auto run = start_two_learner_run(s, port, {"train.max_seconds=0", "runtime.backoff_initial_s=6",
+                                                        "runtime.backoff_max_s=6"},
                                    {"--admin-token-file", admin_token.string()});
   Process& coordinator = *run.coordinator;
   Process& node = *run.node;
