@@ -64,6 +64,17 @@ double seconds_of(const nlohmann::json& j, const char* key) {
 
 }  // namespace
 
+const char* slot_state_name(messages::SlotState state) {
+  static const char* names[] = {"running", "restarting", "finished", "failed"};
+  return names[static_cast<int>(state)];
+}
+
+nlohmann::json slot_times_json(const messages::SlotReport& r) {
+  return {{"lifetime_s", r.lifetime_seconds}, {"alive_s", r.alive_seconds},   {"recovery_s", r.recovery_seconds},
+          {"compute_s", r.compute_seconds},   {"wait_s", r.wait_seconds},     {"paused_s", r.paused_seconds},
+          {"restarting_s", r.restarting_seconds}};
+}
+
 Ledger ledger_from_status(double wall_s, const std::vector<std::string>& slot_ids, const nlohmann::json& monitor,
                           const nlohmann::json& syncer, const nlohmann::json& syncer_at_start) {
   const auto slots = member(monitor, "slots");

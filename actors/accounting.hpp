@@ -39,6 +39,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "messages/message_types.hpp"
+
 namespace archipelago::actors {
 
 // One learner slot's reported times (seconds), summed over its incarnations.
@@ -73,6 +75,12 @@ struct Ledger {
 Ledger build_ledger(double wall_s, const std::vector<SlotTimes>& slots);
 // {"goodput", "allocated_s", "badput": {part: share}, "seconds": {part: s}}; shares of allocated time.
 nlohmann::json to_json(const Ledger& ledger);
+
+const char* slot_state_name(messages::SlotState state);  // "running", "restarting", "finished", "failed"
+
+// A slot's reported times as the status JSON carries them ({"lifetime_s", "alive_s", ...}), the
+// names ledger_from_status reads.
+nlohmann::json slot_times_json(const messages::SlotReport& times);
 
 // The ledger of a run from its actors' status: the failure monitor's "slots" (times from the
 // supervisors' SlotReports) and the syncer's "learners" (compute merged and rejected), minus what

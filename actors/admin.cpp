@@ -62,8 +62,7 @@ nlohmann::json describe(const AdminCommand& command) {
 
 // The goodput ledger of this process's run so far (actors/accounting.hpp).
 nlohmann::json goodput_now(caf::actor_system& system, const AdminSpec& spec) {
-  std::vector<std::string> ids;
-  for (int m = 0; m < spec.learner_slots; ++m) ids.push_back(learner_id(m));
+  const auto ids = learner_ids(spec.learner_slots);
   auto syncer = ask(system, syncer_name());  // before the monitor: merged work never outruns the times
   auto monitor = ask(system, monitor_name());
   return to_json(ledger_from_status(monotonic_seconds() - spec.started_s, ids, monitor, syncer,

@@ -310,8 +310,7 @@ Expected<ClusterResult> LocalCluster::run(const std::function<void(const Progres
   };
 
   // A resumed run's earlier processes are not this run's: their merged compute is subtracted.
-  std::vector<std::string> slot_ids;
-  for (int m = 0; m < impl.learner_slots; ++m) slot_ids.push_back(learner_id(m));
+  const auto slot_ids = learner_ids(impl.learner_slots);
   auto goodput_of = [&](const Snapshot& s, double wall) {
     return ledger_from_status(wall, slot_ids, s.monitor, s.syncer, impl.accounting_at_start);
   };

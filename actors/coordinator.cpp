@@ -211,8 +211,7 @@ Expected<nlohmann::json> Coordinator::run(const std::function<bool()>& stop_requ
   std::optional<uint64_t> start_version;
   int64_t start_tokens = 0;
   double first_commit_s = -1;  // monotonic_seconds() when this process first saw a new committed version
-  std::vector<std::string> slot_ids;
-  for (int m = 0; m < run.learners; ++m) slot_ids.push_back(learner_id(m));
+  const auto slot_ids = learner_ids(run.learners);
   while (true) {
     const double now = impl.elapsed_s();
     auto s = impl.status(syncer_name());
@@ -281,8 +280,8 @@ Expected<nlohmann::json> Coordinator::run(const std::function<bool()>& stop_requ
   }
   const uint64_t final_version = syncer.value("version", uint64_t{0});
   // The ledger as the run ends: the nodes' last slot reports came with their learners' exits.
-  const auto ledger = ledger_from_status(impl.elapsed_s(), slot_ids, impl.status(monitor_name()), syncer,
-                                         impl.accounting_at_start);
+  const auto ledger = to_json(ledger_from_status(impl.elapsed_s(), slot_ids, impl.status(monitor_name()), syncer,
+                                                 impl.accounting_at_start));
   auto final_eval = impl.query(evaluator_name(), "evaluate", {std::to_string(final_version)}, 300);
   if (!final_eval) return make_error(ErrorCode::unavailable, "final evaluation failed: " + final_eval.error().reason);
 
@@ -344,8 +343,7 @@ Expected<nlohmann::json> Coordinator::run(const std::function<bool()>& stop_requ
       {"rejected_foreign", remote["rejected_foreign"]}, {"refused", remote["refused"]}, {"rejected_updates", syncer.value("rejected_total", int64_t{0})},
       {"rejected_by_reason", field(syncer, "rejected")}, {"stopped_by", stopped_by},
       {"first_commit_s", first_commit_s},
-      {"goodput", ledger.goodput()}, {"badput", to_json(ledger)["badput"]},
-      {"goodput_seconds", to_json(ledger)["seconds"]},
+      {"goodput", ledger["goodput"]}, {"badput", ledger["badput"]}, {"goodput_seconds", ledger["seconds"]},
   };
   return summary;
 }

@@ -6,6 +6,7 @@
 
 #include <caf/all.hpp>
 
+#include "actors/accounting.hpp"
 #include "actors/events.hpp"
 #include "actors/policy.hpp"
 #include "actors/wire.hpp"
@@ -74,12 +75,6 @@ SlotReport extended(const Slot& slot, const Record* record, double now) {
   return r;
 }
 
-nlohmann::json times_json(const SlotReport& r) {
-  return {{"lifetime_s", r.lifetime_seconds}, {"alive_s", r.alive_seconds},   {"recovery_s", r.recovery_seconds},
-          {"compute_s", r.compute_seconds},   {"wait_s", r.wait_seconds},     {"paused_s", r.paused_seconds},
-          {"restarting_s", r.restarting_seconds}};
-}
-
 // What an operator sees (console, status page): the supervisor's view of the slot where it knows
 // more (restarting, failed), else the detector's, refined by the last heartbeat.
 const char* shown_state(const Record& r, const Slot* slot, double now, const DetectorOptions& detector) {
@@ -91,11 +86,6 @@ const char* shown_state(const Record& r, const Slot* slot, double now, const Det
   if (r.incarnation > 0 && !r.stepping) return "restarting";  // a new incarnation recovering its state
   if (r.history.last_s >= 0 && now - r.history.last_s > 0.5 * suspect_timeout(r.history, detector)) return "suspect";
   return "alive";
-}
-
-const char* slot_state_name(SlotState s) {
-  static const char* names[] = {"running", "restarting", "finished", "failed"};
-  return names[static_cast<int>(s)];
 }
 
 struct MonitorState {
@@ -233,7 +223,7 @@ caf::behavior monitor_behavior(MonitorActor* self, std::shared_ptr<const Runtime
           add_times(total, extended(slot, found == st.learners.end() ? nullptr : &found->second, st.now()));
           slots[id] = {{"state", slot_state_name(slot.last.state)}, {"incarnation", slot.last.incarnation},
                        {"restarts", slot.last.restarts}, {"report_age_s", st.now() - slot.received_s},
-                       {"times", times_json(total)}};
+                       {"times", slot_times_json(total)}};
         }
         for (const auto& [id, r] : st.learners) {
           alive += r.state == Liveness::alive ? 1 : 0;

@@ -6,6 +6,7 @@
 
 #include <caf/all.hpp>
 
+#include "actors/accounting.hpp"
 #include "actors/authorization.hpp"
 #include "actors/policy.hpp"
 #include "actors/wire.hpp"
@@ -17,11 +18,8 @@ namespace {
 using namespace archipelago::messages;
 using Clock = std::chrono::steady_clock;
 
-enum class ChildState { running, restarting, finished, failed };
-const char* state_name(ChildState s) {
-  static const char* names[] = {"running", "restarting", "finished", "failed"};
-  return names[static_cast<int>(s)];
-}
+// A child's state is a learner slot's (SlotReport.state): running, restarting, finished, failed.
+using ChildState = messages::SlotState;
 
 struct Child {
   ChildSpec spec;
@@ -36,7 +34,6 @@ struct Child {
   double died_s = -1;
   double spawned_s = 0;
   bool awaiting_progress = false;
-  double downtime_s = 0;       // death -> respawn, summed
   double recovery_s = 0;       // respawn -> first new step, summed (restarts only)
   double failed_s = -1;
   std::string last_reason;
@@ -84,31 +81,26 @@ void start_child(SupervisorActor* self, int index) {
   refresh_live(self);
 }
 
-messages::SlotState slot_state(ChildState s) {
-  switch (s) {
-    case ChildState::running: return messages::SlotState::running;
-    case ChildState::restarting: return messages::SlotState::restarting;
-    case ChildState::finished: return messages::SlotState::finished;
-    case ChildState::failed: return messages::SlotState::failed;
-  }
-  return messages::SlotState::running;
+// An incarnation's times as its last heartbeat gave them, added to a slot's sums.
+void add_incarnation(SlotReport& into, const messages::Heartbeat& beat) {
+  into.alive_seconds += beat.alive_seconds;
+  into.recovery_seconds += beat.recovery_seconds;
+  into.compute_seconds += beat.compute_seconds;
+  into.wait_seconds += beat.wait_seconds;
+  into.paused_seconds += beat.paused_seconds;
 }
 
 // A learner slot's times so far: the ended incarnations plus the running one as of now.
 SlotReport slot_report(const SupervisorState& st, const Child& c) {
   SlotReport r = c.ended;
   r.learner_id = c.spec.id;
-  r.state = slot_state(c.state);
+  r.state = c.state;
   r.incarnation = static_cast<uint32_t>(c.incarnation);
   r.restarts = static_cast<uint32_t>(c.restarts);
   r.reporter = st.reporter;
   if (c.handle) {
     r.lifetime_seconds += st.now() - c.spawned_s;
-    r.alive_seconds += c.beat.alive_seconds;
-    r.recovery_seconds += c.beat.recovery_seconds;
-    r.compute_seconds += c.beat.compute_seconds;
-    r.wait_seconds += c.beat.wait_seconds;
-    r.paused_seconds += c.beat.paused_seconds;
+    add_incarnation(r, c.beat);
   }
   if (c.state == ChildState::restarting && c.died_s >= 0) r.restarting_seconds += st.now() - c.died_s;
   return r;
@@ -134,11 +126,7 @@ void on_down(SupervisorActor* self, const caf::down_msg& down) {
     if (!child.handle || child.handle.address() != down.source) continue;
     child.handle = caf::actor{};
     child.ended.lifetime_seconds += st.now() - child.spawned_s;
-    child.ended.alive_seconds += child.beat.alive_seconds;
-    child.ended.recovery_seconds += child.beat.recovery_seconds;
-    child.ended.compute_seconds += child.beat.compute_seconds;
-    child.ended.wait_seconds += child.beat.wait_seconds;
-    child.ended.paused_seconds += child.beat.paused_seconds;
+    add_incarnation(child.ended, child.beat);
     child.beat = messages::Heartbeat{};
     child.steps_computed += std::max<int64_t>(0, child.last_step - child.start_step);
     child.awaiting_progress = false;
@@ -184,22 +172,16 @@ nlohmann::json status_json(SupervisorActor* self) {
     failed += c.state == ChildState::failed;
     restarting += c.state == ChildState::restarting;
     const double down_now = c.state == ChildState::restarting && c.died_s >= 0 ? st.now() - c.died_s : 0;
-    downtime += c.downtime_s + down_now;
+    downtime += c.ended.restarting_seconds + down_now;
     recovery += c.recovery_s;
     if (c.failed_s >= 0) failed_idle += st.now() - c.died_s;
     const int64_t computed = c.steps_computed + (c.handle ? std::max<int64_t>(0, c.last_step - c.start_step) : 0);
     steps += computed;
-    children[c.spec.id] = {{"state", state_name(c.state)}, {"incarnation", c.incarnation}, {"restarts", c.restarts},
+    children[c.spec.id] = {{"state", slot_state_name(c.state)}, {"incarnation", c.incarnation}, {"restarts", c.restarts},
                            {"last_step", c.last_step}, {"steps_computed", computed},
-                           {"downtime_s", c.downtime_s + down_now}, {"recovery_s", c.recovery_s},
+                           {"downtime_s", c.ended.restarting_seconds + down_now}, {"recovery_s", c.recovery_s},
                            {"last_reason", c.last_reason}};
-    if (st.spec.report_slots) {
-      const auto r = slot_report(st, c);
-      children[c.spec.id]["times"] = {{"lifetime_s", r.lifetime_seconds}, {"alive_s", r.alive_seconds},
-                                      {"recovery_s", r.recovery_seconds}, {"compute_s", r.compute_seconds},
-                                      {"wait_s", r.wait_seconds}, {"paused_s", r.paused_seconds},
-                                      {"restarting_s", r.restarting_seconds}};
-    }
+    if (st.spec.report_slots) children[c.spec.id]["times"] = slot_times_json(slot_report(st, c));
   }
   return {{"name", st.spec.name}, {"children", children}, {"restarts", restarts}, {"running", running},
           {"finished", finished}, {"failed", failed}, {"restarting", restarting}, {"downtime_s", downtime},
@@ -232,7 +214,6 @@ caf::behavior supervisor_behavior(SupervisorActor* self, SupervisorSpec spec) {
         if (child.state != ChildState::restarting) return;
         child.incarnation += 1;
         child.restarts += 1;
-        child.downtime_s += st.now() - child.died_s;
         child.ended.restarting_seconds += st.now() - child.died_s;
         child.awaiting_progress = true;
         start_child(self, index);

@@ -15,6 +15,12 @@ using namespace archipelago::messages;
 caf::atom_value learner_name(int index) { return caf::atom_from_string("l" + std::to_string(index)); }
 std::string learner_id(int index) { return "learner-" + std::to_string(index); }
 
+std::vector<std::string> learner_ids(int count) {
+  std::vector<std::string> ids;
+  for (int m = 0; m < count; ++m) ids.push_back(learner_id(m));
+  return ids;
+}
+
 int learner_index(const std::string& id) {
   static const std::string prefix = "learner-";
   if (id.size() <= prefix.size() || id.compare(0, prefix.size(), prefix) != 0) return -1;

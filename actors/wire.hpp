@@ -61,6 +61,7 @@ inline caf::atom_value evaluator_name() { return caf::atom("evaluator"); }
 inline caf::atom_value learner_supervisor_name() { return caf::atom("lsup"); }
 caf::atom_value learner_name(int index);  // "l<index>"
 std::string learner_id(int index);         // "learner-<index>"
+std::vector<std::string> learner_ids(int count);  // learner_id(0 .. count - 1)
 int learner_index(const std::string& id);  // -1 when `id` is not "learner-<n>"
 
 // Sequence numbers and sender id of one actor's outgoing envelopes.

@@ -249,6 +249,7 @@ int run_train(const TrainArguments& arguments) {
       return 1;
     }
     const auto& r = *outcome;
+    const auto& ledger = r.details.at("goodput");  // to_json(r.goodput), made once by the cluster
     json summary = {
         {"run_id", run_id}, {"run_dir", run_dir.string()}, {"engine", config->engine}, {"mode", r.mode},
         {"model", config->model.preset}, {"parameters", r.parameters}, {"learners", r.learners},
@@ -266,7 +267,7 @@ int run_train(const TrainArguments& arguments) {
         {"device", config->run.device}, {"precision", config->inner.precision},
         {"versions_committed", r.versions_committed}, {"start_version", r.start_version},
         {"final_version", r.final_version}, {"goodput", r.goodput.goodput()},
-        {"badput", to_json(r.goodput)["badput"]}, {"goodput_seconds", to_json(r.goodput)["seconds"]},
+        {"badput", ledger["badput"]}, {"goodput_seconds", ledger["seconds"]},
         {"restarts", r.restarts},
         {"infrastructure_restarts", r.infrastructure_restarts}, {"rejected_updates", r.rejected_updates},
         {"rejected_by_reason", r.details["syncer"].value("rejected", json::object())},
