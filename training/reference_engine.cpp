@@ -59,7 +59,8 @@ class Budget {
 }  // namespace
 
 Expected<ReferenceResult> run_reference(const ReferenceSetup& setup, std::shared_ptr<const Corpus> corpus,
-                                        const std::function<void(const ProgressPoint&)>& progress) {
+                                        const std::function<void(const ProgressPoint&)>& progress,
+                                        const ReferenceObserver& observer) {
   const auto& run = setup.run;
   if (run.max_tokens <= 0 && run.max_seconds <= 0) {
     return make_error(ErrorCode::invalid_argument, "set train.max_tokens or train.max_seconds: the run must be bounded");
@@ -132,6 +133,7 @@ Expected<ReferenceResult> run_reference(const ReferenceSetup& setup, std::shared
     train_loss_count = 0;
   };
 
+  if (observer.round) observer.round(0, global);
   double last_round_s = 0;
   while (!budget.spent(result.tokens) && (result.rounds == 0 || budget.room_for(last_round_s))) {
     const double round_start = budget.elapsed();
@@ -140,6 +142,7 @@ Expected<ReferenceResult> run_reference(const ReferenceSetup& setup, std::shared
         std::vector<Batch> batches;
         for (auto& cursor : data->cursors) batches.push_back(cursor.next());
         auto stats = global_view.step_averaged(batches);
+        if (observer.step) observer.step(0, batches, stats);
         train_loss_sum += stats.cross_entropy;
         ++train_loss_count;
         result.tokens += stats.tokens;
@@ -154,7 +157,9 @@ Expected<ReferenceResult> run_reference(const ReferenceSetup& setup, std::shared
         Replica& replica = *replicas[m];
         replica.write_parameters(global);
         for (int h = 0; h < run.inner_steps; ++h) {
-          auto stats = replica.step(data->cursors[m].next());
+          Batch batch = data->cursors[m].next();
+          auto stats = replica.step(batch);
+          if (observer.step) observer.step(m, {batch}, stats);
           train_loss_sum += stats.cross_entropy;
           ++train_loss_count;
           learner_tokens[m] += stats.tokens;
@@ -183,6 +188,7 @@ Expected<ReferenceResult> run_reference(const ReferenceSetup& setup, std::shared
       result.bytes_sent += bytes_per_sync;
     }
     result.rounds += 1;
+    if (observer.round) observer.round(result.rounds, ddp ? global_view.read_parameters() : global);
     last_round_s = budget.elapsed() - round_start;
     report(result.rounds % std::max(1, run.eval_every) == 0);
   }

@@ -16,6 +16,7 @@
 #include "common/error.hpp"
 #include "training/corpus.hpp"
 #include "training/options.hpp"
+#include "training/replica.hpp"
 
 namespace archipelago::training {
 
@@ -55,9 +56,21 @@ struct ReferenceResult {
   std::vector<ProgressPoint> curve;
 };
 
+// Hooks for checking the engine's arithmetic from outside (tests/crosscheck); called on the
+// engine's thread, in order. An unset member costs nothing.
+struct ReferenceObserver {
+  // After every inner step: the learner that took it (ddp: 0, the one model), the batches it
+  // consumed (ddp: one per learner, in learner order) and its stats.
+  std::function<void(int learner, const std::vector<Batch>& batches, const StepStats& stats)> step;
+  // The global parameters (flat, in `Replica::parameters()` order) before the first round
+  // (round 0) and after every round.
+  std::function<void(int64_t round, const std::vector<float>& parameters)> round;
+};
+
 // Runs until train.max_tokens or train.max_seconds (at least one must be set), finishing the
 // current round. `progress` (optional) is called after every evaluation.
 Expected<ReferenceResult> run_reference(const ReferenceSetup& setup, std::shared_ptr<const Corpus> corpus,
-                                        const std::function<void(const ProgressPoint&)>& progress = {});
+                                        const std::function<void(const ProgressPoint&)>& progress = {},
+                                        const ReferenceObserver& observer = {});
 
 }  // namespace archipelago::training
