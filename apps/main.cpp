@@ -6,6 +6,7 @@
 #include "apps/coordinator_command.hpp"
 #include "apps/node_command.hpp"
 #include "apps/train_command.hpp"
+#include "sim/sim_command.hpp"
 
 int main(int argc, char** argv) {
   CLI::App app{"Archipelago: fault-tolerant, low-communication training of language models across sites"};
@@ -92,7 +93,13 @@ int main(int argc, char** argv) {
                                                     "local TOML ([net]: timeouts, TLS files)")
       ->check(CLI::ExistingFile);
 
+  archipelago::sim::SimArguments sim;
+  auto* sim_command =
+      app.add_subcommand("sim", "simulate goodput under chip failures and the bandwidth DiLoCo needs (no training)");
+  archipelago::sim::add_sim_options(*sim_command, sim);
+
   CLI11_PARSE(app, argc, argv);
+  if (sim_command->parsed()) return archipelago::sim::run_sim(sim);
   if (console_command->parsed()) return archipelago::apps::run_console(console);
   if (train_command->parsed()) return archipelago::apps::run_train(train);
   if (coordinator_command->parsed()) return archipelago::apps::run_coordinator(coordinator);
