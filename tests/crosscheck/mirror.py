@@ -20,7 +20,8 @@ From the exported θ0 and batches it recomputes, in float32 on one CPU thread:
 
 It compares every step's loss, cross-entropy, gradient norm (before clipping) and learning rate,
 then the global parameters after every round, against the engine's, and exits 1 naming the first
-mismatch. Nothing is re-synchronised from the export after θ0: errors would accumulate.
+mismatch. Nothing but θ0 and the batches is taken from the export, so an error anywhere carries into
+everything after it.
 """
 import json
 import math
@@ -38,9 +39,12 @@ except ImportError as error:
 # Relative tolerance for losses, gradient norms and per-tensor parameter errors. Both sides run the
 # same float32 operations but not in the same order (hand-written AdamW, clipping and outer step
 # here; LibTorch's C++ optimizer and the engine's loops there), so they differ by float32 rounding
-# (~1e-7 per operation) that AdamW's division by √v carries forward; 1e-4 leaves room for that
-# over 3 rounds while any real difference in the math (a wrong decay group, schedule, bias
-# correction, merge weight or momentum form) moves a tensor or a loss by far more.
+# (~1e-7 per operation), which AdamW amplifies where a gradient element is near ε: ddp's one
+# batch of M·B rows here against M accumulated backward passes there gives such an element
+# (|g| ≈ 1e-8, its sum nearly cancelling) a 0.6% different gradient, and its first AdamW step a
+# ~1e-6 different size (2.7e-5 of its tensor). Measured: sync ≤ 4e-7, ddp ≤ 3e-5. Any real
+# difference in the math (a wrong decay group, schedule, bias correction, clipping, z-loss, mask,
+# merge weight or momentum form) moves a loss, a gradient norm or a tensor by more than 1e-4.
 TOLERANCE = 1e-4
 LR_TOLERANCE = 1e-12  # the schedule is computed in double on both sides
 
@@ -50,8 +54,8 @@ LR_TOLERANCE = 1e-12  # the schedule is computed in double on both sides
 # moves it by ~lr·|g|/ε a step), different noise on each side, so the two are not compared with
 # each other. Instead the mirror checks the identity at every step (its gradient ≤ 1e-6 · the
 # global norm) and that on both sides the bias did not learn: it stays within 1e-3 of θ0, relative
-# to its LayerNorm's weight (a real gradient moves it by ~lr, ≥ 1e-3, at every step; the noise
-# here moves it by ~5e-5 over the whole run).
+# to its LayerNorm's weight (AdamW moves a parameter with a real gradient by about lr a step, 1e-3
+# at the first step alone; the noise here moves it by ~5e-5 over the whole run).
 SHIFT_INVARIANT_SUFFIX = ".attn.k_norm.bias"
 SHIFT_INVARIANT_GRADIENT = 1e-6
 SHIFT_INVARIANT_DRIFT = 1e-3
@@ -217,7 +221,7 @@ class Learner:
         self.optimizer.step(lr)
         self.steps += 1
         return {"loss": float(loss), "cross_entropy": float(cross_entropy), "grad_norm": grad_norm, "lr": lr,
-                "clipped": clipped}
+                "tokens": tokens.shape[0] * (tokens.shape[1] - 1), "clipped": clipped}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -262,6 +266,8 @@ def relative_error(mirror, engine):
 
 
 def compare_step(index, record, ours, where):
+    if record["tokens"] != ours["tokens"]:
+        raise Mismatch(f"step {index} ({where}): the engine counted {record['tokens']} tokens, the mirror {ours['tokens']}")
     for key, tolerance in (("loss", TOLERANCE), ("cross_entropy", TOLERANCE), ("grad_norm", TOLERANCE),
                            ("lr", LR_TOLERANCE)):
         error = relative_error(ours[key], record[key])
@@ -296,7 +302,17 @@ def compare_round(round_index, ours, engine, theta0, layout):
     return worst
 
 
+def merge_weight(rule, tokens, steps):
+    if rule == "mean":
+        return 1.0
+    if rule == "token_weighted":
+        return tokens * (tokens / steps)  # quantity × quality
+    raise Mismatch(f"outer.merge = {rule!r}: the mirror implements mean and token_weighted")
+
+
 class Replay:
+    """The export, and the mirror's own run of its schedule checked against it step by step."""
+
     def __init__(self, directory):
         with open(os.path.join(directory, "export.json")) as f:
             self.export = json.load(f)
@@ -365,7 +381,7 @@ class Replay:
                         index, record, tokens = self.next_step(m, r)
                         ours = learner.step(tokens)
                         self.check_step(index, record, ours, f"round {r}, learner {m}, inner step {h}")
-                        tokens_seen += tokens.shape[0] * (tokens.shape[1] - 1)
+                        tokens_seen += ours["tokens"]
                     local = snapshot(learner.model)
                     deltas.append({name: theta[name] - local[name] for name in theta})  # Δ_m = θ − θ_m
                     weights.append(merge_weight(outer["merge"], tokens_seen, H))
@@ -384,14 +400,6 @@ class Replay:
             raise Mismatch(f"{self.clipped_steps} of {steps} steps were clipped: the export must exercise both "
                            "clipped and unclipped steps (adjust inner.clip_norm in crosscheck_export)")
         return worst_round
-
-
-def merge_weight(rule, tokens, steps):
-    if rule == "mean":
-        return 1.0
-    if rule == "token_weighted":
-        return tokens * (tokens / steps)  # quantity × quality
-    raise Mismatch(f"outer.merge = {rule!r}: the mirror implements mean and token_weighted")
 
 
 def main():
