@@ -295,7 +295,7 @@ int run_goodput(const SimArguments& a, const SimConfig& config, std::ostream& ou
   if (a.json) {
     out << j.dump() << "\n";
   } else {
-    out << "\nchips " << config.chips << ", MTBI " << config.mtbi_hours << " h per chip (cluster MTBF "
+    out << "\nchips " << fixed(config.chips, 0) << ", MTBI " << config.mtbi_hours << " h per chip (cluster MTBF "
         << fixed(mtbf_cluster_s, 1) << " s), "
         << (config.wall_s > 0 ? "wall window " + fixed(config.wall_s, 1) + " s"
                               : "job of " + fixed(job_work_s(config), 1) + " compute seconds")

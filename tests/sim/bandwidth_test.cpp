@@ -101,7 +101,7 @@ TEST_CASE("Streaming DiLoCo Table 4: the grid reading below the threshold reprod
   }
   CHECK(cells == 75);
   MESSAGE("Table 4 cells within 10%: " << matching << " / " << cells);
-  CHECK(matching >= 64);  // 85%; measured 67
+  CHECK(matching >= 64);  // 85%; measured 68
 }
 
 TEST_CASE("scaling-law Table 6 (10B): within two grid steps at the stated 0.8 s; its DiLoCo rows at 1.0 s") {
