@@ -69,7 +69,7 @@ class Run {
         if (g.phase == Phase::computing) {
           rate += g.chips / slowdown_;
           next = std::min(next, now_ + g.failure_clock);
-          if (strategy_ == Strategy::ddp)
+          if (strategy_ == Strategy::ddp && c_.checkpoint_save_s > 0)  // free checkpoints need no event
             next = std::min(next, now_ + (c_.checkpoint_interval_s - g.since_checkpoint) * slowdown_);
         } else {
           next = std::min(next, g.phase_ends);
@@ -118,8 +118,11 @@ class Run {
   // Nominal compute seconds a group loses when it is interrupted now.
   double lost_work(const Group& g) const {
     switch (strategy_) {
-      case Strategy::ddp:
-        return g.since_checkpoint;
+      case Strategy::ddp: {  // without pauses, checkpoints are not events: the last one was at a multiple
+        if (c_.checkpoint_save_s > 0) return g.since_checkpoint;
+        const double since = std::fmod(g.since_checkpoint, c_.checkpoint_interval_s);
+        return c_.checkpoint_interval_s - since < 1e-9 * std::max(1.0, g.since_checkpoint) ? 0 : since;
+      }
       case Strategy::elastic_ddp:
         return g.step_progress;
       case Strategy::decoupled: {
@@ -168,12 +171,11 @@ class Run {
       if (g.phase == Phase::computing) {
         if (g.failure_clock <= kEps) {
           interrupt(g);
-        } else if (strategy_ == Strategy::ddp && g.since_checkpoint >= c_.checkpoint_interval_s - kEps) {
+        } else if (strategy_ == Strategy::ddp && c_.checkpoint_save_s > 0 &&
+                   g.since_checkpoint >= c_.checkpoint_interval_s - kEps) {
           g.since_checkpoint = 0;
-          if (c_.checkpoint_save_s > 0) {
-            g.phase = Phase::checkpointing;
-            g.phase_ends = now_ + c_.checkpoint_save_s;
-          }
+          g.phase = Phase::checkpointing;
+          g.phase_ends = now_ + c_.checkpoint_save_s;
         }
       } else if (now_ >= g.phase_ends - kEps) {
         if (g.phase == Phase::recovering) {

@@ -1,12 +1,14 @@
 // `archipelago sim` as the CLI runs it: flags, a TOML file, JSON and table output, bad input.
 #include "sim/sim_command.hpp"
 
+#include <CLI/CLI.hpp>
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
 
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 #include <unistd.h>
 
@@ -56,6 +58,30 @@ TEST_CASE("--chips --mtbi-hours --learners --json prints one line with the three
   CHECK(j["goodput"]["ddp"].get<double>() == doctest::Approx(simulate(c, Strategy::ddp).goodput));
   CHECK(j["goodput"]["decoupled"].get<double>() > j["goodput"]["ddp"].get<double>());
   CHECK(j["config"]["learners"] == 8);
+}
+
+TEST_CASE("the command line as archipelago parses it: one flag per key") {
+  CLI::App app;
+  CLI::App* command = app.add_subcommand("sim");
+  SimArguments a;
+  add_sim_options(*command, a);
+  const char* argv[] = {"archipelago", "sim", "--chips", "4", "--mtbi-hours", "inf", "--learners", "4",
+                        "--kill-every-s", "20", "--learner-restart-s", "2", "--step-time-s", "0.5",
+                        "--learner-checkpoint-steps", "1", "--wall-s", "150", "--runs", "2", "--json"};
+  REQUIRE_NOTHROW(app.parse(static_cast<int>(std::size(argv)), argv));
+  CHECK(a.json);
+  CHECK(a.settings.size() == 9);
+  const Output o = run(a);
+  REQUIRE_MESSAGE(o.code == 0, o.err);
+  const nlohmann::json j = nlohmann::json::parse(o.out);
+  CHECK(j["goodput"]["decoupled"].get<double>() == doctest::Approx(1 - 14.0 / 600));
+  CHECK(j["config"]["kill_every_s"] == 20.0);
+
+  CLI::App bad;
+  SimArguments b;
+  add_sim_options(*bad.add_subcommand("sim"), b);
+  const char* typo[] = {"archipelago", "sim", "--chipz", "4"};
+  CHECK_THROWS(bad.parse(4, typo));
 }
 
 TEST_CASE("a drill's configuration from a TOML file, overridden by a flag") {
