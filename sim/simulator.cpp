@@ -39,7 +39,12 @@ int group_count(const SimConfig& c, Strategy strategy) { return strategy == Stra
 
 struct RunTotals {
   double wall = 0, kept = 0, lost = 0, recovery = 0, straggler = 0, interruptions = 0;
+  bool truncated = false;  // stopped after kMaxEventsPerRun events, before the job was done
 };
+
+// A job that can barely progress (say checkpoints far apart against a short MTBF) would take
+// astronomically many events; its goodput is then measured over the first this many.
+constexpr long long kMaxEventsPerRun = 2'000'000;
 
 class Run {
  public:
@@ -80,6 +85,10 @@ class Run {
       if (next == kInfinity) break;  // nothing computes and nothing will change
       advance(next - now_);
       if (finishes || now_ >= end) break;
+      if (++events_ > kMaxEventsPerRun) {
+        totals_.truncated = true;
+        break;
+      }
       handle_events();
     }
     totals_.wall = now_;
@@ -204,6 +213,7 @@ class Run {
   std::vector<Group> groups_;
   double failure_rate_ = 0, target_ = 0, next_kill_ = kInfinity, now_ = 0;
   int up_ = 0;
+  long long events_ = 0;
   RunTotals totals_;
 };
 
@@ -283,6 +293,7 @@ SimResult simulate(const SimConfig& config, Strategy strategy) {
     sum_sq += goodput * goodput;
     wall += t.wall;
     interruptions += t.interruptions;
+    result.truncated_runs += t.truncated ? 1 : 0;
     if (allocated > 0) {
       lost += t.lost / allocated;
       recovery += t.recovery / allocated;

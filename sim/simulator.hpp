@@ -83,6 +83,8 @@ struct SimResult {
   double recovery_share = 0;    // chip-seconds in restart, rescale or checkpoint pauses / allocated
   double straggler_share = 0;   // chip-seconds spent waiting for the slowest chip / allocated
   int runs = 0;
+  int truncated_runs = 0;       // runs stopped after 2 000 000 events, before the job was done
+                                // (their goodput is measured over the time simulated)
 };
 
 // Simulates `strategy` on `config` (which must validate). decoupled uses config.learners;

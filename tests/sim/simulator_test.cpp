@@ -187,6 +187,20 @@ TEST_CASE("the published shape: 5B model, 1T tokens, MTBI 1 year per chip") {
   CHECK(simulate(c, Strategy::decoupled).goodput == doctest::Approx(0.86).epsilon(0.03 / 0.86));
 }
 
+TEST_CASE("a job that can barely progress stops after a bounded number of events") {
+  SimConfig c;
+  c.chips = 1;
+  c.learner_mtbf_s = 1;
+  c.restart_s = 0.1;
+  c.checkpoint_interval_s = 60;  // e^60 attempts to commit one checkpoint
+  c.work_s = 120;
+  c.runs = 1;
+  const SimResult r = simulate(c, Strategy::ddp);
+  CHECK(r.truncated_runs == 1);
+  CHECK(r.goodput < 1e-6);
+  CHECK(r.interruptions > 1e5);
+}
+
 TEST_CASE("invalid configurations are refused with a reason") {
   SimConfig c;
   CHECK(validate(c).empty());
