@@ -221,7 +221,7 @@ const Strategy kStrategies[] = {Strategy::decoupled, Strategy::elastic_ddp, Stra
 int run_goodput(const SimArguments& a, const SimConfig& config, std::ostream& out, std::ostream& err) {
   nlohmann::json j;
   std::vector<std::vector<std::string>> rows{
-      {"strategy", "goodput", "+-", "interruptions/run", "wall_s/run", "lost work", "recovery", "straggling", "runs"}};
+      {"strategy", "goodput", "+-", "uptime", "interruptions/run", "wall_s/run", "lost work", "recovery", "straggling", "runs"}};
   for (Strategy s : kStrategies) {
     const SimResult r = simulate(config, s);
     const char* name = strategy_name(s);
@@ -230,13 +230,15 @@ int run_goodput(const SimArguments& a, const SimConfig& config, std::ostream& ou
     j["interruptions_per_run"][name] = r.interruptions;
     j["wall_s"][name] = r.wall_s;
     j["badput"][name] = {{"lost_work", r.lost_work_share}, {"recovery", r.recovery_share}, {"straggling", r.straggler_share}};
+    j["uptime"][name] = r.uptime;
     j["runs"][name] = r.runs;
     j["truncated_runs"][name] = r.truncated_runs;
     if (r.truncated_runs > 0 && !a.json)
       err << "archipelago sim: " << name << ": " << r.truncated_runs << " of " << r.runs
           << " runs stopped after 2000000 events before the job was done; goodput is measured over the time simulated\n";
     const std::string label = s == Strategy::decoupled ? "decoupled M=" + std::to_string(config.learners) : name;
-    rows.push_back({label, fixed(r.goodput, 4), fixed(r.goodput_stderr, 4), fixed(r.interruptions, 2), fixed(r.wall_s, 1),
+    rows.push_back({label, fixed(r.goodput, 4), fixed(r.goodput_stderr, 4), fixed(r.uptime, 4), fixed(r.interruptions, 2),
+                    fixed(r.wall_s, 1),
                     fixed(r.lost_work_share, 4), fixed(r.recovery_share, 4), fixed(r.straggler_share, 4),
                     std::to_string(r.runs)});
   }

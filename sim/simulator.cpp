@@ -39,6 +39,7 @@ int group_count(const SimConfig& c, Strategy strategy) { return strategy == Stra
 
 struct RunTotals {
   double wall = 0, kept = 0, lost = 0, recovery = 0, straggler = 0, interruptions = 0;
+  double up = 0;           // wall seconds in which the job progressed (see SimResult::uptime)
   bool truncated = false;  // stopped after kMaxEventsPerRun events, before the job was done
 };
 
@@ -102,6 +103,9 @@ class Run {
   }
 
   void advance(double dt) {
+    int computing = 0;
+    for (const Group& g : groups_) computing += g.phase == Phase::computing ? 1 : 0;
+    if (computing >= c_.quorum) totals_.up += dt;
     for (Group& g : groups_) {
       if (g.phase != Phase::computing) {
         totals_.recovery += g.chips * dt;
@@ -279,7 +283,7 @@ double expected_max_normal(double n) {
 
 SimResult simulate(const SimConfig& config, Strategy strategy) {
   SimResult result;
-  double sum = 0, sum_sq = 0, wall = 0, interruptions = 0, lost = 0, recovery = 0, straggler = 0;
+  double sum = 0, sum_sq = 0, wall = 0, interruptions = 0, lost = 0, recovery = 0, straggler = 0, up = 0;
   int runs = 0;
   const bool fixed = config.runs > 0;
   const double slowdown =
@@ -298,6 +302,7 @@ SimResult simulate(const SimConfig& config, Strategy strategy) {
       lost += t.lost / allocated;
       recovery += t.recovery / allocated;
       straggler += t.straggler / allocated;
+      up += t.up / t.wall;
     }
     ++runs;
   }
@@ -310,6 +315,7 @@ SimResult simulate(const SimConfig& config, Strategy strategy) {
   result.lost_work_share = lost / runs;
   result.recovery_share = recovery / runs;
   result.straggler_share = straggler / runs;
+  result.uptime = up / runs;
   return result;
 }
 

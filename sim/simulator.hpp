@@ -82,6 +82,8 @@ struct SimResult {
   double lost_work_share = 0;   // chip-seconds of work redone or lost / allocated chip-seconds
   double recovery_share = 0;    // chip-seconds in restart, rescale or checkpoint pauses / allocated
   double straggler_share = 0;   // chip-seconds spent waiting for the slowest chip / allocated
+  double uptime = 0;            // share of wall time the job progresses: ddp and elastic_ddp compute,
+                                // decoupled: at least `quorum` learners compute
   int runs = 0;
   int truncated_runs = 0;       // runs stopped after 2 000 000 events, before the job was done
                                 // (their goodput is measured over the time simulated)

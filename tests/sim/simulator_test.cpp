@@ -129,6 +129,8 @@ TEST_CASE("a drill's periodic kills: 4 learners, a kill every 20 s, 2 s restarts
   // decoupled loses 7 x 2 s of one learner in 4 x 150 learner-seconds; ddp stops everything.
   const SimResult decoupled = simulate(c, Strategy::decoupled);
   CHECK(decoupled.interruptions == 7);
+  CHECK(decoupled.uptime == doctest::Approx(1.0));                  // three learners always compute
+  CHECK(simulate(c, Strategy::ddp).uptime == doctest::Approx(1 - 14.0 / 150));
   CHECK(decoupled.goodput == doctest::Approx(1 - 14.0 / 600).epsilon(1e-9));
   CHECK(simulate(c, Strategy::ddp).goodput == doctest::Approx(1 - 14.0 / 150).epsilon(1e-9));
   // Without its checkpoints of unsent work a learner also loses the steps since each fragment's sync.
@@ -185,6 +187,13 @@ TEST_CASE("the published shape: 5B model, 1T tokens, MTBI 1 year per chip") {
   CHECK(simulate(c, Strategy::decoupled).goodput == doctest::Approx(0.80).epsilon(0.05 / 0.80));
   c.learners = 16;
   CHECK(simulate(c, Strategy::decoupled).goodput == doctest::Approx(0.86).epsilon(0.03 / 0.86));
+  // Uptime (some learner computing, quorum 1) is reported as 100% for M >= 4 up to 2.4M chips.
+  c.learners = 4;
+  CHECK(simulate(c, Strategy::decoupled).uptime > 0.99);
+  c.learners = 8;
+  CHECK(simulate(c, Strategy::decoupled).uptime > 0.999);
+  c.learners = 2;
+  CHECK(simulate(c, Strategy::decoupled).uptime < 0.9);
 }
 
 TEST_CASE("a job that can barely progress stops after a bounded number of events") {
