@@ -1,5 +1,7 @@
 #include "actors/accounting.hpp"
 
+#include <cmath>
+
 namespace archipelago::actors {
 
 Ledger build_ledger(double wall_s, const std::vector<SlotTimes>& slots) {
@@ -57,7 +59,9 @@ nlohmann::json member(const nlohmann::json& j, const std::string& key) {
   return nlohmann::json::object();
 }
 
-double seconds_of(const nlohmann::json& j, const char* key) {
+// j[key] when it is a number, else 0.
+double number_of(const nlohmann::json& j, const char* key) {
+  if (!j.is_object()) return 0.0;
   auto it = j.find(key);
   return it != j.end() && it->is_number() ? it->get<double>() : 0.0;
 }
@@ -86,18 +90,36 @@ Ledger ledger_from_status(double wall_s, const std::vector<std::string>& slot_id
     const auto merged = member(learners, id);
     const auto merged_before = member(learners_at_start, id);
     SlotTimes s;
-    s.lifetime_s = seconds_of(t, "lifetime_s");
-    s.alive_s = seconds_of(t, "alive_s");
-    s.recovery_s = seconds_of(t, "recovery_s");
-    s.compute_s = seconds_of(t, "compute_s");
-    s.wait_s = seconds_of(t, "wait_s");
-    s.paused_s = seconds_of(t, "paused_s");
-    s.restarting_s = seconds_of(t, "restarting_s");
-    s.merged_compute_s = seconds_of(merged, "compute_merged_s") - seconds_of(merged_before, "compute_merged_s");
-    s.rejected_compute_s = seconds_of(merged, "compute_rejected_s") - seconds_of(merged_before, "compute_rejected_s");
+    s.lifetime_s = number_of(t, "lifetime_s");
+    s.alive_s = number_of(t, "alive_s");
+    s.recovery_s = number_of(t, "recovery_s");
+    s.compute_s = number_of(t, "compute_s");
+    s.wait_s = number_of(t, "wait_s");
+    s.paused_s = number_of(t, "paused_s");
+    s.restarting_s = number_of(t, "restarting_s");
+    s.merged_compute_s = number_of(merged, "compute_merged_s") - number_of(merged_before, "compute_merged_s");
+    s.rejected_compute_s = number_of(merged, "compute_rejected_s") - number_of(merged_before, "compute_rejected_s");
     times.push_back(s);
   }
   return build_ledger(wall_s, times);
+}
+
+nlohmann::json operator_sample(double elapsed_s, uint64_t start_version, const nlohmann::json& syncer,
+                               const nlohmann::json& monitor, const nlohmann::json& evaluator, const Ledger& ledger) {
+  const bool scored = number_of(evaluator, "scored_version") > 0 && evaluator.is_object() &&
+                      evaluator.contains("heldout_loss") && evaluator["heldout_loss"].is_number();
+  int64_t restarts = 0;
+  const auto slots = member(monitor, "slots");  // named: items() must not outlive it
+  for (const auto& [id, r] : slots.items()) restarts += r.value("restarts", 0);
+  return {{"elapsed_s", elapsed_s},
+          {"version", static_cast<uint64_t>(number_of(syncer, "version"))},
+          {"start_version", start_version},
+          {"heldout_loss", scored ? evaluator["heldout_loss"].get<double>() : std::nan("")},
+          {"merged", static_cast<int64_t>(number_of(syncer, "merged_contributions"))},
+          {"rejected", member(syncer, "rejected")},
+          {"learner_states", member(monitor, "learners")},
+          {"learner_restarts", restarts},
+          {"goodput", to_json(ledger)}};
 }
 
 int64_t ddp_equivalent_bytes(int64_t tokens, int64_t tokens_per_worker_step, int64_t parameters) {

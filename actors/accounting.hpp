@@ -89,6 +89,13 @@ nlohmann::json slot_times_json(const messages::SlotReport& times);
 Ledger ledger_from_status(double wall_s, const std::vector<std::string>& slot_ids, const nlohmann::json& monitor,
                           const nlohmann::json& syncer, const nlohmann::json& syncer_at_start);
 
+// What the metrics endpoint and the status page show (apps/metrics_server.hpp), from the actors'
+// status replies as a coordinator or a local run samples them: elapsed_s, version, start_version,
+// heldout_loss (NaN until scored), merged, rejected (by reason), learner_states, learner_restarts
+// (the supervisors'), goodput (to_json of the ledger). A coordinator adds its links and refusals.
+nlohmann::json operator_sample(double elapsed_s, uint64_t start_version, const nlohmann::json& syncer,
+                               const nlohmann::json& monitor, const nlohmann::json& evaluator, const Ledger& ledger);
+
 // Bytes a data-parallel run would send for the same tokens: every step, each of the workers sends
 // its gradients and receives parameters (2 × model bytes per worker-step).
 int64_t ddp_equivalent_bytes(int64_t tokens, int64_t tokens_per_worker_step, int64_t parameters);

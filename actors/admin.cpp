@@ -124,7 +124,13 @@ Expected<nlohmann::json> execute(caf::actor_system& system, const AdminSpec& spe
       auto syncer = ask(system, syncer_name());
       auto evaluator = ask(system, evaluator_name());
       auto monitor = ask(system, monitor_name());
-      const auto traffic = spec.stats->snapshot().total();
+      // Bytes as they crossed this process's node links, or (a local run) the learners' mailboxes.
+      const auto store = spec.stats ? nlohmann::json::object() : ask(system, store_name());
+      const int64_t bytes_up = spec.stats ? static_cast<int64_t>(spec.stats->snapshot().total().bytes_received)
+                                          : syncer.value("bytes_from_learners", int64_t{0});
+      const int64_t bytes_down = spec.stats ? static_cast<int64_t>(spec.stats->snapshot().total().bytes_sent)
+                                            : syncer.value("bytes_to_learners", int64_t{0}) +
+                                                  store.value("bytes_served_learners", int64_t{0});
       const bool scored = evaluator.value("scored_version", uint64_t{0}) > 0;
       return nlohmann::json{
           {"run_dir", spec.run_dir},
@@ -134,11 +140,14 @@ Expected<nlohmann::json> execute(caf::actor_system& system, const AdminSpec& spe
           {"outer_lr", syncer.contains("outer_lr") ? syncer["outer_lr"] : nlohmann::json(nullptr)},
           {"outer_momentum", syncer.contains("outer_momentum") ? syncer["outer_momentum"] : nlohmann::json(nullptr)},
           {"quorum", syncer.contains("quorum") ? syncer["quorum"] : nlohmann::json(nullptr)},
+          {"uplink_codec", syncer.contains("uplink_codec") ? syncer["uplink_codec"] : nlohmann::json(nullptr)},
+          {"downlink_codec", syncer.contains("downlink_codec") ? syncer["downlink_codec"] : nlohmann::json(nullptr)},
+          {"updates_by_codec", syncer.contains("updates_by_codec") ? syncer["updates_by_codec"] : nlohmann::json(nullptr)},
           {"heldout_loss", scored ? measured(number_or_null_nan(evaluator, "heldout_loss")) : nlohmann::json(nullptr)},
           {"heldout_version", evaluator.value("scored_version", uint64_t{0})},
           {"learners_alive", monitor.value("alive", 0)},
-          {"bytes_up", traffic.bytes_received},
-          {"bytes_down", traffic.bytes_sent},
+          {"bytes_up", bytes_up},
+          {"bytes_down", bytes_down},
           {"uptime_s", monotonic_seconds() - spec.started_s},
           {"goodput", goodput_now(system, spec)},
       };
@@ -223,6 +232,7 @@ Expected<nlohmann::json> execute(caf::actor_system& system, const AdminSpec& spe
     case AdminVerb::drain:
       return audited(system, spec, peer, command, [&]() -> Expected<nlohmann::json> {
         spec.counters->drain_requested = true;
+        if (spec.drain) spec.drain();
         return nlohmann::json{{"draining", true}};
       });
     case AdminVerb::kill_learner:

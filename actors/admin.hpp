@@ -59,6 +59,7 @@ struct AdminSpec {
   LearnerControlFn control;
   std::shared_ptr<EventLog> events;
   nlohmann::json accounting_at_start = nlohmann::json::object();  // a resumed version's (goodput ledger)
+  std::function<void()> drain;  // the console's `drain` (a coordinator: counters->drain_requested)
 };
 
 caf::actor spawn_admin(caf::actor_system& system, AdminSpec spec);

@@ -3,6 +3,7 @@
 #include "actors/directory.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -11,6 +12,7 @@
 
 #include <caf/all.hpp>
 
+#include "actors/authorization.hpp"
 #include "actors/compute_threads.hpp"
 #include "actors/evaluator.hpp"
 #include "actors/failure_monitor.hpp"
@@ -68,6 +70,8 @@ struct LocalCluster::Impl {
   int64_t tokens_per_learner_step = 0;
   int learner_slots = 0;
   int64_t start_steps_total = 0;
+  double started_s = 0;                  // monotonic_seconds() at start
+  std::atomic<bool> drain_requested{false};
   std::shared_ptr<spdlog::logger> log = component_logger("cluster");
 
   ~Impl() { shutdown(); }
@@ -91,6 +95,10 @@ LocalCluster::~LocalCluster() = default;
 caf::actor_system& LocalCluster::system() { return *impl_->system; }
 
 double LocalCluster::elapsed_s() const { return std::chrono::duration<double>(Clock::now() - impl_->started).count(); }
+double LocalCluster::started_s() const { return impl_->started_s; }
+int LocalCluster::learner_slots() const { return impl_->learner_slots; }
+const nlohmann::json& LocalCluster::accounting_at_start() const { return impl_->accounting_at_start; }
+void LocalCluster::request_drain() { impl_->drain_requested = true; }
 int64_t LocalCluster::parameter_count() const { return impl_->layout->parameter_count; }
 const RuntimeOptions& LocalCluster::options() const { return *impl_->options; }
 
@@ -186,8 +194,12 @@ Expected<std::unique_ptr<LocalCluster>> LocalCluster::start(RuntimeOptions optio
   impl->options = std::make_shared<const RuntimeOptions>(options);
   impl->corpus = std::move(corpus);
   impl->layout = layout;
+  if (options.configure_system) {
+    if (Status configured = options.configure_system(impl->config); !configured) return configured.error();
+  }
   impl->system = std::make_unique<caf::actor_system>(impl->config);
   impl->started = Clock::now();
+  impl->started_s = monotonic_seconds();
   const auto deadline = run.max_seconds > 0
                             ? impl->started + std::chrono::milliseconds(static_cast<int64_t>(run.max_seconds * 1000))
                             : Clock::time_point::max();
@@ -335,12 +347,19 @@ Expected<ClusterResult> LocalCluster::run(const std::function<void(const Progres
     p.heldout_version = s.evaluator.value("scored_version", uint64_t{0});
     p.alive = s.monitor.value("alive", 0);
     p.total = impl.learner_slots;
-    p.goodput = goodput_of(s, p.elapsed_s).goodput();
+    const auto ledger = goodput_of(s, p.elapsed_s);
+    p.goodput = ledger.goodput();
     p.bytes_sent = bytes_of(s);
     p.bytes_ddp_equivalent = ddp_equivalent_bytes(p.tokens, impl.tokens_per_learner_step / (run.mode == "ddp" ? run.learners : 1),
                                                   result.parameters);
     p.restarts = s.learners.value("restarts", int64_t{0});
     p.rejected = s.syncer.value("rejected_total", int64_t{0});
+    p.operator_view = operator_sample(p.elapsed_s, impl.start_version, s.syncer, s.monitor, s.evaluator, ledger);
+    p.operator_view["tokens"] = p.tokens;
+    p.operator_view["alive"] = p.alive;
+    // In one process the links are the learners' mailboxes, counted where the bytes cross them.
+    p.operator_view["links"] = nlohmann::json::array(
+        {{{"node", "learners"}, {"site", "local"}, {"bytes_sent", bytes_down_of(s)}, {"bytes_received", bytes_up_of(s)}}});
     return p;
   };
 
@@ -353,6 +372,7 @@ Expected<ClusterResult> LocalCluster::run(const std::function<void(const Progres
 
   const double hard_limit_s = run.max_seconds > 0 ? run.max_seconds + options.drain_timeout_s + 60 : 24 * 3600.0;
   double next_progress = 0;
+  double next_drain_notice = 0;
   while (true) {
     const double now = elapsed_s();
     if (next_learner_kill > 0 && now >= next_learner_kill && (run.max_seconds <= 0 || now < run.max_seconds)) {
@@ -373,6 +393,17 @@ Expected<ClusterResult> LocalCluster::run(const std::function<void(const Progres
     if (!syncer_killed && options.faults.kill_syncer_at_s > 0 && now >= options.faults.kill_syncer_at_s) {
       syncer_killed = true;
       if (kill(syncer_name())) impl.log->warn("fault injection: killed the syncer at {:.1f} s", now);
+    }
+    if (impl.drain_requested && now >= next_drain_notice) {
+      // The console's drain: every learner spends its budget now (again each second, for one its
+      // supervisor restarts meanwhile); their last work is merged as after the budget.
+      if (next_drain_notice == 0) impl.log->info("drain requested: the learners finish their in-flight work");
+      next_drain_notice = now + 1;
+      for (int m = 0; m < impl.learner_slots; ++m) {
+        if (auto learner = Directory::get(*impl.system, learner_name(m))) {
+          caf::anon_send(learner, stop_atom::value, process_key());
+        }
+      }
     }
     const bool report = now >= next_progress;
     auto learners = query(learner_supervisor_name(), "status", {}, 5);

@@ -48,6 +48,7 @@ struct ProgressSample {
   int64_t bytes_ddp_equivalent = 0;
   int64_t restarts = 0;
   int64_t rejected = 0;
+  nlohmann::json operator_view;  // the metrics endpoint's and status page's figures (operator_sample)
 };
 
 struct ClusterResult {
@@ -99,7 +100,14 @@ class LocalCluster {
   // Drives the run to its end (see the header comment) and returns the summary.
   Expected<ClusterResult> run(const std::function<void(const ProgressSample&)>& progress = {});
 
+  // Any thread: the learners finish their in-flight work and leave, and run() ends as after the
+  // budget (the console's `drain`).
+  void request_drain();
+
   double elapsed_s() const;
+  double started_s() const;  // monotonic_seconds() when the run started
+  int learner_slots() const;
+  const nlohmann::json& accounting_at_start() const;  // a resumed version's (goodput ledger)
   int64_t parameter_count() const;
   caf::actor_system& system();  // for tests that talk to actors directly
   const RuntimeOptions& options() const;

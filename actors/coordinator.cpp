@@ -233,26 +233,18 @@ Expected<nlohmann::json> Coordinator::run(const std::function<bool()>& stop_requ
       auto evaluator = impl.status(evaluator_name());
       auto gateway = impl.counters->to_json();
       const auto traffic = impl.stats->snapshot();
-      nlohmann::json p = {{"elapsed_s", now}, {"version", syncer.value("version", uint64_t{0})},
-                          {"tokens", tokens_merged(syncer)}, {"alive", monitor.value("alive", 0)},
-                          {"nodes", field(gateway, "nodes").size()},
-                          {"heldout_loss", number(evaluator, "scored_version", 0) > 0 ? number(evaluator, "heldout_loss", std::nan("")) : std::nan("")},
-                          {"bytes_cross_site", traffic.cross_site().bytes_sent + traffic.cross_site().bytes_received}};
+      const auto ledger = ledger_from_status(now, slot_ids, monitor, syncer, impl.accounting_at_start);
+      auto p = operator_sample(now, start_version.value_or(0), syncer, monitor, evaluator, ledger);
+      p["tokens"] = tokens_merged(syncer);
+      p["alive"] = monitor.value("alive", 0);
+      p["nodes"] = field(gateway, "nodes").size();
+      p["bytes_cross_site"] = traffic.cross_site().bytes_sent + traffic.cross_site().bytes_received;
       // For the metrics endpoint and status page (apps/metrics_server.hpp): counters as measured.
       nlohmann::json links = nlohmann::json::array();
       for (const auto& peer : traffic.peers) {
         links.push_back({{"node", peer.node}, {"site", peer.site}, {"bytes_sent", peer.counters.bytes_sent},
                          {"bytes_received", peer.counters.bytes_received}});
       }
-      int64_t restarts = 0;  // as the nodes' supervisors report them
-      const auto slots = field(monitor, "slots");  // named: items() must not outlive it
-      for (const auto& [id, r] : slots.items()) restarts += r.value("restarts", 0);
-      p["goodput"] = to_json(ledger_from_status(now, slot_ids, monitor, syncer, impl.accounting_at_start));
-      p["start_version"] = start_version.value_or(0);
-      p["merged"] = syncer.value("merged_contributions", int64_t{0});
-      p["rejected"] = field(syncer, "rejected");
-      p["learner_states"] = field(monitor, "learners");
-      p["learner_restarts"] = restarts;
       p["links"] = links;
       p["refused"] = field(gateway, "refused");
       p["sessions"] = field(gateway, "nodes");

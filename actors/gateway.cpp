@@ -259,6 +259,12 @@ JoinReply on_node_join(GatewayActor* self, WireBytes&& bytes, int32_t learners, 
     st.log->warn("refused a node: malformed join request");
     return refuse(self, JoinRefusal::bad_request, "malformed join request");
   }
+  if (!st.spec.secret || st.taken.empty()) {
+    // A local run's console endpoint: the same gateway, with no learner slots for nodes.
+    st.spec.counters->joins_refused_other += 1;
+    st.log->warn("refused node '{}': this run takes no nodes", join->node);
+    return refuse(self, JoinRefusal::no_free_slots, "this run takes no nodes (a local run: archipelago train)");
+  }
   const auto decision = net::verify_join(*st.spec.secret, join->auth_token);
   if (!decision.accepted()) {
     (decision.outcome == net::JoinOutcome::missing_token ? st.spec.counters->joins_refused_missing_token

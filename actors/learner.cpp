@@ -550,6 +550,12 @@ void on_global(LearnerActor* self, const std::string& from, const GlobalFragment
     return;
   }
   if (!added->complete) return;
+  if (fragment.uplink_codec && *fragment.uplink_codec != st.codec) {
+    // An operator's `set outer.codec`: the next updates go out in it (the residual carries over).
+    st.log->info("{}: encoding updates with {} from now on (was {})", st.id, codec_name(*fragment.uplink_codec),
+                 codec_name(st.codec));
+    st.codec = *fragment.uplink_codec;
+  }
   auto& slot = st.fragments[p];
   if (static_cast<int64_t>(added->values.size()) != st.spec.layout->plan.fragments[p].numel) return;
   const auto applied = apply_broadcast(slot.global, fragment.version, fragment.delta_base, std::move(added->values));

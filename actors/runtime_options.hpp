@@ -6,10 +6,16 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
+#include "common/error.hpp"
 #include "training/reference_engine.hpp"
+
+namespace caf {
+class actor_system_config;
+}
 
 namespace archipelago::actors {
 
@@ -66,6 +72,9 @@ struct RuntimeOptions {
   int learner_checkpoint_every = 2; // a learner saves its unsent work + AdamW state every N steps (0 = never)
   bool learner_checkpoint_sync = false;  // fdatasync those files (survive power loss, not only a kill)
   std::shared_ptr<EventLog> events;  // recent events for operators (null: none kept); shared by copies
+  // Called on the actor system's configuration before the system starts (a local run with an admin
+  // console loads CAF's io middleman here: actors/operator_endpoint.hpp). Null: nothing to add.
+  std::function<Status(caf::actor_system_config&)> configure_system;
 };
 
 }  // namespace archipelago::actors

@@ -115,6 +115,7 @@ void broadcast(SyncerActor* self, const StagedCommit& commit) {
     auto messages = st.outbox.wrap_tensor(downlink.codec, count, downlink.payload, [&](TensorChunk chunk) -> Message {
       GlobalFragment global{static_cast<uint32_t>(staged.fragment), commit.version, std::move(chunk), fastest};
       global.delta_base = downlink.delta_base;
+      global.uplink_codec = st.core->uplink_codec();
       return global;
     });
     if (!messages) {
@@ -212,6 +213,7 @@ void on_update(SyncerActor* self, const caf::actor& sender, const DecodedEnvelop
     }
     return;
   }
+  if (update.chunk.chunk_index == 0) st.core->updates_by_codec[codec_name(update.chunk.codec)] += 1;
   const std::string key = update.learner_id + "/" + std::to_string(update.fragment_id);
   auto added = st.inbox.add(key, update.chunk);
   if (!added) {

@@ -76,6 +76,7 @@ SyncerCore::SyncerCore(RuntimeOptions options, std::vector<std::vector<float>> i
   rules_.delayed_nesterov = uses_delayed_nesterov(mode_, outer.optimizer);
   rules_.delayed_every = outer.delayed_every;
   if (auto codec = messages::parse_codec(outer.downlink_codec)) rules_.downlink = *codec;
+  if (auto codec = messages::parse_codec(outer.codec)) uplink_ = *codec;
   for (auto& values : initial) {
     total_numel_ += static_cast<int64_t>(values.size());
     fragments_.push_back(initial_fragment(std::move(values), rules_));
@@ -187,6 +188,16 @@ Expected<std::pair<std::string, std::string>> SyncerCore::set(const std::string&
     options_.setup.outer.downlink_codec = value;
     return change;
   }
+  if (key == "outer.codec") {
+    auto codec = messages::parse_codec(value);
+    if (!codec) return make_error(ErrorCode::invalid_argument, "outer.codec: " + codec.error().reason);
+    // Learners switch at their next send; their error feedback keeps its fp32 residual across the
+    // switch, and every update names its codec, so updates in flight decode as they were sent.
+    std::pair<std::string, std::string> change{messages::codec_name(uplink_), messages::codec_name(*codec)};
+    uplink_ = *codec;
+    options_.setup.outer.codec = value;
+    return change;
+  }
   if (key == "syncer.grace_max_s" || key == "syncer.grace_gamma") {
     if (Status ok = parse(number); !ok) return ok.error();
     const bool max = key == "syncer.grace_max_s";
@@ -207,14 +218,14 @@ Expected<std::pair<std::string, std::string>> SyncerCore::set(const std::string&
     options_.syncer.max_staleness = static_cast<int>(number);
     return change;
   }
-  if (key == "outer.codec" || key == "train.inner_steps") {
+  if (key == "train.inner_steps") {
     return make_error(ErrorCode::invalid_argument,
                       "'" + key + "' is fixed for a run: the learners' schedule slots, step ranges and error "
                       "feedback are built on it; restart from the committed version with --set " + key + "=" + value);
   }
   return make_error(ErrorCode::invalid_argument,
                     "'" + key + "' is not runtime-tunable (outer.lr, outer.momentum, outer.quorum, "
-                    "outer.downlink_codec, syncer.grace_max_s, syncer.grace_gamma, syncer.max_staleness)");
+                    "outer.codec, outer.downlink_codec, syncer.grace_max_s, syncer.grace_gamma, syncer.max_staleness)");
 }
 
 std::vector<int> SyncerCore::fragments_with_pending() const {
@@ -599,6 +610,8 @@ nlohmann::json SyncerCore::status(double now_s) const {
           {"fragment_commits", fragment_commits_},
           {"open_rounds", open_rounds},
           {"downlink_codec", messages::codec_name(rules_.downlink)},
+          {"uplink_codec", messages::codec_name(uplink_)},
+          {"updates_by_codec", updates_by_codec},
           {"outer_optimizer", rules_.delayed_nesterov ? "delayed_nesterov" : "nesterov"},
           {"train_loss", last_train_loss_},
           {"grace_s", grace_s()},

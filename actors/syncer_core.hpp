@@ -105,6 +105,9 @@ class SyncerCore {
   std::vector<int> fragments_with_pending() const;
   const FragmentState& fragment(int p) const { return fragments_[p]; }
   const FragmentRules& rules() const { return rules_; }
+  // The codec learners encode their updates with: outer.codec, until an operator sets another; every
+  // broadcast names it (GlobalFragment.uplinkCodec). Updates are decoded by the codec they name.
+  messages::Codec uplink_codec() const { return uplink_; }
 
   // ---- restoring -------------------------------------------------------------------------------
   // Version 1 of a fresh run: the initial parameters, zero momentum.
@@ -158,6 +161,7 @@ class SyncerCore {
   // Bytes on the learner links, counted by the syncer actor and persisted with every manifest.
   int64_t bytes_from_learners = 0;
   int64_t bytes_to_learners = 0;
+  std::map<std::string, int64_t> updates_by_codec;  // accepted updates by the codec they came in (this process)
 
  private:
   // Credits a commit's merged contributions to their learners' counters.
@@ -174,6 +178,7 @@ class SyncerCore {
   RuntimeOptions options_;
   std::string mode_;
   FragmentRules rules_;
+  messages::Codec uplink_ = messages::Codec::fp32;
   std::vector<FragmentState> fragments_;
   std::vector<int64_t> fragment_commits_;  // per fragment, commits since this syncer started
   int64_t total_numel_ = 0;

@@ -30,6 +30,14 @@ int main(int argc, char** argv) {
                             "continue the run in this directory from its latest committed version")
       ->check(CLI::ExistingDirectory);
   train_command->add_flag("--json", train.json, "print a one-line JSON summary as the last line of stdout");
+  train_command->add_option_function<std::string>("--admin-listen", [&](const std::string& v) { train.admin_listen = v; },
+                                                  "HOST:PORT for `archipelago console` (needs an admin token)");
+  train_command->add_option_function<std::string>("--admin-token-file",
+                                                  [&](const std::string& v) { train.admin_token_file = v; },
+                                                  "file holding the admin console's secret (else $ARCHIPELAGO_ADMIN_TOKEN_FILE)");
+  train_command->add_option_function<std::string>("--metrics-listen", [&](const std::string& v) { train.metrics_listen = v; },
+                                                  "HOST:PORT for Prometheus /metrics and the status page / "
+                                                  "(off a loopback address: bearer admin token required)");
 
   archipelago::apps::CoordinatorArguments coordinator;
   auto* coordinator_command =

@@ -14,7 +14,11 @@
 #include <nlohmann/json.hpp>
 
 #include "actors/cluster.hpp"
+#include "actors/operator_endpoint.hpp"
 #include "apps/config.hpp"
+#include "apps/coordinator_command.hpp"
+#include "apps/metrics_server.hpp"
+#include "net/auth.hpp"
 #include "common/log.hpp"
 #include "training/blas_check.hpp"
 #include "training/reference_engine.hpp"
@@ -201,6 +205,32 @@ int run_train(const TrainArguments& arguments) {
     std::fprintf(stderr, "archipelago: --resume needs train.engine = \"actors\"\n");
     return 2;
   }
+  // Operator surfaces of a local run (actors engine): the admin console and the metrics endpoint.
+  const bool operated = arguments.admin_listen || arguments.metrics_listen;
+  if (operated && config->engine != "actors") {
+    std::fprintf(stderr, "archipelago: --admin-listen and --metrics-listen need train.engine = \"actors\"\n");
+    return 2;
+  }
+  std::optional<actors::HostPort> admin_at, metrics_at;
+  for (auto [flag, text, into] : {std::tuple{"--admin-listen", &arguments.admin_listen, &admin_at},
+                                  std::tuple{"--metrics-listen", &arguments.metrics_listen, &metrics_at}}) {
+    if (!*text) continue;
+    auto parsed = actors::parse_host_port(**text);
+    if (!parsed) {
+      std::fprintf(stderr, "archipelago: %s %s\n", flag, parsed.error().reason.c_str());
+      return 2;
+    }
+    *into = *parsed;
+  }
+  std::shared_ptr<const net::Secret> admin_secret;
+  if (operated) {
+    auto secret = net::load_admin_token(arguments.admin_token_file, admin_at.has_value());
+    if (!secret) {
+      std::fprintf(stderr, "archipelago: %s\n", secret.error().reason.c_str());
+      return 2;
+    }
+    if (*secret) admin_secret = std::make_shared<const net::Secret>(std::move(**secret));
+  }
   const fs::path run_dir = resume ? fs::path(arguments.resume_dir)
                            : arguments.run_dir.empty() ? fs::path("archipelago-runs") / run_id
                                                        : fs::path(arguments.run_dir);
@@ -230,7 +260,21 @@ int run_train(const TrainArguments& arguments) {
 
   std::ofstream metrics(run_dir / "metrics.jsonl", std::ios::app);
   if (config->engine == "actors") {
-    auto cluster = actors::LocalCluster::start(to_runtime_options(*config, run_dir.string(), resume), shared_corpus);
+    auto runtime = to_runtime_options(*config, run_dir.string(), resume);
+    const auto transport = transport_options(config->net);
+    if (admin_at) actors::enable_operator_endpoint(runtime, transport);
+    auto board = std::make_shared<MetricsBoard>();
+    std::unique_ptr<MetricsServer> metrics_server;
+    if (metrics_at) {
+      auto started = MetricsServer::start(metrics_at->host, metrics_at->port, board, admin_secret);
+      if (!started) {
+        std::fprintf(stderr, "archipelago: --metrics-listen: %s\n", started.error().reason.c_str());
+        return 2;
+      }
+      metrics_server = std::move(*started);
+      std::printf("metrics and status page on http://%s:%u/\n", metrics_at->host.c_str(), metrics_server->port());
+    }
+    auto cluster = actors::LocalCluster::start(std::move(runtime), shared_corpus);
     if (!cluster) {
       log->error("{}", cluster.error().reason);
       return cluster.error().code == ErrorCode::invalid_argument || cluster.error().code == ErrorCode::conflict ||
@@ -238,11 +282,25 @@ int run_train(const TrainArguments& arguments) {
                  ? 2
                  : 1;
     }
+    std::unique_ptr<actors::OperatorEndpoint> console;  // declared after the cluster: it goes first
+    if (admin_at) {
+      auto started = actors::OperatorEndpoint::start(**cluster, *admin_at, admin_secret, transport);
+      if (!started) {
+        log->error("--admin-listen: {}", started.error().reason);
+        return 2;
+      }
+      console = std::move(*started);
+      std::printf("admin console on %s:%u (archipelago console %s:%u)\n", admin_at->host.c_str(), console->port(),
+                  admin_at->host.c_str(), console->port());
+    }
+    std::fflush(stdout);
     ClusterProgressPrinter cluster_printer;
     auto outcome = (*cluster)->run([&](const actors::ProgressSample& p) {
       cluster_printer.print(p);
+      board->update(p.operator_view);
       metrics << to_json(p).dump() << "\n" << std::flush;
     });
+    console.reset();
     cluster->reset();  // stops every actor before the summary is written
     if (!outcome) {
       log->error("{}", outcome.error().reason);

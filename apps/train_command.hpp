@@ -16,6 +16,9 @@ struct TrainArguments {
   std::string run_dir;                 // empty: archipelago-runs/<run-id>
   std::string resume_dir;              // --resume: continue the run in this directory (actors engine)
   bool json = false;                   // print the JSON summary as the last line of stdout
+  std::optional<std::string> admin_listen;      // HOST:PORT of the admin console (actors engine; none: off)
+  std::optional<std::string> admin_token_file;  // its secret (else $ARCHIPELAGO_ADMIN_TOKEN_FILE)
+  std::optional<std::string> metrics_listen;    // HOST:PORT of /metrics and the status page (none: off)
 };
 
 // Returns the process exit code: 0 on success, 2 on bad configuration, 1 on a failed run.

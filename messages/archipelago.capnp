@@ -105,6 +105,8 @@ struct GlobalFragment {
                           # Q(theta - B) against the broadcast state B of version `deltaBase`, and
                           # B <- B + chunk (float adds in element order, the same on every receiver);
                           # a receiver that does not hold version `deltaBase` fetches B from the store.
+  uplinkCodecSet @5 :Bool;  # the syncer's broadcasts say which codec learners encode their updates
+  uplinkCodec @6 :Codec;    # with from now on (the console's `set outer.codec`); the store's do not.
 }
 
 # learner -> failure monitor: liveness and throughput, every ~100-500 ms.

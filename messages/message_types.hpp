@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <variant>
 #include <vector>
@@ -94,6 +95,7 @@ struct GlobalFragment {
   TensorChunk chunk;
   double fastest_tokens_per_sec = 0;  // async mode's dynamic local steps (0: unknown)
   uint64_t delta_base = 0;            // 0: absolute values; else a delta against B of this version
+  std::optional<Codec> uplink_codec;  // the syncer's: learners encode their next updates with it
 };
 
 struct Heartbeat {

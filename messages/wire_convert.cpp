@@ -101,6 +101,8 @@ void write_body(capnp::MessageBuilder& builder, wire::Envelope::Body::Builder bo
           out.setVersion(m.version);
           out.setFastestTokensPerSec(m.fastest_tokens_per_sec);
           out.setDeltaBase(m.delta_base);
+          out.setUplinkCodecSet(m.uplink_codec.has_value());
+          if (m.uplink_codec) out.setUplinkCodec(static_cast<wire::Codec>(*m.uplink_codec));
           write_chunk(builder, out.initChunk(), m.chunk, external);
         } else if constexpr (std::is_same_v<T, Heartbeat>) {
           auto out = body.initHeartbeat();
@@ -231,8 +233,14 @@ Expected<Message> read_body(wire::Envelope::Body::Reader body,
       auto in = body.getGlobalFragment();
       auto chunk = read_chunk(in.getChunk(), owner);
       if (!chunk) return chunk.error();
-      return Message(GlobalFragment{in.getFragmentId(), in.getVersion(), std::move(*chunk), in.getFastestTokensPerSec(),
-                                    in.getDeltaBase()});
+      GlobalFragment global{in.getFragmentId(), in.getVersion(), std::move(*chunk), in.getFastestTokensPerSec(),
+                            in.getDeltaBase()};
+      if (in.getUplinkCodecSet()) {
+        const auto raw = static_cast<uint32_t>(in.getUplinkCodec());
+        if (!is_known_codec(raw)) return make_error(ErrorCode::unknown_type, "uplink codec " + std::to_string(raw));
+        global.uplink_codec = static_cast<Codec>(raw);
+      }
+      return Message(std::move(global));
     }
     case Which::HEARTBEAT: {
       auto in = body.getHeartbeat();

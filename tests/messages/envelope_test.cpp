@@ -87,7 +87,13 @@ TEST_CASE("every message kind round-trips with all its fields") {
   CHECK(global.fragment_id == 2);
   CHECK(global.fastest_tokens_per_sec == 7000.75);
   CHECK(global.version == 8);
+  CHECK_FALSE(global.uplink_codec.has_value());  // unset stays unset (the store's fragments)
   check_same_chunk(global.chunk, chunk);
+  GlobalFragment scheduled{2, 9, chunk};
+  scheduled.uplink_codec = Codec::int8;
+  auto with_codec = std::get<GlobalFragment>(round_trip(wrap(scheduled)).body);
+  REQUIRE(with_codec.uplink_codec.has_value());
+  CHECK(*with_codec.uplink_codec == Codec::int8);
 
   auto heartbeat = std::get<Heartbeat>(round_trip(wrap(Heartbeat{"l3", 77, 11000.25})).body);
   CHECK(heartbeat.learner_id == "l3");

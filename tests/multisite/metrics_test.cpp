@@ -146,3 +146,116 @@ TEST_CASE("metrics off a loopback address without an admin token: refused at sta
   CHECK(coordinator.err().find("is not a loopback address: it needs an admin token") != std::string::npos);
   CHECK(coordinator.out().find("listening on") == std::string::npos);
 }
+
+TEST_CASE("a local run (archipelago train) serves the admin console and the metrics of a coordinator") {
+  Scratch s("local-operated");
+  const auto admin_token = s.dir / "admin-token";
+  std::ofstream(admin_token) << "local-admin-battery-staple-0123456789\n";
+  chmod(admin_token.c_str(), 0600);
+  // A 3 s restart backoff: a killed learner stays `restarting` longer than a console poll takes under load.
+  Process train("train",
+                {"train", "--set", "model.preset=tiny", "--set", "train.learners=2", "--set", "train.inner_steps=10",
+                 "--set", "train.max_seconds=300", "--set", "train.threads=1", "--set", "runtime.backoff_initial_s=3",
+                 "--set", "runtime.backoff_max_s=3", "--run-dir", (s.dir / "run").string(), "--admin-listen",
+                 "127.0.0.1:0", "--admin-token-file", admin_token.string(), "--metrics-listen", "127.0.0.1:0", "--json"},
+                s.dir);
+  auto port_after = [&](const std::string& prefix) {
+    const auto text = train.out();
+    const auto at = text.find(prefix);
+    return at == std::string::npos ? 0 : std::atoi(text.c_str() + at + prefix.size());
+  };
+  REQUIRE_MESSAGE(wait_until([&] { return port_after("admin console on 127.0.0.1:") > 0; }, 60), train.all());
+  const std::string target = "127.0.0.1:" + std::to_string(port_after("admin console on 127.0.0.1:"));
+  const int metrics_port = port_after("metrics and status page on http://127.0.0.1:");
+  REQUIRE(metrics_port > 0);
+  auto answer = [&](const std::string& command) {
+    auto a = console_command(s.dir, target, command, admin_token);
+    INFO(command << ": " << a.out << a.err);
+    REQUIRE(a.code == 0);
+    auto json = a.json();
+    REQUIRE(json.is_object());
+    return json;
+  };
+  nlohmann::json status;
+  REQUIRE_MESSAGE(wait_until([&] { return (status = answer("status"))["committed_version"].get<uint64_t>() >= 3; }, 60),
+                  status.dump());
+  CHECK(status["mode"] == "decoupled");
+  CHECK(status["learners_alive"].get<int>() == 2);
+  CHECK(status["bytes_up"].get<int64_t>() > 0);    // the learners' mailboxes, as the syncer counted them
+  CHECK(status["bytes_down"].get<int64_t>() > 0);
+  CHECK(status["uplink_codec"] == "int4_uniform");  // config/default.toml
+  CHECK(status["updates_by_codec"].value("int4_uniform", int64_t{0}) > 0);
+  auto learners = answer("learners")["learners"];
+  REQUIRE(learners.size() == 2);
+  for (const auto& l : learners) CHECK(l["state"] == "alive");
+
+  // The uplink codec is tunable at run time: the learners take it from the next broadcast.
+  auto codec = answer("set outer.codec int8");
+  CHECK(codec["old"] == "int4_uniform");
+  CHECK(codec["new"] == "int8");
+  CHECK_MESSAGE(wait_until([&] {
+                  return (status = answer("status"))["updates_by_codec"].value("int8", int64_t{0}) >= 4;
+                }, 60),
+                status.dump());
+  CHECK(status["uplink_codec"] == "int8");
+  CHECK(train.err().find("encoding updates with int8 from now on (was int4_uniform)") != std::string::npos);
+  {
+    auto refused = console_command(s.dir, target, "set outer.codec int3", admin_token);
+    CHECK(refused.code == 1);
+    CHECK(refused.err.find("outer.codec") != std::string::npos);
+  }
+
+  // Learner control goes straight to this process's learners; there are no nodes to kill.
+  CHECK(answer("kill learner learner-1")["sent"][0]["node"] == "local");
+  std::set<std::string> seen;
+  nlohmann::json victim;
+  CHECK_MESSAGE(wait_until([&] {
+                  const auto rows = answer("learners")["learners"];  // named: a range-for over a temporary's member dangles
+                  for (const auto& l : rows) {
+                    if (l["id"] == "learner-1") victim = l;
+                  }
+                  seen.insert(victim.value("state", ""));
+                  return seen.count("restarting") && victim.value("state", "") == "alive";
+                }, 60),
+                victim.dump());
+  CHECK(victim["restarts"].get<int>() == 1);
+  {
+    auto refused = console_command(s.dir, target, "kill node somewhere", admin_token);
+    CHECK(refused.code == 1);
+    CHECK(refused.err.find("a local run has no nodes") != std::string::npos);
+    auto wrong = console_command(s.dir, target, "status", s.token);  // not the admin token
+    CHECK(wrong.code == 3);
+    CHECK(wrong.err.find("unauthenticated") != std::string::npos);
+  }
+
+  // /metrics: the same run's figures.
+  httplib::Client http("127.0.0.1", metrics_port);
+  http.set_connection_timeout(5);
+  http.set_read_timeout(10);
+  Exposition metrics;
+  CHECK(wait_until([&] {
+    auto response = http.Get("/metrics");
+    if (!response || response->status != 200) return false;
+    metrics = parse_exposition(response->body);
+    return metrics.samples["archipelago_learner_restarts_total"] == 1 &&
+           metrics.samples["archipelago_learners{state=\"alive\"}"] == 2;
+  }, 30));
+  const auto later = answer("status");
+  CHECK(metrics.samples["archipelago_committed_version"] >= status["committed_version"].get<double>());
+  CHECK(metrics.samples["archipelago_committed_version"] <= later["committed_version"].get<double>());
+  CHECK(metrics.samples["archipelago_bytes_total{direction=\"received\",link=\"learners\"}"] > 0);
+  CHECK(metrics.samples["archipelago_bytes_total{direction=\"received\",link=\"learners\"}"] <=
+        later["bytes_up"].get<double>());
+  CHECK(metrics.samples["archipelago_goodput_ratio"] > 0);
+  CHECK(metrics.samples["archipelago_badput_ratio{part=\"restarting\"}"] > 0);
+
+  // drain ends the run cleanly, long before its 300 s budget; the audit log lists what was done.
+  CHECK(answer("drain")["draining"] == true);
+  REQUIRE_MESSAGE(train.wait(90) == 0, train.all());
+  auto summary = train.summary();
+  REQUIRE(summary.is_object());
+  CHECK(summary["wall_s"].get<double>() < 250);
+  CHECK(summary["restarts"].get<int>() == 1);
+  CHECK(summary["heldout_loss"].get<double>() < summary["initial_heldout_loss"].get<double>());
+  CHECK(train.err().find("local-admin") == std::string::npos);  // never the secret
+}

@@ -139,6 +139,21 @@ class Process {
   int exit_code_ = -1;
 };
 
+// `archipelago console TARGET -c COMMAND --json --admin-token-file TOKEN`: exit code, stdout, stderr.
+struct ConsoleAnswer {
+  int code = -1;
+  std::string out, err;
+  nlohmann::json json() const { return nlohmann::json::parse(out.substr(0, out.find('\n')), nullptr, false); }
+};
+inline ConsoleAnswer console_command(const fs::path& dir, const std::string& target, const std::string& command,
+                                     const fs::path& token) {
+  static int invocation = 0;  // each its own output files
+  Process p("console-" + std::to_string(++invocation),
+            {"console", target, "-c", command, "--json", "--admin-token-file", token.string()}, dir);
+  const int code = p.wait(30);
+  return {code, p.out(), p.err()};
+}
+
 // A scratch directory with a token file; removed at the end.
 struct Scratch {
   fs::path dir;
