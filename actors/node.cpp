@@ -2,10 +2,15 @@
 #include "actors/admin.hpp"
 #include "actors/directory.hpp"
 
+#include <fcntl.h>
+#include <netdb.h>
+#include <poll.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <functional>
 #include <thread>
@@ -34,6 +39,37 @@ using Clock = std::chrono::steady_clock;
 constexpr const char* kCoordinatorPeer = "coordinator";
 
 caf::atom_value role_at(int i) { return i == 0 ? syncer_name() : i == 1 ? store_name() : monitor_name(); }
+
+// While a node backs off it probes the coordinator's port this often; a probe that finds the port
+// accepting connections (the coordinator is back) starts the next join attempt at once.
+constexpr auto kProbeEvery = std::chrono::milliseconds(200);
+
+// Whether host:port accepts a TCP connection within `timeout` (a plain connect, closed at once: no
+// byte is sent, so the coordinator's middleman sees a connection that ends before its handshake).
+bool port_accepts(const HostPort& target, std::chrono::milliseconds timeout) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (getaddrinfo(target.host.c_str(), std::to_string(target.port).c_str(), &hints, &found) != 0) return false;
+  bool accepted = false;
+  for (addrinfo* a = found; a && !accepted; a = a->ai_next) {
+    const int fd = socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd < 0) continue;
+    if (connect(fd, a->ai_addr, a->ai_addrlen) == 0) {
+      accepted = true;
+    } else if (errno == EINPROGRESS) {
+      pollfd p{fd, POLLOUT, 0};
+      int error = 0;
+      socklen_t length = sizeof error;
+      accepted = poll(&p, 1, static_cast<int>(timeout.count())) == 1 &&
+                 getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &length) == 0 && error == 0;
+    }
+    close(fd);
+  }
+  freeaddrinfo(found);
+  return accepted;
+}
 
 // Set by a session's watcher, read by the driver thread.
 struct SessionFlags {
@@ -397,6 +433,8 @@ Expected<nlohmann::json> Node::run(const std::function<bool()>& stop_requested,
   auto disconnected_since = Clock::now();
   std::string stopped_by, last_why;
   int64_t failed_attempts = 0, reconnects = 0;
+  bool probing = true, probe_started = false;  // probe the port while backing off; one early attempt per outage
+  auto next_probe = Clock::now();
   double next_progress = 0;
   auto elapsed = [&] { return std::chrono::duration<double>(Clock::now() - impl.started).count(); };
 
@@ -417,6 +455,19 @@ Expected<nlohmann::json> Node::run(const std::function<bool()>& stop_requested,
       impl.log->warn("lost the coordinator; learners train on, reconnecting");
       disconnected_since = Clock::now();
       next_attempt = Clock::now() + backoff.next_delay();
+      probing = true;
+    }
+    // Backing off, probe the port: a coordinator restarted on it is joined at once instead of after
+    // the rest of a delay that grew while it was down. One probe-started attempt per outage: if it
+    // fails, the backoff alone paces the next ones (a port that accepts but cannot join is not
+    // retried every probe).
+    if (!impl.watcher && probing && Clock::now() < next_attempt && Clock::now() >= next_probe) {
+      next_probe = Clock::now() + kProbeEvery;
+      if (port_accepts(options.coordinator, kProbeEvery)) {
+        next_attempt = Clock::now();
+        probing = false;
+        probe_started = true;
+      }
     }
     if (!impl.watcher && Clock::now() >= next_attempt && (stopped_by.empty() || impl.learner_supervisor)) {
       std::string why;
@@ -431,10 +482,12 @@ Expected<nlohmann::json> Node::run(const std::function<bool()>& stop_requested,
                        options.coordinator.port, impl.sessions);
         backoff.reset();
         failed_attempts = 0;
+        probe_started = false;
       } else {
         if (failed_attempts++ == 0 || why != last_why) impl.log->warn("{}", why);
         last_why = why;
         next_attempt = Clock::now() + backoff.next_delay();
+        if (!probe_started) probing = true;
         const double down_s = std::chrono::duration<double>(Clock::now() - disconnected_since).count();
         if (options.give_up_after_s > 0 && down_s > options.give_up_after_s) {
           return make_error(ErrorCode::unavailable, "gave up after " + std::to_string(static_cast<int>(down_s)) +

@@ -4,6 +4,7 @@
 
 #include "apps/console_command.hpp"
 #include "apps/coordinator_command.hpp"
+#include "apps/drill_command.hpp"
 #include "apps/node_command.hpp"
 #include "apps/train_command.hpp"
 #include "sim/sim_command.hpp"
@@ -101,6 +102,18 @@ int main(int argc, char** argv) {
                                                     "local TOML ([net]: timeouts, TLS files)")
       ->check(CLI::ExistingFile);
 
+  archipelago::apps::DrillArguments drill;
+  auto* drill_command = app.add_subcommand("drill", "a seeded recovery drill: a real coordinator and nodes on loopback, "
+                                                    "faults on a schedule, invariants checked, a report");
+  drill_command->add_option("--config", drill.config_file, "the drill: config/drills/NAME.toml")->required()->check(CLI::ExistingFile);
+  drill_command->add_option("--seed", drill.seed, "seed of the fault schedule (default 1)");
+  drill_command->add_flag("--json", drill.json, "print a one-line JSON result as the last line of stdout");
+  drill_command->add_option("--report", drill.report_dir, "directory for report.md, SVGs and the runs (default archipelago-runs/drill-NAME-SEED)");
+  drill_command->add_option_function<double>("--duration", [&](double v) { drill.duration_s = v; },
+                                             "seconds per run (overrides the drill's duration_s; with --kills: a cap)");
+  drill_command->add_option_function<int>("--kills", [&](int v) { drill.kills = v; },
+                                          "soak: run the DiLoCo cluster until this many kills were applied (no baseline runs)");
+
   archipelago::sim::SimArguments sim;
   auto* sim_command =
       app.add_subcommand("sim", "simulate goodput under chip failures and the bandwidth DiLoCo needs (no training)");
@@ -108,6 +121,7 @@ int main(int argc, char** argv) {
 
   CLI11_PARSE(app, argc, argv);
   if (sim_command->parsed()) return archipelago::sim::run_sim(sim);
+  if (drill_command->parsed()) return archipelago::apps::run_drill(drill);
   if (console_command->parsed()) return archipelago::apps::run_console(console);
   if (train_command->parsed()) return archipelago::apps::run_train(train);
   if (coordinator_command->parsed()) return archipelago::apps::run_coordinator(coordinator);

@@ -1,0 +1,1554 @@
+#include "apps/drill_command.hpp"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <set>
+#include <sstream>
+#include <thread>
+#include <vector>
+
+#include <caf/all.hpp>
+#include <caf/io/all.hpp>
+#include <nlohmann/json.hpp>
+#include <toml++/toml.h>
+
+#include "actors/remote_protocol.hpp"
+#include "actors/wire.hpp"
+#include "apps/coordinator_command.hpp"
+#include "messages/envelope.hpp"
+#include "storage/checkpoint_store.hpp"
+
+namespace archipelago::apps {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+void sleep_s(double s) { std::this_thread::sleep_for(std::chrono::microseconds(static_cast<int64_t>(s * 1e6))); }
+
+std::string read_text(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream out;
+  out << in.rdbuf();
+  return out.str();
+}
+
+std::string self_binary() {
+  std::error_code ec;
+  auto path = fs::read_symlink("/proc/self/exe", ec);
+  return ec ? std::string("/proc/self/exe") : path.string();
+}
+
+// ---- configuration ---------------------------------------------------------------------------------
+
+const std::vector<std::string> kFaultKinds = {"kill_learner", "kill_node", "kill_coordinator", "freeze_node",
+                                              "slow_node", "kill_site"};
+
+struct Fault {
+  double at_s = 0;
+  std::string kind;    // one of kFaultKinds
+  std::string target;  // learner-N / node-N; empty: chosen by the seed when applied
+};
+
+struct DrillConfig {
+  std::string name, description;
+  double duration_s = 60;      // per run, from the first commit
+  double warmup_s = 6;         // no fault earlier (from the first commit)
+  double quiet_tail_s = 8;     // no fault later than duration - this
+  int nodes = 2, learners_per_node = 2;
+  int sites = 1;               // node-i is in site-(i % sites); kill_site SIGKILLs all of a site's nodes
+  std::vector<std::string> sets;  // the coordinator's --set overrides
+  bool baseline = true;        // run the ddp-like stall baseline under the same schedule
+  bool reference = true;       // run a fault-free run of the same length
+  double loss_margin = 0.10;   // final loss <= fault-free final loss x (1 + margin)
+  double learner_bound_s = 20, node_bound_s = 30, coordinator_bound_s = 2.0, freeze_bound_s = 30;
+  double node_restart_after_s = 1.0, coordinator_restart_after_s = 1.0;
+  double freeze_s = 3.0, slow_s = 8.0, slow_duty = 0.5;
+  std::map<std::string, double> mtbf_s;  // kind -> mean time between faults per target (0: none)
+  std::vector<Fault> timeline;
+};
+
+Expected<DrillConfig> load_drill(const std::string& path) {
+  toml::table table;
+  try {
+    table = toml::parse_file(path);
+  } catch (const toml::parse_error& e) {
+    return make_error(ErrorCode::invalid_argument, path + ": " + std::string(e.description()));
+  }
+  DrillConfig c;
+  c.name = fs::path(path).stem().string();
+  auto bad = [&](const std::string& key, const std::string& why) {
+    return make_error(ErrorCode::invalid_argument, path + ": " + key + ": " + why);
+  };
+  static const std::set<std::string> kDrillKeys = {
+      "name", "description", "duration_s", "warmup_s", "quiet_tail_s", "nodes", "learners_per_node", "sites", "sets",
+      "baseline", "reference", "loss_margin", "learner_bound_s", "node_bound_s", "coordinator_bound_s",
+      "freeze_bound_s", "node_restart_after_s", "coordinator_restart_after_s", "freeze_s", "slow_s", "slow_duty"};
+  for (const auto& [key, value] : table) {
+    if (key != "drill" && key != "mtbf_s" && key != "timeline") return bad(std::string(key.str()), "unknown table");
+  }
+  if (auto* drill = table["drill"].as_table()) {
+    for (const auto& [key, value] : *drill) {
+      if (!kDrillKeys.count(std::string(key.str()))) return bad("drill." + std::string(key.str()), "unknown key");
+    }
+    auto number = [&](const char* key, double& out, double min) -> Status {
+      auto node = (*drill)[key];
+      if (!node) return Status::success();
+      auto v = node.value<double>();
+      if (!v || !(*v >= min)) return bad(std::string("drill.") + key, "a number >= " + std::to_string(min));
+      out = *v;
+      return Status::success();
+    };
+    for (auto [key, out, min] : std::vector<std::tuple<const char*, double*, double>>{
+             {"duration_s", &c.duration_s, 1}, {"warmup_s", &c.warmup_s, 0}, {"quiet_tail_s", &c.quiet_tail_s, 0},
+             {"loss_margin", &c.loss_margin, 0}, {"learner_bound_s", &c.learner_bound_s, 0.1},
+             {"node_bound_s", &c.node_bound_s, 0.1}, {"coordinator_bound_s", &c.coordinator_bound_s, 0.1},
+             {"freeze_bound_s", &c.freeze_bound_s, 0.1}, {"node_restart_after_s", &c.node_restart_after_s, 0},
+             {"coordinator_restart_after_s", &c.coordinator_restart_after_s, 0}, {"freeze_s", &c.freeze_s, 0.1},
+             {"slow_s", &c.slow_s, 0.1}, {"slow_duty", &c.slow_duty, 0.05}}) {
+      if (auto s = number(key, *out, min); !s) return s.error();
+    }
+    if (c.slow_duty > 0.95) return bad("drill.slow_duty", "at most 0.95 (the share of time a slowed node is stopped)");
+    if (auto v = (*drill)["name"].value<std::string>()) c.name = *v;
+    if (auto v = (*drill)["description"].value<std::string>()) c.description = *v;
+    if (auto v = (*drill)["nodes"].value<int64_t>()) c.nodes = static_cast<int>(*v);
+    if (auto v = (*drill)["learners_per_node"].value<int64_t>()) c.learners_per_node = static_cast<int>(*v);
+    if (c.nodes < 1 || c.nodes > 16) return bad("drill.nodes", "1..16");
+    if (c.learners_per_node < 1 || c.learners_per_node > 8) return bad("drill.learners_per_node", "1..8");
+    if (auto v = (*drill)["sites"].value<int64_t>()) c.sites = static_cast<int>(*v);
+    if (c.sites < 1 || c.sites > c.nodes) return bad("drill.sites", "1..nodes");
+    if (auto v = (*drill)["baseline"].value<bool>()) c.baseline = *v;
+    if (auto v = (*drill)["reference"].value<bool>()) c.reference = *v;
+    if (auto* sets = (*drill)["sets"].as_array()) {
+      for (const auto& s : *sets) {
+        auto v = s.value<std::string>();
+        if (!v || v->find('=') == std::string::npos) return bad("drill.sets", "strings of the form section.key=value");
+        c.sets.push_back(*v);
+      }
+    }
+  }
+  if (auto* rates = table["mtbf_s"].as_table()) {
+    for (const auto& [key, value] : *rates) {
+      const std::string kind(key.str());
+      if (std::find(kFaultKinds.begin(), kFaultKinds.end(), kind) == kFaultKinds.end()) return bad("mtbf_s." + kind, "unknown fault");
+      auto v = value.value<double>();
+      if (!v || *v < 0) return bad("mtbf_s." + kind, "a number >= 0 (0: none)");
+      c.mtbf_s[kind] = *v;
+    }
+  }
+  if (auto* timeline = table["timeline"].as_array()) {
+    for (const auto& entry : *timeline) {
+      auto* t = entry.as_table();
+      if (!t) return bad("timeline", "an array of tables [[timeline]]");
+      Fault f;
+      auto at = (*t)["at_s"].value<double>();
+      auto kind = (*t)["fault"].value<std::string>();
+      if (!at || *at < 0) return bad("timeline.at_s", "a number >= 0 (seconds after the first commit)");
+      if (!kind || std::find(kFaultKinds.begin(), kFaultKinds.end(), *kind) == kFaultKinds.end()) {
+        return bad("timeline.fault", "one of kill_learner, kill_node, kill_coordinator, freeze_node, slow_node, kill_site");
+      }
+      f.at_s = *at;
+      f.kind = *kind;
+      f.target = (*t)["target"].value_or(std::string{});
+      c.timeline.push_back(f);
+    }
+  }
+  return c;
+}
+
+// splitmix64: the same stream on every platform.
+struct Random {
+  uint64_t state;
+  explicit Random(uint64_t seed) : state(seed) {}
+  uint64_t next() {
+    uint64_t z = (state += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+  }
+  double unit() { return double(next() >> 11) * 0x1.0p-53; }
+  size_t below(size_t n) { return static_cast<size_t>(next() % n); }
+};
+
+// The seeded schedule: Poisson arrivals per kind (rate = targets / MTBF) in [warmup, duration - tail],
+// plus the explicit timeline; targets drawn now, so every run of the drill gets the same ones.
+std::vector<Fault> make_schedule(const DrillConfig& c, uint64_t seed, double duration_s) {
+  std::vector<Fault> out;
+  const int learners = c.nodes * c.learners_per_node;
+  auto target_of = [&](const std::string& kind, Random& r) -> std::string {
+    if (kind == "kill_coordinator") return "coordinator";
+    if (kind == "kill_learner") return "learner-" + std::to_string(r.below(learners));
+    if (kind == "kill_site") return "site-" + std::to_string(r.below(c.sites));
+    return "node-" + std::to_string(r.below(c.nodes));
+  };
+  for (size_t k = 0; k < kFaultKinds.size(); ++k) {
+    const auto& kind = kFaultKinds[k];
+    auto it = c.mtbf_s.find(kind);
+    if (it == c.mtbf_s.end() || it->second <= 0) continue;
+    const int targets = kind == "kill_coordinator" ? 1 : kind == "kill_learner" ? learners : kind == "kill_site" ? c.sites : c.nodes;
+    const double rate = targets / it->second;
+    Random r(seed * 0x100000001b3ULL + k + 1);
+    for (double t = c.warmup_s;;) {
+      t += -std::log(1.0 - r.unit()) / rate;
+      if (t > duration_s - c.quiet_tail_s) break;
+      out.push_back({t, kind, target_of(kind, r)});
+    }
+  }
+  Random r(seed ^ 0x5eedULL);
+  for (auto f : c.timeline) {
+    if (f.at_s > duration_s) continue;
+    if (f.target.empty()) f.target = target_of(f.kind, r);
+    out.push_back(f);
+  }
+  std::stable_sort(out.begin(), out.end(), [](const Fault& a, const Fault& b) { return a.at_s < b.at_s; });
+  return out;
+}
+
+// ---- child processes -------------------------------------------------------------------------------
+
+// A child process of this binary, stdout and stderr in files; killed (SIGKILL) when dropped, and by
+// the kernel when the drill itself dies (PR_SET_PDEATHSIG).
+class Child {
+ public:
+  Child(const std::string& binary, const std::string& name, const std::vector<std::string>& arguments, const fs::path& dir,
+        int incarnation)
+      : name_(name),
+        out_(dir / (name + "." + std::to_string(incarnation) + ".out")),
+        err_(dir / (name + "." + std::to_string(incarnation) + ".err")) {
+    std::vector<std::string> args{binary};
+    args.insert(args.end(), arguments.begin(), arguments.end());
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    const std::string out = out_.string(), err = err_.string();
+    pid_ = fork();
+    if (pid_ == 0) {
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      int o = open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      int e = open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      dup2(o, 1);
+      dup2(e, 2);
+      execv(argv[0], argv.data());
+      _exit(127);
+    }
+  }
+  ~Child() {
+    if (running()) {
+      ::kill(pid_, SIGCONT);
+      ::kill(pid_, SIGKILL);
+      wait(10);
+    }
+  }
+  Child(const Child&) = delete;
+  Child& operator=(const Child&) = delete;
+
+  pid_t pid() const { return pid_; }
+  void signal(int s) {
+    if (running()) ::kill(pid_, s);
+  }
+  bool running() {
+    if (pid_ <= 0 || exited_) return false;
+    int status = 0;
+    if (waitpid(pid_, &status, WNOHANG) == pid_) {
+      exited_ = true;
+      exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    }
+    return !exited_;
+  }
+  // The exit code, or -1 after `timeout_s` (then it is SIGKILLed).
+  int wait(double timeout_s) {
+    const auto deadline = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
+    while (running()) {
+      if (Clock::now() >= deadline) {
+        ::kill(pid_, SIGCONT);
+        ::kill(pid_, SIGKILL);
+        while (running()) sleep_s(0.01);
+        return -1;
+      }
+      sleep_s(0.01);
+    }
+    return exit_code_;
+  }
+  std::string out() const { return read_text(out_); }
+  std::string err() const { return read_text(err_); }
+  const fs::path& out_path() const { return out_; }
+  json summary() const {
+    auto text = out();
+    auto end = text.find_last_not_of('\n');
+    if (end == std::string::npos) return nullptr;
+    auto begin = text.rfind('\n', end);
+    begin = begin == std::string::npos ? 0 : begin + 1;
+    return json::parse(text.substr(begin, end - begin + 1), nullptr, false);
+  }
+
+ private:
+  std::string name_;
+  fs::path out_, err_;
+  pid_t pid_ = -1;
+  bool exited_ = false;
+  int exit_code_ = -1;
+};
+
+// Reads what a file grew by since the last call, line by line.
+class LineTail {
+ public:
+  explicit LineTail(fs::path path) : path_(std::move(path)) {}
+  void reset(fs::path path) {
+    path_ = std::move(path);
+    offset_ = 0;
+    partial_.clear();
+  }
+  std::vector<std::string> lines() {
+    std::vector<std::string> out;
+    std::ifstream in(path_, std::ios::binary);
+    if (!in) return out;
+    in.seekg(static_cast<std::streamoff>(offset_));
+    std::string chunk((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    offset_ += chunk.size();
+    partial_ += chunk;
+    for (size_t at; (at = partial_.find('\n')) != std::string::npos;) {
+      out.push_back(partial_.substr(0, at));
+      partial_.erase(0, at + 1);
+    }
+    return out;
+  }
+
+ private:
+  fs::path path_;
+  size_t offset_ = 0;
+  std::string partial_;
+};
+
+// `key=value` of a progress line, or nullopt.
+std::optional<double> field(const std::string& line, const std::string& key) {
+  auto at = line.find(" " + key + "=");
+  if (at == std::string::npos) return std::nullopt;
+  const char* begin = line.c_str() + at + key.size() + 2;
+  char* end = nullptr;
+  double v = std::strtod(begin, &end);
+  if (end == begin) return std::nullopt;
+  return v;
+}
+
+// ---- the admin console's client, in process ------------------------------------------------------
+
+// One admin session to the coordinator (the console's protocol: adminjoin with the admin secret,
+// then typed AdminCommands with the session key); reopened after the coordinator restarts.
+class AdminClient {
+ public:
+  AdminClient(caf::actor_system& system, std::string admin_secret) : system_(system), secret_(std::move(admin_secret)) {}
+
+  void forget() {
+    admin_ = caf::actor{};
+    key_.clear();
+  }
+
+  Expected<json> call(int port, messages::AdminVerb verb, const std::string& target = {}, double timeout_s = 5) {
+    if (!admin_) {
+      if (auto s = open(port); !s) return s.error();
+    }
+    messages::AdminCommand command{++request_id_, verb, 0, 0};
+    command.target = target;
+    auto bytes = outbox_.wrap(command);
+    if (!bytes) return bytes.error();
+    caf::scoped_actor self{system_};
+    Expected<json> result = make_error(ErrorCode::unavailable, "no answer from the admin actor");
+    self->request(admin_, std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000)), actors::admin_atom::value,
+                  key_, std::move(*bytes))
+        .receive(
+            [&](actors::WireBytes& answer) {
+              auto envelope = actors::unwrap(std::move(answer));
+              const auto* reply = envelope ? std::get_if<messages::AdminReply>(&envelope->body) : nullptr;
+              if (!reply) {
+                result = make_error(ErrorCode::io, "malformed answer");
+              } else if (!reply->ok) {
+                result = make_error(ErrorCode::unavailable, reply->text);
+              } else {
+                auto parsed = json::parse(reply->json, nullptr, false);
+                result = parsed.is_discarded() ? Expected<json>(make_error(ErrorCode::io, "answer is not JSON"))
+                                               : Expected<json>(std::move(parsed));
+              }
+            },
+            [&](caf::error& error) {
+              result = make_error(ErrorCode::unavailable, system_.render(error));
+              forget();
+            });
+    return result;
+  }
+
+ private:
+  Status open(int port) {
+    auto gateway = system_.middleman().remote_actor("127.0.0.1", static_cast<uint16_t>(port));
+    if (!gateway) return make_error(ErrorCode::unavailable, "cannot reach the coordinator: " + system_.render(gateway.error()));
+    caf::scoped_actor self{system_};
+    std::string refusal;
+    self->request(*gateway, std::chrono::seconds(5), actors::adminjoin_atom::value, secret_)
+        .receive(
+            [&](bool accepted, std::string& reason, std::string& session_key, caf::actor& handle) {
+              if (!accepted) refusal = reason.empty() ? "refused" : reason;
+              key_ = std::move(session_key);
+              admin_ = std::move(handle);
+            },
+            [&](caf::error& error) { refusal = "admin session request failed: " + system_.render(error); });
+    if (!refusal.empty() || !admin_) {
+      forget();
+      return make_error(ErrorCode::unavailable, refusal.empty() ? "no admin actor" : refusal);
+    }
+    return Status::success();
+  }
+
+  caf::actor_system& system_;
+  std::string secret_;
+  caf::actor admin_;
+  std::string key_;
+  actors::Outbox outbox_{"drill"};
+  uint64_t request_id_ = 0;
+};
+
+// ---- one run of the cluster ---------------------------------------------------------------------------
+
+struct Recovery {
+  std::string kind;        // learner | node | coordinator | freeze | slow
+  std::string fault;       // the fault's kind
+  std::string target;
+  double at_s = 0;         // when the fault was applied (run clock)
+  double from_s = 0;       // where recovery_s is measured from: the kill (learner), the restart (node,
+                           // coordinator: its listening), the SIGCONT (freeze, slow)
+  double recovered_s = -1;
+  double bound_s = 0;
+  std::string evidence;
+  json detail = json::object();
+  bool recovered() const { return recovered_s >= 0; }
+  double recovery_s() const { return recovered() ? recovered_s - from_s : -1; }
+};
+
+struct Check {
+  std::string name;
+  bool passed = false;
+  std::string evidence;
+};
+
+struct LossPoint {
+  double t_s;
+  double version;
+  double loss;
+};
+
+struct RunResult {
+  std::string mode;  // diloco | ddp | fault_free
+  bool driven = false;
+  std::string error;
+  std::vector<LossPoint> loss;
+  std::vector<Recovery> recoveries;
+  std::vector<json> ledgers;  // per coordinator incarnation: its last ledger ({"seconds": {...}})
+  json final_summary;
+  double initial_loss = NAN, final_loss = NAN;
+  double wall_s = 0;
+  int kills = 0;
+  double coordinator_down_s = 0;
+  std::vector<Check> checks;
+  double goodput = NAN;
+  std::map<std::string, double> parts;  // seconds, summed over incarnations
+  double allocated_s = 0;
+};
+
+using Hashes = std::map<uint64_t, std::vector<std::string>>;  // version -> role/fragment/hash entries
+
+Expected<Hashes> stored_hashes(storage::CheckpointStore& store) {
+  auto list = store.list();
+  if (!list) return list.error();
+  Hashes out;
+  for (const auto& info : *list) {
+    for (const auto& e : info.entries) {
+      out[info.version].push_back(std::to_string(static_cast<int>(e.role)) + "/" + std::to_string(e.fragment) + "/" +
+                                  e.hash.to_hex());
+    }
+  }
+  return out;
+}
+
+class Runner {
+ public:
+  Runner(const DrillConfig& c, std::string mode, std::vector<Fault> schedule, fs::path dir, std::string binary,
+         double duration_s, std::optional<int> kill_limit, uint64_t seed)
+      : c_(c), schedule_(std::move(schedule)), dir_(std::move(dir)), binary_(std::move(binary)),
+        duration_s_(duration_s), kill_limit_(kill_limit), random_(seed ^ 0xd7111ULL), tail_("") {
+    result_.mode = std::move(mode);
+  }
+
+  void run() {
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+    fs::create_directories(dir_);
+    token_ = dir_ / "token";
+    admin_token_ = dir_ / "admin-token";
+    std::ofstream(token_) << "drill-join-secret-" << random_.next() << "-" << random_.next() << "\n";
+    const std::string admin_secret = "drill-admin-secret-" + std::to_string(random_.next()) + "-" + std::to_string(random_.next());
+    std::ofstream(admin_token_) << admin_secret << "\n";
+    chmod(token_.c_str(), 0600);
+    chmod(admin_token_.c_str(), 0600);
+    // This run's own actor system for the admin session: destroyed before the coordinator is told to
+    // stop, so no connection of ours keeps an actor of it alive while it shuts down.
+    system_config_ = std::make_unique<caf::actor_system_config>();
+    actors::TransportOptions transport;
+    if (auto s = actors::configure_transport(*system_config_, transport); !s) {
+      result_.error = s.error().reason;
+      return;
+    }
+    system_config_->set("logger.console-verbosity", caf::atom("quiet"));
+    system_config_->set("logger.file-verbosity", caf::atom("quiet"));
+    system_config_->set("scheduler.max-threads", 1);
+    system_ = std::make_unique<caf::actor_system>(*system_config_);
+    admin_ = std::make_unique<AdminClient>(*system_, admin_secret);
+    port_ = free_port();
+    started_ = Clock::now();
+    if (!drive()) {
+      stop_all();
+      return;
+    }
+    result_.driven = true;
+    finish();
+  }
+
+ private:
+  double now() const { return std::chrono::duration<double>(Clock::now() - started_).count(); }
+
+  static int free_port() {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address);
+    socklen_t length = sizeof address;
+    getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
+    close(fd);
+    return ntohs(address.sin_port);
+  }
+
+  std::vector<std::string> coordinator_args() const {
+    std::vector<std::string> a{"coordinator", "--json", "--listen", "127.0.0.1:" + std::to_string(port_), "--run-dir",
+                               (dir_ / "run").string(), "--token-file", token_.string(), "--admin-token-file",
+                               admin_token_.string()};
+    // Run until the drill stops it (a restarted coordinator would count train.max_seconds again);
+    // every version kept for the checks afterwards; progress often enough to see each commit.
+    std::vector<std::string> sets{"train.max_seconds=0", "train.max_tokens=0", "runtime.keep_versions=0",
+                                  "runtime.progress_interval_s=0.2",
+                                  "train.learners=" + std::to_string(c_.nodes * c_.learners_per_node)};
+    sets.insert(sets.end(), c_.sets.begin(), c_.sets.end());
+    for (const auto& s : sets) {
+      a.push_back("--set");
+      a.push_back(s);
+    }
+    return a;
+  }
+
+  std::vector<std::string> node_args(int i) const {
+    return {"node", "--json", "--coordinator", "127.0.0.1:" + std::to_string(port_), "--learners",
+            std::to_string(c_.learners_per_node), "--name", "node-" + std::to_string(i), "--token-file",
+            token_.string(), "--state-dir", (dir_ / ("node-" + std::to_string(i) + "-state")).string(), "--set",
+            "train.threads=1"};
+  }
+
+  void start_coordinator() {
+    coordinator_ = std::make_unique<Child>(binary_, "coordinator", coordinator_args(), dir_, coordinator_incarnation_++);
+    tail_.reset(coordinator_->out_path());
+    admin_->forget();
+    ledger_now_ = json();
+  }
+
+  void start_node(int i) {
+    nodes_[i] = std::make_unique<Child>(binary_, "node-" + std::to_string(i), node_args(i), dir_, node_incarnations_[i]++);
+  }
+
+  // Waits for "listening on" in the coordinator's stdout; the run-clock time it was seen, or -1.
+  double await_listening(double timeout_s) {
+    const auto deadline = now() + timeout_s;
+    while (now() < deadline) {
+      if (!coordinator_->running()) return -1;
+      if (coordinator_->out().find("listening on") != std::string::npos) return now();
+      sleep_s(0.01);
+    }
+    return -1;
+  }
+
+  // Progress lines of the coordinator: committed version and held-out loss against the run clock.
+  void read_progress() {
+    for (const auto& line : tail_.lines()) {
+      if (line.rfind("progress ", 0) != 0) continue;
+      auto version = field(line, "version");
+      if (!version) continue;
+      last_version_ = std::max<int64_t>(last_version_, static_cast<int64_t>(*version));
+      auto loss = field(line, "heldout_loss");
+      if (loss && std::isfinite(*loss) &&
+          (result_.loss.empty() || result_.loss.back().loss != *loss || result_.loss.back().version != *version)) {
+        result_.loss.push_back({now(), *version, *loss});
+      }
+    }
+  }
+
+  void poll_learners() {
+    auto rows = admin_->call(port_, messages::AdminVerb::learners);
+    if (!rows) return;
+    for (const auto& row : (*rows)["learners"]) learners_[row.value("id", "")] = row;
+  }
+
+  void poll_status() {
+    auto status = admin_->call(port_, messages::AdminVerb::status);
+    if (!status) return;
+    if (status->contains("goodput") && (*status)["goodput"].is_object()) ledger_now_ = (*status)["goodput"];
+    if (status->contains("committed_version") && (*status)["committed_version"].is_number()) {
+      last_version_ = std::max<int64_t>(last_version_, (*status)["committed_version"].get<int64_t>());
+    }
+  }
+
+  json learner(const std::string& id) const {
+    auto it = learners_.find(id);
+    return it == learners_.end() ? json::object() : it->second;
+  }
+  std::vector<std::string> learners_on(const std::string& node) const {
+    std::vector<std::string> out;
+    for (const auto& [id, row] : learners_) {
+      if (row.value("node", "") == node) out.push_back(id);
+    }
+    return out;
+  }
+  std::vector<std::string> all_learners() const {
+    std::vector<std::string> out;
+    for (const auto& [id, row] : learners_) out.push_back(id);
+    return out;
+  }
+
+  // ddp-like stall: every learner but the fault's victims takes no steps until they are back.
+  void stall_others(const std::vector<std::string>& victims) {
+    if (result_.mode != "ddp") return;
+    for (const auto& id : all_learners()) {
+      if (std::find(victims.begin(), victims.end(), id) != victims.end()) continue;
+      if (admin_->call(port_, messages::AdminVerb::pause, id)) stalled_.push_back(id);
+    }
+  }
+  // After a coordinator restart a paused learner can be resumed only once it rejoined: retried.
+  void release_stall(double patience_s = 0) {
+    if (result_.mode != "ddp") return;
+    const double deadline = now() + patience_s;
+    std::vector<std::string> left = stalled_;
+    while (!left.empty()) {
+      std::vector<std::string> again;
+      for (const auto& id : left) {
+        if (!admin_->call(port_, messages::AdminVerb::resume, id)) again.push_back(id);
+      }
+      left = again;
+      if (left.empty() || now() >= deadline) break;
+      sleep_s(0.05);
+    }
+    stalled_.clear();
+  }
+
+  // ---- faults ----
+
+  struct Tracking {
+    Recovery r;
+    std::map<std::string, int64_t> merged_at;  // learner -> contributions_merged when the phase began
+    std::map<std::string, int> joins_at, restarts_at;
+    std::set<std::string> restarted;           // learners whose new incarnation was seen
+    std::set<std::string> done;
+    std::vector<int> nodes;  // the fault's node processes
+    double restart_at_s = -1;  // node: when to start it again; freeze/slow: when to SIGCONT
+    bool stopped = false;      // slow: currently SIGSTOPped
+    double toggle_at_s = 0;
+  };
+
+  bool apply(const Fault& f) {
+    Tracking t;
+    t.r.fault = f.kind;
+    t.r.target = f.target;
+    t.r.at_s = now();
+    poll_learners();
+    auto node_index = [&](const std::string& target) { return std::atoi(target.c_str() + 5); };
+    if (f.kind == "kill_learner") {
+      auto row = learner(f.target);
+      if (row.empty() || row.value("state", "") != "alive") return skip(f, "not alive");
+      t.r.kind = "learner";
+      t.r.bound_s = c_.learner_bound_s;
+      t.merged_at[f.target] = row.value("contributions_merged", int64_t{0});
+      t.restarts_at[f.target] = row.value("restarts", 0);
+      stall_others({f.target});
+      auto answer = admin_->call(port_, messages::AdminVerb::kill_learner, f.target);
+      if (!answer) {
+        release_stall();
+        return skip(f, "console: " + answer.error().reason);
+      }
+      t.r.at_s = t.r.from_s = now();
+      t.r.evidence = "console 'kill learner " + f.target + "': " + answer->dump();
+      result_.kills += 1;
+    } else if (f.kind == "kill_node" || f.kind == "freeze_node" || f.kind == "slow_node" || f.kind == "kill_site") {
+      if (f.kind == "kill_site") {
+        const int site = std::atoi(f.target.c_str() + 5);
+        for (int i = site; i < c_.nodes; i += c_.sites) t.nodes.push_back(i);
+      } else {
+        t.nodes.push_back(node_index(f.target));
+      }
+      std::vector<std::string> ids;
+      for (int n : t.nodes) {
+        if (n < 0 || n >= c_.nodes || !nodes_[n] || !nodes_[n]->running()) return skip(f, "node not running");
+        auto on = learners_on("node-" + std::to_string(n));
+        if (on.empty()) return skip(f, "no learners known on node-" + std::to_string(n));
+        ids.insert(ids.end(), on.begin(), on.end());
+      }
+      for (const auto& id : ids) {
+        auto row = learner(id);
+        t.merged_at[id] = row.value("contributions_merged", int64_t{0});
+        t.joins_at[id] = row.value("joins", 0);
+      }
+      stall_others(ids);
+      auto each = [&](int s) {
+        for (int n : t.nodes) nodes_[n]->signal(s);
+      };
+      std::string pids;
+      for (int n : t.nodes) pids += (pids.empty() ? "" : ", ") + std::to_string(nodes_[n]->pid());
+      if (f.kind == "kill_node" || f.kind == "kill_site") {
+        t.r.kind = f.kind == "kill_site" ? "site" : "node";
+        t.r.bound_s = c_.node_bound_s;
+        each(SIGKILL);
+        for (int n : t.nodes) nodes_[n]->wait(10);
+        t.r.at_s = now();
+        t.restart_at_s = t.r.at_s + c_.node_restart_after_s;
+        t.r.evidence = "SIGKILL pid " + pids;
+        result_.kills += static_cast<int>(t.nodes.size());
+      } else if (f.kind == "freeze_node") {
+        t.r.kind = "freeze";
+        t.r.bound_s = c_.freeze_bound_s;
+        each(SIGSTOP);
+        t.r.at_s = now();
+        t.restart_at_s = t.r.at_s + c_.freeze_s;
+        t.r.evidence = "SIGSTOP pid " + pids + " for " + fmt(c_.freeze_s, 1) + " s";
+      } else {
+        t.r.kind = "slow";
+        t.r.bound_s = c_.freeze_bound_s;
+        t.r.at_s = now();
+        t.restart_at_s = t.r.at_s + c_.slow_s;
+        t.toggle_at_s = t.r.at_s;
+        t.r.evidence = "SIGSTOP/SIGCONT, stopped " + fmt(100 * c_.slow_duty, 0) + " % of every 0.5 s, for " +
+                       fmt(c_.slow_s, 1) + " s";
+      }
+    } else if (f.kind == "kill_coordinator") {
+      t.r.kind = "coordinator";
+      t.r.bound_s = c_.coordinator_bound_s;
+      poll_status();
+      if (result_.mode == "ddp") {
+        stall_others({});
+      }
+      coordinator_->signal(SIGKILL);
+      coordinator_->wait(10);
+      t.r.at_s = now();
+      result_.kills += 1;
+      if (!ledger_now_.is_null()) result_.ledgers.push_back(ledger_now_);
+      ledger_now_ = json();
+      // The store as the killed process left it: its latest version, every digest.
+      auto store = storage::CheckpointStore::open((dir_ / "run" / "store").string());
+      if (!store) {
+        result_.error = "cannot open the store after the coordinator kill: " + store.error().reason;
+        return false;
+      }
+      auto latest = (*store)->latest_committed_version();
+      auto hashes = stored_hashes(**store);
+      store->reset();
+      const uint64_t before = latest ? *latest : 0;
+      if (hashes) {
+        for (const auto& [v, e] : *hashes) snapshots_[v] = e;
+      }
+      t.r.detail["store_latest_at_kill"] = before;
+      sleep_s(std::max(0.0, t.r.at_s + c_.coordinator_restart_after_s - now()));
+      const double restarted_at = now();
+      start_coordinator();
+      const double listening = await_listening(60);
+      if (listening < 0) {
+        result_.error = "the restarted coordinator did not listen:\n" + coordinator_->err();
+        return false;
+      }
+      t.r.from_s = listening;
+      t.r.detail["process_start_to_listening_s"] = listening - restarted_at;
+      result_.coordinator_down_s += listening - t.r.at_s;
+      const std::string err = coordinator_->err();
+      const std::string needle = "resuming from committed version ";
+      auto at = err.find(needle);
+      const int64_t resumed = at == std::string::npos ? -1 : std::atoll(err.c_str() + at + needle.size());
+      t.r.detail["resumed_from_version"] = resumed;
+      resumed_ok_ = resumed_ok_ && resumed == static_cast<int64_t>(before);
+      resumed_evidence_ += (resumed_evidence_.empty() ? "" : "; ") + std::string("store latest ") + std::to_string(before) +
+                           " -> resumed from " + std::to_string(resumed);
+      release_stall(30);
+      // The next committed version: polled at 50 ms through the admin session.
+      const double deadline = listening + std::max(30.0, 5 * c_.coordinator_bound_s);
+      while (now() < deadline) {
+        auto status = admin_->call(port_, messages::AdminVerb::status, {}, 2);
+        if (status && (*status).value("committed_version", uint64_t{0}) > before) {
+          t.r.recovered_s = now();
+          t.r.detail["next_version"] = (*status)["committed_version"];
+          break;
+        }
+        if (!coordinator_->running()) break;
+        sleep_s(0.05);
+      }
+      t.r.evidence = "SIGKILL; restart listening " + fmt(listening - t.r.at_s) + " s after the kill; resumed from " +
+                     std::to_string(resumed) + " (store latest " + std::to_string(before) + ")";
+      result_.recoveries.push_back(t.r);
+      return true;
+    }
+    pending_ = t;
+    return true;
+  }
+
+  bool skip(const Fault& f, const std::string& why) {
+    skipped_.push_back({{"at_s", now()}, {"fault", f.kind}, {"target", f.target}, {"why", why}});
+    return true;
+  }
+
+  static std::string fmt(double v, int digits = 2) {
+    char buffer[64];
+    std::snprintf(buffer, sizeof buffer, "%.*f", digits, v);
+    return buffer;
+  }
+
+  // Advances the fault in progress; true when it is over (recovered or out of time).
+  bool advance(Tracking& t) {
+    auto each = [&](int signal) {
+      for (int n : t.nodes) nodes_[n]->signal(signal);
+    };
+    if ((t.r.kind == "node" || t.r.kind == "site") && t.restart_at_s >= 0 && now() >= t.restart_at_s) {
+      for (int n : t.nodes) start_node(n);
+      t.r.from_s = now();
+      t.restart_at_s = -1;
+    }
+    if (t.r.kind == "freeze" && t.restart_at_s >= 0 && now() >= t.restart_at_s) {
+      each(SIGCONT);
+      t.r.from_s = now();
+      t.restart_at_s = -1;
+    }
+    if (t.r.kind == "slow" && t.restart_at_s >= 0) {
+      if (now() >= t.restart_at_s) {
+        each(SIGCONT);
+        t.r.from_s = now();
+        t.restart_at_s = -1;
+      } else if (now() >= t.toggle_at_s) {
+        t.stopped = !t.stopped;
+        each(t.stopped ? SIGSTOP : SIGCONT);
+        t.toggle_at_s = now() + 0.5 * (t.stopped ? c_.slow_duty : 1 - c_.slow_duty);
+      }
+      return false;
+    }
+    if (t.restart_at_s >= 0) return false;
+    poll_learners();
+    // Phase 1: the victim's new incarnation (learner: its supervisor's restart; node: a rejoin after
+    // the restart); freeze/slow: the same process goes on. Phase 2: its next merged contribution.
+    for (const auto& [id, merged] : t.merged_at) {
+      if (t.done.count(id)) continue;
+      auto row = learner(id);
+      if (row.empty()) continue;
+      const bool alive = row.value("state", "") == "alive";
+      if (!t.restarted.count(id)) {
+        bool back = alive;
+        if (t.r.kind == "learner") back = back && row.value("restarts", 0) > t.restarts_at[id];
+        if (t.r.kind == "node" || t.r.kind == "site") back = back && row.value("joins", 0) > t.joins_at[id];
+        if (back) {
+          t.restarted.insert(id);
+          t.merged_at[id] = row.value("contributions_merged", int64_t{0});
+        }
+        continue;
+      }
+      if (row.value("contributions_merged", int64_t{0}) > t.merged_at[id]) t.done.insert(id);
+    }
+    if (t.done.size() == t.merged_at.size()) {
+      t.r.recovered_s = now();
+      return true;
+    }
+    return now() > t.r.from_s + std::max(60.0, 3 * t.r.bound_s);
+  }
+
+  bool drive() {
+    start_coordinator();
+    if (await_listening(120) < 0) {
+      result_.error = "the coordinator did not start listening:\n" + coordinator_->err();
+      return false;
+    }
+    nodes_.resize(c_.nodes);
+    node_incarnations_.assign(c_.nodes, 0);
+    for (int i = 0; i < c_.nodes; ++i) start_node(i);
+    // Every learner joined and merged once: the drill's clock for faults starts at that commit.
+    const int total = c_.nodes * c_.learners_per_node;
+    const double deadline = now() + 180;
+    while (true) {
+      read_progress();
+      poll_learners();
+      int contributing = 0;
+      for (const auto& [id, row] : learners_) contributing += row.value("contributions_merged", 0) > 0;
+      if (contributing == total) break;
+      if (now() > deadline || !coordinator_->running()) {
+        result_.error = "the cluster did not come up (" + std::to_string(contributing) + " of " +
+                        std::to_string(total) + " learners merged):\n" + coordinator_->err();
+        return false;
+      }
+      sleep_s(0.2);
+    }
+    origin_s_ = now();
+    size_t next = 0;
+    double next_learners = 0, next_status = 0;
+    while (true) {
+      const double t = now() - origin_s_;
+      read_progress();
+      if (!coordinator_->running()) {
+        result_.error = "the coordinator exited unexpectedly:\n" + coordinator_->err();
+        return false;
+      }
+      if (now() >= next_status) {
+        poll_status();
+        next_status = now() + 0.5;
+      }
+      if (pending_) {
+        if (advance(*pending_)) {
+          release_stall();
+          result_.recoveries.push_back(pending_->r);
+          pending_.reset();
+        }
+      } else if (next < schedule_.size() && t >= schedule_[next].at_s && !(kill_limit_ && result_.kills >= *kill_limit_)) {
+        Fault f = schedule_[next++];
+        if (!apply(f)) return false;
+      } else if (now() >= next_learners) {
+        poll_learners();
+        next_learners = now() + 1.0;
+      }
+      const bool out_of_time = t >= duration_s_;
+      const bool kills_done = kill_limit_ && result_.kills >= *kill_limit_;
+      if ((out_of_time || kills_done) && !pending_) break;
+      if (t >= duration_s_ + 120) {  // a fault that would not end: stop anyway, its recovery failed
+        if (pending_) result_.recoveries.push_back(pending_->r);
+        pending_.reset();
+        break;
+      }
+      sleep_s(pending_ ? 0.1 : 0.05);
+    }
+    for (auto& n : nodes_) {
+      if (n) n->signal(SIGCONT);
+    }
+    for (int i = 0; i < c_.nodes; ++i) {
+      if (!nodes_[i]->running()) start_node(i);  // never happens unless a restart failed
+    }
+    return true;
+  }
+
+  void stop_all() {
+    if (coordinator_) coordinator_->signal(SIGKILL);
+    for (auto& n : nodes_) {
+      if (n) {
+        n->signal(SIGCONT);
+        n->signal(SIGKILL);
+      }
+    }
+  }
+
+  void finish() {
+    poll_status();
+    result_.wall_s = now() - origin_s_;
+    admin_.reset();
+    system_.reset();
+    coordinator_->signal(SIGTERM);
+    const int code = coordinator_->wait(120);
+    for (auto& n : nodes_) n->wait(30);
+    read_progress();
+    result_.final_summary = coordinator_->summary();
+    const json& s = result_.final_summary;
+    if (code != 0 || !s.is_object()) {
+      result_.error = "the coordinator did not stop cleanly (exit " + std::to_string(code) + "):\n" + coordinator_->err();
+      result_.driven = false;
+      return;
+    }
+    if (s.contains("goodput_seconds")) result_.ledgers.push_back({{"seconds", s["goodput_seconds"]}});
+    for (const auto& ledger : result_.ledgers) {
+      if (!ledger.contains("seconds")) continue;
+      for (const auto& [part, v] : ledger["seconds"].items()) {
+        if (!v.is_number()) continue;
+        result_.parts[part] += v.get<double>();
+        result_.allocated_s += v.get<double>();
+      }
+    }
+    // Between a kill and the next incarnation's listening socket no ledger runs, yet the slots stay
+    // allocated (and their learners' work of that time is merged by the next incarnation): that time,
+    // measured here, is allocated too, as its own part.
+    const double down = result_.coordinator_down_s * c_.nodes * c_.learners_per_node;
+    if (down > 0) {
+      result_.parts["coordinator_down"] += down;
+      result_.allocated_s += down;
+    }
+    result_.goodput = result_.allocated_s > 0 ? result_.parts["merged"] / result_.allocated_s : NAN;
+    if (s["heldout_loss"].is_number()) result_.final_loss = s["heldout_loss"].get<double>();
+    if (s["resumed_from_version"].is_null() && s["initial_heldout_loss"].is_number()) {
+      result_.initial_loss = s["initial_heldout_loss"].get<double>();
+    }
+    check_store();
+    check_recoveries();
+  }
+
+  void add(const std::string& name, bool passed, const std::string& evidence) {
+    result_.checks.push_back({name, passed, evidence});
+  }
+
+  void check_store() {
+    auto store = storage::CheckpointStore::open((dir_ / "run" / "store").string());
+    if (!store) {
+      add("versions_strictly_increasing_and_verified", false, "cannot open the store: " + store.error().reason);
+      return;
+    }
+    auto list = (*store)->list();
+    if (!list) {
+      add("versions_strictly_increasing_and_verified", false, "list: " + list.error().reason);
+      return;
+    }
+    // 1. Versions strictly increasing, each one read back and verified (every blob re-hashed).
+    bool increasing = true;
+    int verified = 0;
+    std::string failures;
+    uint64_t previous = 0;
+    for (const auto& info : *list) {
+      if (info.version <= previous) increasing = false;
+      previous = info.version;
+      auto v = (*store)->get(info.version);
+      if (v) {
+        verified += 1;
+      } else if (failures.size() < 200) {
+        failures += " v" + std::to_string(info.version) + ": " + v.error().reason;
+      }
+    }
+    const uint64_t final_version = result_.final_summary.value("final_version", uint64_t{0});
+    const bool complete = !list->empty() && list->back().version == final_version;
+    add("versions_strictly_increasing_and_verified",
+        increasing && verified == static_cast<int>(list->size()) && complete,
+        std::to_string(list->size()) + " versions " + (list->empty() ? "" : std::to_string(list->front().version) + ".." +
+        std::to_string(list->back().version)) + ", strictly increasing: " + (increasing ? "yes" : "no") + ", " +
+            std::to_string(verified) + " read back with every blob verified; newest = the final summary's final_version " +
+            std::to_string(final_version) + ": " + (complete ? "yes" : "no") + failures);
+    // 2. Digests of the versions seen at each coordinator kill never changed.
+    auto after = stored_hashes(**store);
+    if (after && !snapshots_.empty()) {
+      // With runtime.keep_versions > 0 retention drops the oldest versions: one older than the oldest
+      // kept is dropped, not lost.
+      const uint64_t oldest = after->empty() ? 0 : after->begin()->first;
+      int same = 0, changed = 0, lost = 0, dropped = 0;
+      for (const auto& [v, e] : snapshots_) {
+        auto it = after->find(v);
+        if (it == after->end()) (v < oldest ? dropped : lost) += 1;
+        else if (it->second == e) same += 1;
+        else changed += 1;
+      }
+      add("digests_never_change", changed == 0 && lost == 0 && same + dropped > 0,
+          std::to_string(same) + " versions read at the coordinator kills hold the same digests after the run, " +
+              std::to_string(changed) + " changed, " + std::to_string(lost) + " lost" +
+              (dropped ? ", " + std::to_string(dropped) + " older than the oldest kept (retention)" : std::string()));
+    }
+    // 3. No update applied twice: per learner and fragment, the steps of every merged contribution
+    // (the manifests' contributors) add up to no more than the data positions its accepted work spans
+    // (received_until in the newest version's accounting); received_until never goes back.
+    std::map<std::pair<std::string, int>, int64_t> steps, until;
+    bool monotone = true;
+    int contributions = 0;
+    for (const auto& info : *list) {
+      auto m = json::parse(info.manifest_json, nullptr, false);
+      if (!m.is_object()) continue;
+      for (const auto& c : m.value("contributors", json::array())) {
+        steps[{c.value("learner", ""), c.value("fragment", 0)}] += c.value("steps", int64_t{0});
+        contributions += 1;
+      }
+      if (m.contains("accounting") && m["accounting"].contains("learners")) {
+        for (const auto& [id, r] : m["accounting"]["learners"].items()) {
+          const auto ru = r.value("received_until", std::vector<int64_t>{});
+          for (size_t p = 0; p < ru.size(); ++p) {
+            auto& u = until[{id, static_cast<int>(p)}];
+            if (ru[p] < u) monotone = false;
+            u = std::max(u, ru[p]);
+          }
+        }
+      }
+    }
+    int over = 0;
+    std::string worst;
+    for (const auto& [key, n] : steps) {
+      const int64_t span = until.count(key) ? until[key] : 0;
+      if (n > span) {
+        over += 1;
+        if (worst.empty()) worst = "; " + key.first + " fragment " + std::to_string(key.second) + ": " + std::to_string(n) +
+                                   " steps merged > " + std::to_string(span);
+      }
+    }
+    const json by_reason = result_.final_summary.value("rejected_by_reason", json::object());
+    const int64_t duplicates = by_reason.is_object() && by_reason.contains("duplicate") && by_reason["duplicate"].is_number()
+                                   ? by_reason["duplicate"].get<int64_t>()
+                                   : 0;
+    add("no_update_applied_twice", over == 0 && monotone && !until.empty(),
+        std::to_string(contributions) + " merged contributions over " + std::to_string(steps.size()) +
+            " learner-fragment pairs: merged steps <= their data span in " + std::to_string(steps.size() - over) +
+            "; received_until never decreased: " + (monotone ? "yes" : "no") + "; duplicates refused by the syncer: " +
+            std::to_string(duplicates) + worst);
+  }
+
+  void check_recoveries() {
+    int coordinator_kills = 0, learners_ok = 0, learners_total = 0, coord_ok = 0;
+    std::string late, coordinator_late;
+    for (const auto& r : result_.recoveries) {
+      if (r.kind == "coordinator") {
+        coordinator_kills += 1;
+        if (r.recovered() && r.recovery_s() < r.bound_s) coord_ok += 1;
+        else coordinator_late += " coordinator at " + fmt(r.at_s - origin_s_, 1) + " s: " + (r.recovered() ? fmt(r.recovery_s()) + " s" : "never");
+        continue;
+      }
+      learners_total += 1;
+      if (r.recovered() && r.recovery_s() <= r.bound_s) learners_ok += 1;
+      else late += " " + r.kind + " " + r.target + " at " + fmt(r.at_s - origin_s_, 1) + " s: " +
+                   (r.recovered() ? fmt(r.recovery_s()) + " s > " + fmt(r.bound_s, 0) + " s" : "never");
+    }
+    if (learners_total > 0) {
+      add("killed_learners_back_within_bound", learners_ok == learners_total,
+          std::to_string(learners_ok) + " of " + std::to_string(learners_total) +
+              " faults on learners (kill, node SIGKILL, freeze, slow): every victim restarted (or resumed) and merged a "
+              "contribution again within its bound" + late);
+    }
+    if (coordinator_kills > 0) {
+      add("coordinator_resumed_from_last_committed", resumed_ok_, resumed_evidence_);
+      add("coordinator_next_commit_within_bound", coord_ok == coordinator_kills,
+          std::to_string(coord_ok) + " of " + std::to_string(coordinator_kills) + " restarts committed a new version < " +
+              fmt(c_.coordinator_bound_s, 1) + " s after listening" + coordinator_late);
+    }
+  }
+
+ public:
+  // The start of the loss comparison: θ0's loss from this run's first summary, else (its first
+  // coordinator was killed) `theta0_loss` scored by another run of the same seed, else the first
+  // version this run scored.
+  void check_loss(double theta0_loss) {
+    std::string source = "θ0 scored by this run's coordinator";
+    if (!result_.final_summary.value("resumed_from_version", json()).is_null() || !std::isfinite(result_.initial_loss)) {
+      if (std::isfinite(theta0_loss)) {
+        result_.initial_loss = theta0_loss;
+        source = "θ0 (same seed) scored by the fault-free run";
+      } else if (!result_.loss.empty()) {
+        result_.initial_loss = result_.loss.front().loss;
+        source = "the first version this run scored (v" + fmt(result_.loss.front().version, 0) + ")";
+      }
+    }
+    add("loss_below_start", std::isfinite(result_.final_loss) && result_.final_loss < result_.initial_loss,
+        "held-out loss " + fmt(result_.initial_loss, 4) + " (" + source + ") -> " + fmt(result_.final_loss, 4));
+  }
+  RunResult take() { return std::move(result_); }
+
+ private:
+
+  const DrillConfig& c_;
+  std::vector<Fault> schedule_;
+  fs::path dir_;
+  std::unique_ptr<caf::actor_system_config> system_config_;
+  std::unique_ptr<caf::actor_system> system_;
+  std::string binary_;
+  double duration_s_;
+  std::optional<int> kill_limit_;
+  Random random_;
+  LineTail tail_;
+  fs::path token_, admin_token_;
+  std::unique_ptr<AdminClient> admin_;
+  int port_ = 0;
+  Clock::time_point started_;
+  double origin_s_ = 0;
+  std::unique_ptr<Child> coordinator_;
+  int coordinator_incarnation_ = 0;
+  std::vector<std::unique_ptr<Child>> nodes_;
+  std::vector<int> node_incarnations_;
+  std::map<std::string, json> learners_;
+  json ledger_now_;
+  int64_t last_version_ = 0;
+  std::optional<Tracking> pending_;
+  std::vector<std::string> stalled_;
+  std::vector<json> skipped_;
+  std::map<uint64_t, std::vector<std::string>> snapshots_;
+  bool resumed_ok_ = true;
+  std::string resumed_evidence_;
+  RunResult result_;
+
+ public:
+  const std::vector<json>& skipped() const { return skipped_; }
+  double origin_s() const { return origin_s_; }
+};
+
+// ---- statistics, plots, report ----------------------------------------------------------------------
+
+json stats_of(std::vector<double> v) {
+  if (v.empty()) return {{"n", 0}, {"median", nullptr}, {"max", nullptr}};
+  std::sort(v.begin(), v.end());
+  const double median = v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+  return {{"n", v.size()}, {"median", median}, {"max", v.back()}, {"min", v.front()}};
+}
+
+std::string esc(const std::string& text) {
+  std::string out;
+  for (char ch : text) {
+    if (ch == '<') out += "&lt;";
+    else if (ch == '>') out += "&gt;";
+    else if (ch == '&') out += "&amp;";
+    else out += ch;
+  }
+  return out;
+}
+
+std::string num(double v, int digits = 2) {
+  char buffer[64];
+  std::snprintf(buffer, sizeof buffer, "%.*f", digits, v);
+  return buffer;
+}
+
+const char* kColors[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"};
+
+struct Series {
+  std::string label;
+  std::vector<std::pair<double, double>> points;
+};
+struct Marker {
+  double x;
+  std::string label;
+  int color;
+};
+
+// A line plot (x: seconds, y: held-out loss) with vertical fault markers.
+std::string line_svg(const std::string& title, const std::string& ylabel, const std::vector<Series>& series,
+                     const std::vector<Marker>& markers) {
+  const double W = 760, H = 380, L = 60, R = 150, T = 30, B = 45;
+  double x0 = 0, x1 = 1, y0 = 1e300, y1 = -1e300;
+  for (const auto& s : series) {
+    for (auto [x, y] : s.points) {
+      x1 = std::max(x1, x);
+      y0 = std::min(y0, y);
+      y1 = std::max(y1, y);
+    }
+  }
+  for (const auto& m : markers) x1 = std::max(x1, m.x);
+  if (y0 > y1) y0 = 0, y1 = 1;
+  if (y1 - y0 < 1e-9) y1 = y0 + 1;
+  const double pad = 0.05 * (y1 - y0);
+  y0 -= pad;
+  y1 += pad;
+  auto X = [&](double x) { return L + (x - x0) / (x1 - x0) * (W - L - R); };
+  auto Y = [&](double y) { return T + (y1 - y) / (y1 - y0) * (H - T - B); };
+  std::ostringstream o;
+  o << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << W << "\" height=\"" << H
+    << "\" font-family=\"sans-serif\" font-size=\"11\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
+  o << "<text x=\"" << W / 2 << "\" y=\"18\" text-anchor=\"middle\" font-size=\"13\">" << esc(title) << "</text>\n";
+  o << "<rect x=\"" << L << "\" y=\"" << T << "\" width=\"" << W - L - R << "\" height=\"" << H - T - B
+    << "\" fill=\"none\" stroke=\"#444\"/>\n";
+  for (int i = 0; i <= 5; ++i) {
+    const double y = y0 + (y1 - y0) * i / 5, x = x0 + (x1 - x0) * i / 5;
+    o << "<text x=\"" << L - 5 << "\" y=\"" << Y(y) + 4 << "\" text-anchor=\"end\">" << num(y) << "</text>\n";
+    o << "<text x=\"" << X(x) << "\" y=\"" << H - B + 15 << "\" text-anchor=\"middle\">" << num(x, 0) << "</text>\n";
+  }
+  o << "<text x=\"" << (L + W - R) / 2 << "\" y=\"" << H - 8 << "\" text-anchor=\"middle\">wall time since the first commit (s)</text>\n";
+  o << "<text x=\"14\" y=\"" << (T + H - B) / 2 << "\" transform=\"rotate(-90 14 " << (T + H - B) / 2
+    << ")\" text-anchor=\"middle\">" << esc(ylabel) << "</text>\n";
+  for (const auto& m : markers) {
+    o << "<line x1=\"" << X(m.x) << "\" x2=\"" << X(m.x) << "\" y1=\"" << T << "\" y2=\"" << H - B << "\" stroke=\""
+      << kColors[m.color % 9] << "\" stroke-dasharray=\"3,3\" opacity=\"0.7\"><title>" << esc(m.label) << "</title></line>\n";
+  }
+  for (size_t i = 0; i < series.size(); ++i) {
+    o << "<polyline fill=\"none\" stroke-width=\"1.8\" stroke=\"" << kColors[i % 9] << "\" points=\"";
+    for (auto [x, y] : series[i].points) o << X(x) << "," << Y(y) << " ";
+    o << "\"/>\n";
+    o << "<line x1=\"" << W - R + 10 << "\" x2=\"" << W - R + 30 << "\" y1=\"" << T + 10 + 16 * i << "\" y2=\"" << T + 10 + 16 * i
+      << "\" stroke=\"" << kColors[i % 9] << "\" stroke-width=\"2\"/><text x=\"" << W - R + 35 << "\" y=\"" << T + 14 + 16 * i
+      << "\">" << esc(series[i].label) << "</text>\n";
+  }
+  std::set<std::string> kinds;
+  int row = static_cast<int>(series.size()) + 1;
+  for (const auto& m : markers) {
+    const std::string kind = m.label.substr(0, m.label.find(' '));
+    if (!kinds.insert(kind).second) continue;
+    o << "<line x1=\"" << W - R + 10 << "\" x2=\"" << W - R + 30 << "\" y1=\"" << T + 10 + 16 * row << "\" y2=\"" << T + 10 + 16 * row
+      << "\" stroke=\"" << kColors[m.color % 9] << "\" stroke-dasharray=\"3,3\"/><text x=\"" << W - R + 35 << "\" y=\""
+      << T + 14 + 16 * row << "\">" << esc(kind) << "</text>\n";
+    row += 1;
+  }
+  o << "</svg>\n";
+  return o.str();
+}
+
+// Stacked horizontal bars: each run's ledger parts as shares of its allocated time.
+std::string ledger_svg(const std::vector<std::pair<std::string, std::map<std::string, double>>>& runs) {
+  const std::vector<std::string> parts = {"merged", "rejected", "unmerged", "recovering", "waiting",
+                                          "paused", "overhead", "restarting", "idle", "coordinator_down"};
+  const double W = 760, L = 90, R = 20, T = 40, bar = 34, gap = 18;
+  const double H = T + runs.size() * (bar + gap) + 70;
+  std::ostringstream o;
+  o << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << W << "\" height=\"" << H
+    << "\" font-family=\"sans-serif\" font-size=\"11\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
+  o << "<text x=\"" << W / 2 << "\" y=\"18\" text-anchor=\"middle\" font-size=\"13\">goodput ledger under the same fault "
+       "schedule (share of allocated slot time)</text>\n";
+  for (size_t i = 0; i < runs.size(); ++i) {
+    const auto& [name, seconds] = runs[i];
+    double total = 0;
+    for (const auto& [p, v] : seconds) total += v;
+    const double y = T + i * (bar + gap);
+    o << "<text x=\"" << L - 6 << "\" y=\"" << y + bar / 2 + 4 << "\" text-anchor=\"end\">" << esc(name) << "</text>\n";
+    double x = L;
+    for (size_t p = 0; p < parts.size(); ++p) {
+      auto it = seconds.find(parts[p]);
+      const double share = total > 0 && it != seconds.end() ? std::max(0.0, it->second) / total : 0;
+      const double w = share * (W - L - R);
+      if (w <= 0) continue;
+      o << "<rect x=\"" << x << "\" y=\"" << y << "\" width=\"" << w << "\" height=\"" << bar << "\" fill=\"" << kColors[p % 10]
+        << "\"><title>" << parts[p] << " " << num(100 * share, 1) << " %</title></rect>\n";
+      if (w > 34) {
+        o << "<text x=\"" << x + w / 2 << "\" y=\"" << y + bar / 2 + 4 << "\" text-anchor=\"middle\" fill=\"white\">"
+          << num(100 * share, 1) << "%</text>\n";
+      }
+      x += w;
+    }
+  }
+  for (size_t p = 0; p < parts.size(); ++p) {
+    const double x = L + (p % 5) * 130, y = H - 50 + (p / 5) * 18;  // two rows of five
+    o << "<rect x=\"" << x << "\" y=\"" << y << "\" width=\"12\" height=\"12\" fill=\"" << kColors[p % 10] << "\"/><text x=\""
+      << x + 16 << "\" y=\"" << y + 10 << "\">" << parts[p] << (p == 0 ? " (goodput)" : "") << "</text>\n";
+  }
+  o << "</svg>\n";
+  return o.str();
+}
+
+// Recovery times per kind: one dot per fault, the median as a bar.
+std::string recovery_svg(const std::map<std::string, std::vector<double>>& kinds, const std::map<std::string, double>& bounds) {
+  const double W = 760, L = 100, R = 30, T = 40, row = 44;
+  const double H = T + std::max<size_t>(1, kinds.size()) * row + 45;
+  double x1 = 0.5;
+  for (const auto& [k, v] : kinds) {
+    for (double x : v) x1 = std::max(x1, x);
+    if (bounds.count(k)) x1 = std::max(x1, bounds.at(k));
+  }
+  x1 *= 1.08;
+  auto X = [&](double x) { return L + x / x1 * (W - L - R); };
+  std::ostringstream o;
+  o << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << W << "\" height=\"" << H
+    << "\" font-family=\"sans-serif\" font-size=\"11\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
+  o << "<text x=\"" << W / 2 << "\" y=\"18\" text-anchor=\"middle\" font-size=\"13\">recovery times (DiLoCo run; dashed: "
+       "bound, bar: median)</text>\n";
+  int i = 0;
+  for (const auto& [k, v] : kinds) {
+    const double y = T + i * row + row / 2;
+    o << "<text x=\"" << L - 8 << "\" y=\"" << y + 4 << "\" text-anchor=\"end\">" << esc(k) << " (" << v.size() << ")</text>\n";
+    o << "<line x1=\"" << L << "\" x2=\"" << W - R << "\" y1=\"" << y << "\" y2=\"" << y << "\" stroke=\"#ddd\"/>\n";
+    Random jitter(i + 7);
+    for (double x : v) {
+      o << "<circle cx=\"" << X(x) << "\" cy=\"" << y + (jitter.unit() - 0.5) * 16 << "\" r=\"3.5\" fill=\"" << kColors[i % 9]
+        << "\" opacity=\"0.75\"><title>" << num(x) << " s</title></circle>\n";
+    }
+    auto st = stats_of(v);
+    if (st["median"].is_number()) {
+      const double m = st["median"].get<double>();
+      o << "<line x1=\"" << X(m) << "\" x2=\"" << X(m) << "\" y1=\"" << y - 14 << "\" y2=\"" << y + 14 << "\" stroke=\"black\" stroke-width=\"2\"/>\n";
+    }
+    if (bounds.count(k)) {
+      o << "<line x1=\"" << X(bounds.at(k)) << "\" x2=\"" << X(bounds.at(k)) << "\" y1=\"" << y - 18 << "\" y2=\"" << y + 18
+        << "\" stroke=\"#d62728\" stroke-dasharray=\"4,3\"/>\n";
+    }
+    i += 1;
+  }
+  const double yb = T + std::max<size_t>(1, kinds.size()) * row;
+  o << "<line x1=\"" << L << "\" x2=\"" << W - R << "\" y1=\"" << yb << "\" y2=\"" << yb << "\" stroke=\"#444\"/>\n";
+  for (int k = 0; k <= 6; ++k) {
+    const double x = x1 * k / 6;
+    o << "<text x=\"" << X(x) << "\" y=\"" << yb + 15 << "\" text-anchor=\"middle\">" << num(x, 1) << "</text>\n";
+  }
+  o << "<text x=\"" << (L + W - R) / 2 << "\" y=\"" << H - 8 << "\" text-anchor=\"middle\">seconds</text>\n</svg>\n";
+  return o.str();
+}
+
+std::map<std::string, double> bounds_of(const DrillConfig& c) {
+  return {{"learner", c.learner_bound_s}, {"node", c.node_bound_s}, {"site", c.node_bound_s}, {"coordinator", c.coordinator_bound_s},
+          {"freeze", c.freeze_bound_s}, {"slow", c.freeze_bound_s}};
+}
+
+}  // namespace
+
+int run_drill(const DrillArguments& arguments) {
+  auto fail = [](int code, const std::string& message) {
+    std::fprintf(stderr, "archipelago drill: %s\n", message.c_str());
+    return code;
+  };
+  auto loaded = load_drill(arguments.config_file);
+  if (!loaded) return fail(2, loaded.error().reason);
+  const DrillConfig c = *loaded;
+  if (arguments.duration_s && *arguments.duration_s < 1) return fail(2, "--duration must be at least 1 s");
+  if (arguments.kills && *arguments.kills < 1) return fail(2, "--kills must be at least 1");
+  const bool soak = arguments.kills.has_value();
+  const double duration_s = arguments.duration_s.value_or(soak ? 1e9 : c.duration_s);
+  const std::vector<Fault> schedule = make_schedule(c, arguments.seed, soak && !arguments.duration_s ? 86400.0 * 7 : duration_s);
+  if (soak && schedule.empty()) return fail(2, "--kills needs faults: give the drill [mtbf_s] rates");
+  const fs::path report = arguments.report_dir.empty()
+                              ? fs::path("archipelago-runs") / ("drill-" + c.name + "-" + std::to_string(arguments.seed))
+                              : fs::path(arguments.report_dir);
+  std::error_code ec;
+  fs::create_directories(report, ec);
+  if (ec) return fail(1, "cannot create " + report.string() + ": " + ec.message());
+
+  const std::string binary = self_binary();
+
+  std::vector<std::string> modes;
+  if (!soak && c.reference) modes.push_back("fault_free");
+  modes.push_back("diloco");
+  if (!soak && c.baseline) modes.push_back("ddp");
+  std::map<std::string, RunResult> runs;
+  std::map<std::string, double> origins;
+  for (const auto& mode : modes) {
+    std::fprintf(stderr, "archipelago drill %s seed %llu: %s run (%zu faults scheduled over %.0f s)\n", c.name.c_str(),
+                 static_cast<unsigned long long>(arguments.seed), mode.c_str(), mode == "fault_free" ? size_t{0} : schedule.size(),
+                 soak ? -1.0 : duration_s);
+    Runner runner(c, mode, mode == "fault_free" ? std::vector<Fault>{} : schedule, report / mode, binary, duration_s,
+                  mode == "diloco" ? arguments.kills : std::nullopt, arguments.seed);
+    runner.run();
+    const double theta0 = runs.count("fault_free") ? runs["fault_free"].initial_loss : NAN;
+    runner.check_loss(theta0);
+    RunResult r = runner.take();
+    origins[mode] = runner.origin_s();
+    if (!r.driven) return fail(1, mode + " run: " + r.error);
+    std::fprintf(stderr, "  %s: goodput %.3f, held-out loss %.4f -> %.4f, %d kills, %zu recoveries, %zu skipped\n", mode.c_str(),
+                 r.goodput, r.initial_loss, r.final_loss, r.kills, r.recoveries.size(), runner.skipped().size());
+    runs[mode] = std::move(r);
+  }
+
+  RunResult& diloco = runs["diloco"];
+  if (runs.count("fault_free")) {
+    const double reference = runs["fault_free"].final_loss;
+    diloco.checks.push_back({"loss_within_margin_of_fault_free",
+                             std::isfinite(diloco.final_loss) && diloco.final_loss <= reference * (1 + c.loss_margin),
+                             "final held-out loss " + num(diloco.final_loss, 4) + " vs fault-free " + num(reference, 4) +
+                                 " (margin " + num(100 * c.loss_margin, 0) + " %: at most " +
+                                 num(reference * (1 + c.loss_margin), 4) + ")"});
+  }
+  int passed = 0;
+  for (const auto& check : diloco.checks) passed += check.passed;
+  const int total = static_cast<int>(diloco.checks.size());
+
+  std::map<std::string, std::vector<double>> recovery;
+  for (const auto& r : diloco.recoveries) {
+    if (r.recovered()) recovery[r.kind].push_back(r.recovery_s());
+  }
+  json recovery_json = json::object();
+  for (const char* kind : {"learner", "node", "coordinator"}) recovery_json[kind] = stats_of(recovery[kind]);
+  for (const auto& [kind, v] : recovery) recovery_json[kind] = stats_of(v);
+  json goodput = json::object();
+  for (const auto& [mode, r] : runs) goodput[mode] = std::isfinite(r.goodput) ? json(r.goodput) : json(nullptr);
+  if (!goodput.contains("ddp")) goodput["ddp"] = nullptr;
+  json invariants = json::array();
+  for (const auto& check : diloco.checks) invariants.push_back({{"name", check.name}, {"passed", check.passed}, {"evidence", check.evidence}});
+  int freezes = 0;
+  for (const auto& r : diloco.recoveries) freezes += r.kind == "freeze" || r.kind == "slow";
+  json line = {{"drill", c.name}, {"seed", arguments.seed}, {"goodput", goodput}, {"invariants_passed", passed},
+               {"invariants_total", total}, {"kills", diloco.kills}, {"freezes_and_slowdowns", freezes},
+               {"recovery_s", recovery_json}, {"invariants", invariants},
+               {"heldout_loss", {{"initial", diloco.initial_loss}, {"diloco", diloco.final_loss}}},
+               {"wall_s", diloco.wall_s}, {"coordinator_down_s", diloco.coordinator_down_s},
+               {"report", (report / "report.md").string()}};
+  for (const auto& [mode, r] : runs) {
+    if (mode != "diloco" && std::isfinite(r.final_loss)) line["heldout_loss"][mode] = r.final_loss;
+  }
+
+  // ---- report ----
+  std::vector<Series> series;
+  std::vector<Marker> markers;
+  for (const auto& mode : modes) {
+    Series s{mode == "diloco" ? "DiLoCo (faults)" : mode == "ddp" ? "ddp-like stall (faults)" : "fault-free", {}};
+    for (const auto& p : runs[mode].loss) s.points.push_back({p.t_s - origins[mode], p.loss});
+    series.push_back(s);
+  }
+  const std::map<std::string, int> kind_color = {{"learner", 3}, {"node", 4}, {"coordinator", 1}, {"freeze", 5}, {"slow", 6}, {"site", 8}};
+  for (const auto& r : diloco.recoveries) {
+    markers.push_back({r.at_s - origins["diloco"], r.kind + " " + r.target, kind_color.count(r.kind) ? kind_color.at(r.kind) : 7});
+  }
+  std::ofstream(report / "loss.svg") << line_svg("held-out loss against wall time, " + c.name + " seed " +
+                                                     std::to_string(arguments.seed) + " (dashed: faults in the DiLoCo run)",
+                                                 "held-out loss", series, markers);
+  std::vector<std::pair<std::string, std::map<std::string, double>>> ledgers;
+  for (const auto& mode : modes) ledgers.push_back({mode, runs[mode].parts});
+  std::ofstream(report / "goodput.svg") << ledger_svg(ledgers);
+  std::ofstream(report / "recovery.svg") << recovery_svg(recovery, bounds_of(c));
+
+  std::ostringstream md;
+  md << "# Drill `" << c.name << "`, seed " << arguments.seed << "\n\n";
+  if (!c.description.empty()) md << c.description << "\n\n";
+  md << "Command: `archipelago drill --config " << arguments.config_file << " --seed " << arguments.seed;
+  if (arguments.duration_s) md << " --duration " << *arguments.duration_s;
+  if (arguments.kills) md << " --kills " << *arguments.kills;
+  md << "`. " << c.nodes << " node processes × " << c.learners_per_node
+     << " learners and a coordinator on loopback, children of this binary; every run lasts "
+     << (soak ? "until the kills are done" : num(duration_s, 0) + " s") << " from the first commit every learner contributed to.\n\n";
+  md << "Result: **" << passed << " of " << total << " invariants held**, " << diloco.kills << " kills";
+  if (freezes) md << ", " << freezes << " freezes/slowdowns";
+  md << ".\n\n## Goodput (the coordinator's ledger)\n\n| run | goodput | merged s | allocated s | final held-out loss |\n|---|---|---|---|---|\n";
+  for (const auto& mode : modes) {
+    const auto& r = runs[mode];
+    md << "| " << mode << " | " << num(r.goodput, 3) << " | " << num(r.parts.count("merged") ? r.parts.at("merged") : 0, 1) << " | "
+       << num(r.allocated_s, 1) << " | " << num(r.final_loss, 4) << " |\n";
+  }
+  md << "\nGoodput is merged compute ÷ allocated slot time, summed over the coordinator's incarnations (a killed "
+        "incarnation's last `status` ledger, read just before its kill; the last one's summary). The time between a "
+        "kill and the next incarnation's listening socket is in no ledger; the drill measures it and allocates it to "
+        "every slot as the part `coordinator_down` ("
+     << num(diloco.coordinator_down_s, 2)
+     << " s in the DiLoCo run). The `ddp` run is the same DiLoCo cluster under the same schedule where every fault also "
+        "stalls every other learner (console `pause`) until the victim has merged a contribution again, which is what a "
+        "data-parallel job's barrier does; `ddp` across processes does not exist.\n\n"
+        "![goodput](goodput.svg)\n\n![loss](loss.svg)\n\n## Invariants (DiLoCo run)\n\n| invariant | | evidence |\n|---|---|---|\n";
+  for (const auto& check : diloco.checks) md << "| " << check.name << " | " << (check.passed ? "pass" : "**FAIL**") << " | " << check.evidence << " |\n";
+  if (runs.count("ddp")) {
+    md << "\nThe same checks on the ddp-like run (information; its coordinator restarts include waiting for paused learners):\n\n";
+    for (const auto& check : runs["ddp"].checks) md << "- " << check.name << ": " << (check.passed ? "pass" : "fail") << " — " << check.evidence << "\n";
+  }
+  md << "\n## Recovery times (DiLoCo run)\n\n| kind | n | median s | max s | bound s | measured from → to |\n|---|---|---|---|---|---|\n";
+  const std::map<std::string, std::string> definitions = {
+      {"learner", "console `kill learner` answered → its restarted incarnation merged a contribution"},
+      {"node", "the node process restarted → every learner of it rejoined and merged a contribution"},
+      {"site", "the site's node processes restarted → every learner of them rejoined and merged a contribution"},
+      {"coordinator", "the restarted coordinator listening → its next committed version (status polled at 50 ms)"},
+      {"freeze", "SIGCONT → every learner of the node merged a contribution"},
+      {"slow", "the end of the slowdown → every learner of the node merged a contribution"}};
+  for (const auto& [kind, v] : recovery) {
+    auto st = stats_of(v);
+    md << "| " << kind << " | " << v.size() << " | " << num(st["median"].get<double>()) << " | " << num(st["max"].get<double>())
+       << " | " << num(bounds_of(c)[kind], 1) << " | " << (definitions.count(kind) ? definitions.at(kind) : "") << " |\n";
+  }
+  md << "\n![recovery](recovery.svg)\n\n## Faults (DiLoCo run)\n\n| at s | fault | target | recovery s | evidence |\n|---|---|---|---|---|\n";
+  for (const auto& r : diloco.recoveries) {
+    md << "| " << num(r.at_s - origins["diloco"], 1) << " | " << r.fault << " | " << r.target << " | "
+       << (r.recovered() ? num(r.recovery_s()) : "never") << " | " << r.evidence << " |\n";
+  }
+  md << "\nRun directories (logs, stores, summaries): `" << report.string() << "/<run>/`.\n";
+  std::ofstream(report / "report.md") << md.str();
+  std::ofstream(report / "result.json") << line.dump(2) << "\n";
+
+  if (arguments.json) {
+    std::printf("%s\n", line.dump().c_str());
+  } else {
+    std::printf("drill %s seed %llu: %d of %d invariants held, %d kills; report %s\n", c.name.c_str(),
+                static_cast<unsigned long long>(arguments.seed), passed, total, diloco.kills, (report / "report.md").string().c_str());
+    for (const auto& check : diloco.checks) std::printf("  %s %s: %s\n", check.passed ? "pass" : "FAIL", check.name.c_str(), check.evidence.c_str());
+  }
+  std::fflush(stdout);
+  return passed == total ? 0 : 1;
+}
+
+}  // namespace archipelago::apps

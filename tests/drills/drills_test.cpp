@@ -1,0 +1,105 @@
+// The CI drill end to end: `archipelago drill --config config/drills/ci.toml` starts a coordinator
+// and two nodes as real processes, kills a learner (console), SIGKILLs a node and the coordinator
+// (restarting both), freezes a node, under the DiLoCo run and the ddp-like stall baseline, after a
+// fault-free run; then checks its own invariants on the processes and the RocksDB stores.
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include <doctest/doctest.h>
+#include <nlohmann/json.hpp>
+
+#include "tests/support/run_cli.hpp"
+
+namespace fs = std::filesystem;
+using archipelago::testing::last_line_json;
+using archipelago::testing::run_cli;
+
+namespace {
+
+std::string slurp(const fs::path& path) {
+  std::ifstream in(path);
+  std::ostringstream out;
+  out << in.rdbuf();
+  return out.str();
+}
+
+struct ScratchDir {
+  fs::path dir = fs::temp_directory_path() / ("archipelago-drill-test-" + std::to_string(getpid()));
+  ScratchDir() { fs::remove_all(dir); }
+  ~ScratchDir() { fs::remove_all(dir); }
+};
+
+}  // namespace
+
+TEST_CASE("the CI drill: every fault recovered within its bound, every invariant held, the JSON line and the report") {
+  ScratchDir scratch;
+  const std::string config = std::string(ARCHIPELAGO_SOURCE_DIR) + "/config/drills/ci.toml";
+  auto outcome = run_cli("drill --config " + config + " --seed 7 --json --report " + scratch.dir.string(), 400);
+  CAPTURE(outcome.out);
+  REQUIRE(outcome.exit_code == 0);
+  const auto result = last_line_json(outcome.out);
+
+  // The fields a caller reads.
+  REQUIRE(result["goodput"]["diloco"].is_number());
+  REQUIRE(result["goodput"]["ddp"].is_number());
+  REQUIRE(result["invariants_total"].is_number_integer());
+  CHECK(result["invariants_passed"] == result["invariants_total"]);
+  CHECK(result["invariants_total"].get<int>() >= 7);
+  CHECK(result["kills"].get<int>() == 3);  // the timeline's learner, node and coordinator kills
+  for (const char* kind : {"learner", "node", "coordinator"}) {
+    CAPTURE(kind);
+    REQUIRE(result["recovery_s"][kind]["n"].get<int>() == 1);
+    CHECK(result["recovery_s"][kind]["median"].get<double>() > 0);
+    CHECK(result["recovery_s"][kind]["max"].get<double>() >= result["recovery_s"][kind]["median"].get<double>());
+  }
+  CHECK(result["recovery_s"]["coordinator"]["max"].get<double>() < 2.0);
+  CHECK(result["recovery_s"]["freeze"]["n"].get<int>() == 1);
+  std::set<std::string> names;
+  for (const auto& check : result["invariants"]) {
+    CAPTURE(check.dump());
+    CHECK(check["passed"] == true);
+    CHECK(!check["evidence"].get<std::string>().empty());
+    names.insert(check["name"].get<std::string>());
+  }
+  for (const char* name : {"versions_strictly_increasing_and_verified", "digests_never_change", "no_update_applied_twice",
+                           "killed_learners_back_within_bound", "coordinator_resumed_from_last_committed",
+                           "coordinator_next_commit_within_bound", "loss_below_start", "loss_within_margin_of_fault_free"}) {
+    CHECK_MESSAGE(names.count(name) == 1, name);
+  }
+  // Faults stall every learner in the ddp-like baseline, only their victims under DiLoCo.
+  CHECK(result["goodput"]["diloco"].get<double>() > result["goodput"]["ddp"].get<double>());
+
+  // The goodput is the coordinator's ledger: the fault-free run has one coordinator incarnation, and the
+  // drill's figure is the one in its summary.json.
+  auto summary = nlohmann::json::parse(slurp(scratch.dir / "fault_free" / "run" / "summary.json"));
+  CHECK(result["goodput"]["fault_free"].get<double>() == doctest::Approx(summary["goodput"].get<double>()).epsilon(1e-9));
+
+  // The report and its plots.
+  const std::string report = slurp(scratch.dir / "report.md");
+  CHECK(report.find("invariants held") != std::string::npos);
+  for (const char* svg : {"loss.svg", "goodput.svg", "recovery.svg"}) {
+    const std::string text = slurp(scratch.dir / svg);
+    CAPTURE(svg);
+    CHECK(text.rfind("<svg", 0) == 0);
+    CHECK(text.find("</svg>") != std::string::npos);
+    CHECK(report.find(svg) != std::string::npos);
+  }
+  CHECK(slurp(scratch.dir / "loss.svg").find("<polyline") != std::string::npos);
+}
+
+TEST_CASE("a drill file with an unknown key or fault is refused with exit code 2 and the key named") {
+  ScratchDir scratch;
+  fs::create_directories(scratch.dir);
+  std::ofstream(scratch.dir / "bad.toml") << "[drill]\nduration_s = 10\nlearners = 3\n";
+  auto outcome = run_cli("drill --config " + (scratch.dir / "bad.toml").string(), 30);
+  CHECK(outcome.exit_code == 2);
+  CHECK_MESSAGE(outcome.out.find("drill.learners: unknown key") != std::string::npos, outcome.out);
+  std::ofstream(scratch.dir / "bad2.toml") << "[[timeline]]\nat_s = 1\nfault = \"meteor\"\n";
+  outcome = run_cli("drill --config " + (scratch.dir / "bad2.toml").string(), 30);
+  CHECK(outcome.exit_code == 2);
+  CHECK_MESSAGE(outcome.out.find("timeline.fault") != std::string::npos, outcome.out);
+}
