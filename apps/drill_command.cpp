@@ -1448,7 +1448,9 @@ int run_drill(const DrillArguments& arguments) {
     if (r.recovered()) recovery[r.kind].push_back(r.recovery_s());
   }
   json recovery_json = json::object();
-  for (const char* kind : {"learner", "node", "coordinator"}) recovery_json[kind] = stats_of(recovery[kind]);
+  for (const char* kind : {"learner", "node", "coordinator"}) {
+    recovery_json[kind] = stats_of(recovery.count(kind) ? recovery.at(kind) : std::vector<double>{});
+  }
   for (const auto& [kind, v] : recovery) recovery_json[kind] = stats_of(v);
   json goodput = json::object();
   for (const auto& [mode, r] : runs) goodput[mode] = std::isfinite(r.goodput) ? json(r.goodput) : json(nullptr);
@@ -1466,6 +1468,15 @@ int run_drill(const DrillArguments& arguments) {
   for (const auto& [mode, r] : runs) {
     if (mode != "diloco" && std::isfinite(r.final_loss)) line["heldout_loss"][mode] = r.final_loss;
   }
+  // A coordinator restart in two parts: process start -> listening (LibTorch, store, scoring the
+  // resumed version), listening -> next commit (the nodes' rejoin and a round: recovery_s).
+  std::vector<double> start_to_listening;
+  for (const auto& r : diloco.recoveries) {
+    if (r.kind == "coordinator" && r.detail.contains("process_start_to_listening_s")) {
+      start_to_listening.push_back(r.detail["process_start_to_listening_s"].get<double>());
+    }
+  }
+  line["coordinator_start_to_listening_s"] = stats_of(start_to_listening);
 
   // ---- report ----
   std::vector<Series> series;
@@ -1528,6 +1539,7 @@ int run_drill(const DrillArguments& arguments) {
       {"slow", "the end of the slowdown → every learner of the node merged a contribution"}};
   for (const auto& [kind, v] : recovery) {
     auto st = stats_of(v);
+    if (v.empty()) continue;
     md << "| " << kind << " | " << v.size() << " | " << num(st["median"].get<double>()) << " | " << num(st["max"].get<double>())
        << " | " << num(bounds_of(c)[kind], 1) << " | " << (definitions.count(kind) ? definitions.at(kind) : "") << " |\n";
   }
