@@ -132,17 +132,11 @@ Expected<nlohmann::json> execute(caf::actor_system& system, const AdminSpec& spe
                                             : syncer.value("bytes_to_learners", int64_t{0}) +
                                                   store.value("bytes_served_learners", int64_t{0});
       const bool scored = evaluator.value("scored_version", uint64_t{0}) > 0;
-      return nlohmann::json{
+      nlohmann::json answer{
           {"run_dir", spec.run_dir},
           {"mode", spec.mode},
           {"committed_version", syncer.value("version", uint64_t{0})},
           {"phase", syncer.value("phase", "")},
-          {"outer_lr", syncer.contains("outer_lr") ? syncer["outer_lr"] : nlohmann::json(nullptr)},
-          {"outer_momentum", syncer.contains("outer_momentum") ? syncer["outer_momentum"] : nlohmann::json(nullptr)},
-          {"quorum", syncer.contains("quorum") ? syncer["quorum"] : nlohmann::json(nullptr)},
-          {"uplink_codec", syncer.contains("uplink_codec") ? syncer["uplink_codec"] : nlohmann::json(nullptr)},
-          {"downlink_codec", syncer.contains("downlink_codec") ? syncer["downlink_codec"] : nlohmann::json(nullptr)},
-          {"updates_by_codec", syncer.contains("updates_by_codec") ? syncer["updates_by_codec"] : nlohmann::json(nullptr)},
           {"heldout_loss", scored ? measured(number_or_null_nan(evaluator, "heldout_loss")) : nlohmann::json(nullptr)},
           {"heldout_version", evaluator.value("scored_version", uint64_t{0})},
           {"learners_alive", monitor.value("alive", 0)},
@@ -151,6 +145,12 @@ Expected<nlohmann::json> execute(caf::actor_system& system, const AdminSpec& spe
           {"uptime_s", monotonic_seconds() - spec.started_s},
           {"goodput", goodput_now(system, spec)},
       };
+      // The syncer's tunables as they are now, and what its updates came in (null while it restarts).
+      for (const char* key : {"outer_lr", "outer_momentum", "quorum", "inner_steps", "uplink_codec", "downlink_codec",
+                              "updates_by_codec", "updates_by_period"}) {
+        answer[key] = syncer.contains(key) ? syncer[key] : nlohmann::json(nullptr);
+      }
+      return answer;
     }
     case AdminVerb::learners: {
       auto monitor = ask(system, monitor_name());

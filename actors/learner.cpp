@@ -59,6 +59,7 @@ struct LearnerState {
   std::vector<training::DataCursor> cursors;
   Codec codec = Codec::fp32;
   bool staggered = true;
+  FragmentSchedule schedule;       // train.inner_steps, and the operator's changes the broadcasts carry
   bool dynamic = false;            // async mode: periods of round(H · own speed / fastest speed) steps
   double fastest_tokens_per_s = 0; // as the syncer last reported it
   std::vector<FragmentSlot> fragments;
@@ -201,9 +202,7 @@ void start_training(LearnerActor* self) {
 // counts an update towards its open round only when it is not behind it.
 uint64_t schedule_slot(LearnerActor* self, int p) {
   auto& st = self->state;
-  const int H = opts(self).setup.run.inner_steps;
-  const int64_t offset = fragment_offset(p, static_cast<int>(st.fragments.size()), H, st.staggered);
-  return st.step > offset ? static_cast<uint64_t>((st.step - offset) / H) : 0;
+  return st.schedule.slot(st.step, p);
 }
 
 // The local model went NaN/Inf: every fragment goes back to the latest global received (B_p), the
@@ -262,7 +261,7 @@ void send_update(LearnerActor* self, int p, const std::vector<float>& flat) {
   slot.ref = std::move(local);  // what is sent is no longer unsent work
   slot.restored = false;
   if (st.dynamic) {
-    slot.period = dynamic_inner_steps(opts(self).setup.run.inner_steps, st.tokens_per_s, st.fastest_tokens_per_s);
+    slot.period = dynamic_inner_steps(st.schedule.period_at(st.step), st.tokens_per_s, st.fastest_tokens_per_s);
     slot.next_due = st.step + slot.period;
   }
   slot.outstanding = true;
@@ -428,11 +427,10 @@ void run_step(LearnerActor* self) {
   std::vector<float> flat;
   for (int p = 0; p < P; ++p) {
     auto& slot = st.fragments[p];
-    const bool due = slot.restored || (st.dynamic ? st.step >= slot.next_due
-                                                  : fragment_due(st.step, p, P, run.inner_steps, st.staggered));
+    const bool due = slot.restored || (st.dynamic ? st.step >= slot.next_due : st.schedule.due(st.step, p));
     if (!due) continue;
     // An update unanswered for 3 periods was lost (e.g. the syncer restarted): send again.
-    if (slot.outstanding && st.step - slot.outstanding_step >= 3 * run.inner_steps) slot.outstanding = false;
+    if (slot.outstanding && st.step - slot.outstanding_step >= 3 * st.schedule.period_at(st.step)) slot.outstanding = false;
     if (slot.outstanding || !st.connected) continue;
     if (flat.empty()) flat = st.replica->read_parameters();
     send_update(self, p, flat);
@@ -496,9 +494,8 @@ void start_from_globals(LearnerActor* self) {
     slot.loss_sum = 0;
     slot.compute_since = 0;
     slot.restored = false;
-    const auto& run = opts(self).setup.run;
-    slot.next_due = next_due_step(st.step, q, static_cast<int>(st.fragments.size()), run.inner_steps, st.staggered);
-    slot.period = run.inner_steps;
+    slot.next_due = st.schedule.next_due(st.step, q);
+    slot.period = st.schedule.period_at(st.step);
     // θ_ref = θ_G, and θ = θ_G (+ the restored unsent work u, which the next update of q carries).
     slot.ref = slot.global.values;
     slot.version = slot.global.version;
@@ -555,6 +552,19 @@ void on_global(LearnerActor* self, const std::string& from, const GlobalFragment
     st.log->info("{}: encoding updates with {} from now on (was {})", st.id, codec_name(*fragment.uplink_codec),
                  codec_name(st.codec));
     st.codec = *fragment.uplink_codec;
+  }
+  std::vector<ScheduleEpoch> epochs;
+  for (const auto& e : fragment.schedule) epochs.push_back({static_cast<int64_t>(e.from_step), static_cast<int>(e.inner_steps)});
+  if (!epochs.empty() && epochs != st.schedule.epochs()) {
+    // An operator's `set train.inner_steps`: the same schedule as every other learner, from its step on.
+    auto schedule = FragmentSchedule::from_epochs(std::move(epochs), static_cast<int>(st.fragments.size()), st.staggered);
+    if (schedule) {
+      st.schedule = std::move(*schedule);
+      const auto& last = st.schedule.epochs().back();
+      st.log->info("{}: H = {} from step {} on (now at step {})", st.id, last.inner_steps, last.from_step, st.step);
+    } else {
+      st.log->warn("{}: ignored a broadcast schedule: {}", st.id, schedule.error().reason);
+    }
   }
   auto& slot = st.fragments[p];
   if (static_cast<int64_t>(added->values.size()) != st.spec.layout->plan.fragments[p].numel) return;
@@ -674,6 +684,7 @@ Status initialize(LearnerActor* self) {
     st.spec.start_step -= st.spec.start_step % setup.run.inner_steps;
   }
   st.fragments.resize(st.spec.layout->plan.fragments.size());
+  st.schedule = FragmentSchedule(setup.run.inner_steps, static_cast<int>(st.fragments.size()), st.staggered);
   for (size_t p = 0; p < st.fragments.size(); ++p) {
     st.fragments[p].share = static_cast<double>(st.spec.layout->plan.fragments[p].numel) /
                             static_cast<double>(std::max<int64_t>(1, st.spec.layout->parameter_count));

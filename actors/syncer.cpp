@@ -116,6 +116,7 @@ void broadcast(SyncerActor* self, const StagedCommit& commit) {
       GlobalFragment global{static_cast<uint32_t>(staged.fragment), commit.version, std::move(chunk), fastest};
       global.delta_base = downlink.delta_base;
       global.uplink_codec = st.core->uplink_codec();
+      global.schedule = st.core->schedule_to_broadcast();
       return global;
     });
     if (!messages) {
@@ -213,7 +214,10 @@ void on_update(SyncerActor* self, const caf::actor& sender, const DecodedEnvelop
     }
     return;
   }
-  if (update.chunk.chunk_index == 0) st.core->updates_by_codec[codec_name(update.chunk.codec)] += 1;
+  if (update.chunk.chunk_index == 0) {
+    st.core->updates_by_codec[codec_name(update.chunk.codec)] += 1;
+    st.core->updates_by_period[std::to_string(update.inner_steps)] += 1;
+  }
   const std::string key = update.learner_id + "/" + std::to_string(update.fragment_id);
   auto added = st.inbox.add(key, update.chunk);
   if (!added) {

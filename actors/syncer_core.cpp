@@ -81,6 +81,8 @@ SyncerCore::SyncerCore(RuntimeOptions options, std::vector<std::vector<float>> i
     total_numel_ += static_cast<int64_t>(values.size());
     fragments_.push_back(initial_fragment(std::move(values), rules_));
   }
+  schedule_ = FragmentSchedule(options_.setup.run.inner_steps, static_cast<int>(fragments_.size()),
+                               mode_ == "decoupled" || mode_ == "async");
   fragment_commits_.assign(fragments_.size(), 0);
   for (const char* r : {"stale", "duplicate", "unknown_learner", "wrong_shape", "non_finite", "malformed",
                         "unauthenticated"}) {
@@ -219,9 +221,27 @@ Expected<std::pair<std::string, std::string>> SyncerCore::set(const std::string&
     return change;
   }
   if (key == "train.inner_steps") {
-    return make_error(ErrorCode::invalid_argument,
-                      "'" + key + "' is fixed for a run: the learners' schedule slots, step ranges and error "
-                      "feedback are built on it; restart from the committed version with --set " + key + "=" + value);
+    if (mode_ == "sync" || mode_ == "ddp") {
+      return make_error(ErrorCode::invalid_argument,
+                        "'" + key + "' is fixed for a " + mode_ + " run: its rounds are aligned across learners and a "
+                        "restarted learner redoes its round from a multiple of H; restart from the committed version "
+                        "with --set " + key + "=" + value);
+    }
+    if (Status ok = parse(number); !ok) return ok.error();
+    if (number != std::floor(number) || number < 1 || number > 100000) {
+      return make_error(ErrorCode::invalid_argument, "train.inner_steps must be a whole number in [1, 100000], not " + value);
+    }
+    // From one period past the leading learner's last update: every learner hears of it (the next
+    // broadcasts) before it gets there, and each evaluates the same schedule of its own steps.
+    uint64_t leading = 0;
+    for (const auto& [id, r] : learners_) {
+      for (uint64_t until : r.received_until) leading = std::max(leading, until);
+    }
+    const int old_h = schedule_.period_at(static_cast<int64_t>(leading));
+    const int64_t from = std::max<int64_t>(static_cast<int64_t>(leading) + old_h, schedule_.epochs().back().from_step + 1);
+    if (Status changed = schedule_.change(from, static_cast<int>(number)); !changed) return changed.error();
+    options_.setup.run.inner_steps = static_cast<int>(number);
+    return std::pair<std::string, std::string>{std::to_string(old_h), text(number) + " from step " + std::to_string(from)};
   }
   return make_error(ErrorCode::invalid_argument,
                     "'" + key + "' is not runtime-tunable (outer.lr, outer.momentum, outer.quorum, "
@@ -553,8 +573,19 @@ void SyncerCore::credit(std::map<std::string, LearnerRecord>& learners, const St
 nlohmann::json SyncerCore::accounting_json(const std::map<std::string, LearnerRecord>& learners_in) const {
   nlohmann::json learners = nlohmann::json::object();
   for (const auto& [id, r] : learners_in) learners[id] = learner_accounting(r);
+  nlohmann::json schedule = nlohmann::json::array();
+  for (const auto& e : schedule_.epochs()) schedule.push_back({{"from_step", e.from_step}, {"inner_steps", e.inner_steps}});
   return {{"learners", learners}, {"rejected", rejects_.by_reason}, {"bytes_from_learners", bytes_from_learners},
-          {"bytes_to_learners", bytes_to_learners}};
+          {"bytes_to_learners", bytes_to_learners}, {"schedule", schedule}};
+}
+
+std::vector<messages::InnerStepsFrom> SyncerCore::schedule_to_broadcast() const {
+  std::vector<messages::InnerStepsFrom> epochs;
+  if (schedule_.epochs().size() < 2) return epochs;  // unchanged: every learner has it from its configuration
+  for (const auto& e : schedule_.epochs()) {
+    epochs.push_back({static_cast<uint64_t>(e.from_step), static_cast<uint32_t>(e.inner_steps)});
+  }
+  return epochs;
 }
 
 void SyncerCore::restore_accounting(const nlohmann::json& a) {
@@ -579,6 +610,19 @@ void SyncerCore::restore_accounting(const nlohmann::json& a) {
   }
   bytes_from_learners = a.value("bytes_from_learners", int64_t{0});
   bytes_to_learners = a.value("bytes_to_learners", int64_t{0});
+  // An operator's schedule changes survive a restart of the syncer or the coordinator.
+  std::vector<ScheduleEpoch> epochs;
+  for (const auto& e : a.value("schedule", nlohmann::json::array())) {
+    epochs.push_back({e.value("from_step", int64_t{0}), e.value("inner_steps", 0)});
+  }
+  if (epochs.size() > 1) {
+    auto schedule = FragmentSchedule::from_epochs(std::move(epochs), static_cast<int>(fragments_.size()),
+                                                  mode_ == "decoupled" || mode_ == "async");
+    if (schedule) {
+      schedule_ = std::move(*schedule);
+      options_.setup.run.inner_steps = schedule_.epochs().back().inner_steps;
+    }
+  }
 }
 
 nlohmann::json SyncerCore::status(double now_s) const {
@@ -612,6 +656,8 @@ nlohmann::json SyncerCore::status(double now_s) const {
           {"downlink_codec", messages::codec_name(rules_.downlink)},
           {"uplink_codec", messages::codec_name(uplink_)},
           {"updates_by_codec", updates_by_codec},
+          {"updates_by_period", updates_by_period},
+          {"inner_steps", schedule_.epochs().back().inner_steps},
           {"outer_optimizer", rules_.delayed_nesterov ? "delayed_nesterov" : "nesterov"},
           {"train_loss", last_train_loss_},
           {"grace_s", grace_s()},

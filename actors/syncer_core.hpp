@@ -108,6 +108,11 @@ class SyncerCore {
   // The codec learners encode their updates with: outer.codec, until an operator sets another; every
   // broadcast names it (GlobalFragment.uplinkCodec). Updates are decoded by the codec they name.
   messages::Codec uplink_codec() const { return uplink_; }
+  // The fragment schedule (actors/policy.hpp): train.inner_steps, then each `set train.inner_steps`
+  // from a step one period past the leading learner's. Broadcasts carry it once it has changed
+  // (empty before), and every committed version's accounting keeps it.
+  const FragmentSchedule& schedule() const { return schedule_; }
+  std::vector<messages::InnerStepsFrom> schedule_to_broadcast() const;
 
   // ---- restoring -------------------------------------------------------------------------------
   // Version 1 of a fresh run: the initial parameters, zero momentum.
@@ -162,6 +167,7 @@ class SyncerCore {
   int64_t bytes_from_learners = 0;
   int64_t bytes_to_learners = 0;
   std::map<std::string, int64_t> updates_by_codec;  // accepted updates by the codec they came in (this process)
+  std::map<std::string, int64_t> updates_by_period;  // ... and by their inner steps (the schedule's H)
 
  private:
   // Credits a commit's merged contributions to their learners' counters.
@@ -179,6 +185,7 @@ class SyncerCore {
   std::string mode_;
   FragmentRules rules_;
   messages::Codec uplink_ = messages::Codec::fp32;
+  FragmentSchedule schedule_;
   std::vector<FragmentState> fragments_;
   std::vector<int64_t> fragment_commits_;  // per fragment, commits since this syncer started
   int64_t total_numel_ = 0;

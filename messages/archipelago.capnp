@@ -107,6 +107,13 @@ struct GlobalFragment {
                           # a receiver that does not hold version `deltaBase` fetches B from the store.
   uplinkCodecSet @5 :Bool;  # the syncer's broadcasts say which codec learners encode their updates
   uplinkCodec @6 :Codec;    # with from now on (the console's `set outer.codec`); the store's do not.
+  schedule @7 :List(InnerStepsFrom);  # the syncer's: H from step 0, then each operator change (empty: unchanged).
+}
+
+# One epoch of the fragment schedule: H inner steps per fragment period after `fromStep` steps.
+struct InnerStepsFrom {
+  fromStep @0 :UInt64;
+  innerSteps @1 :UInt32;
 }
 
 # learner -> failure monitor: liveness and throughput, every ~100-500 ms.

@@ -89,6 +89,13 @@ struct FragmentUpdate {
   double compute_seconds = 0; // the compute time behind it (each step's time × this fragment's share)
 };
 
+// An epoch of the fragment schedule: H = inner_steps for a learner's steps after from_step.
+struct InnerStepsFrom {
+  uint64_t from_step = 0;
+  uint32_t inner_steps = 0;
+  bool operator==(const InnerStepsFrom& o) const { return from_step == o.from_step && inner_steps == o.inner_steps; }
+};
+
 struct GlobalFragment {
   uint32_t fragment_id = 0;
   uint64_t version = 0;
@@ -96,6 +103,7 @@ struct GlobalFragment {
   double fastest_tokens_per_sec = 0;  // async mode's dynamic local steps (0: unknown)
   uint64_t delta_base = 0;            // 0: absolute values; else a delta against B of this version
   std::optional<Codec> uplink_codec;  // the syncer's: learners encode their next updates with it
+  std::vector<InnerStepsFrom> schedule;  // the syncer's fragment schedule (empty: not said)
 };
 
 struct Heartbeat {

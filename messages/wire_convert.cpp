@@ -103,6 +103,11 @@ void write_body(capnp::MessageBuilder& builder, wire::Envelope::Body::Builder bo
           out.setDeltaBase(m.delta_base);
           out.setUplinkCodecSet(m.uplink_codec.has_value());
           if (m.uplink_codec) out.setUplinkCodec(static_cast<wire::Codec>(*m.uplink_codec));
+          auto epochs = out.initSchedule(static_cast<unsigned>(m.schedule.size()));
+          for (unsigned e = 0; e < m.schedule.size(); ++e) {
+            epochs[e].setFromStep(m.schedule[e].from_step);
+            epochs[e].setInnerSteps(m.schedule[e].inner_steps);
+          }
           write_chunk(builder, out.initChunk(), m.chunk, external);
         } else if constexpr (std::is_same_v<T, Heartbeat>) {
           auto out = body.initHeartbeat();
@@ -240,6 +245,7 @@ Expected<Message> read_body(wire::Envelope::Body::Reader body,
         if (!is_known_codec(raw)) return make_error(ErrorCode::unknown_type, "uplink codec " + std::to_string(raw));
         global.uplink_codec = static_cast<Codec>(raw);
       }
+      for (auto e : in.getSchedule()) global.schedule.push_back({e.getFromStep(), e.getInnerSteps()});
       return Message(std::move(global));
     }
     case Which::HEARTBEAT: {

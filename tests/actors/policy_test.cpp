@@ -33,6 +33,65 @@ TEST_CASE("policy: the fragment schedule staggers fragments by H/P") {
   }
 }
 
+TEST_CASE("policy: a changed schedule: one epoch is the fixed schedule, a change keeps slots increasing") {
+  // One epoch: exactly fragment_due and (step − offset_p) / H, staggered or not.
+  for (bool staggered : {true, false}) {
+    FragmentSchedule fixed(10, 4, staggered);
+    for (int64_t step = 0; step < 200; ++step) {
+      for (int p = 0; p < 4; ++p) {
+        const int64_t offset = fragment_offset(p, 4, 10, staggered);
+        CHECK(fixed.due(step, p) == fragment_due(step, p, 4, 10, staggered));
+        CHECK(fixed.slot(step, p) == (step > offset ? static_cast<uint64_t>((step - offset) / 10) : 0));
+        CHECK(fixed.next_due(step, p) == next_due_step(step, p, 4, 10, staggered));
+        CHECK(fixed.period_at(step) == 10);
+      }
+    }
+  }
+  // H = 10, then H = 25 after step 57: every fragment is due every 25 steps after it, once per
+  // period; slots at due steps strictly increase across the change, and next_due finds the next.
+  FragmentSchedule s(10, 4, true);
+  REQUIRE(s.change(57, 25).ok());
+  CHECK_FALSE(s.change(57, 5).ok());  // not after the last change
+  CHECK_FALSE(s.change(80, 0).ok());  // H >= 1
+  CHECK(s.period_at(56) == 10);
+  CHECK(s.period_at(57) == 25);       // the step after 57 is the new epoch's
+  for (int p = 0; p < 4; ++p) {
+    CAPTURE(p);
+    std::vector<int64_t> due;
+    int64_t previous_slot = -1;
+    for (int64_t step = 1; step < 300; ++step) {
+      if (!s.due(step, p)) continue;
+      due.push_back(step);
+      const auto slot = static_cast<int64_t>(s.slot(step, p));
+      CHECK(slot > previous_slot);
+      previous_slot = slot;
+    }
+    for (size_t i = 1; i < due.size(); ++i) {
+      CAPTURE(due[i]);
+      CHECK(s.next_due(due[i - 1], p) == due[i]);
+      if (due[i] <= 57) CHECK(due[i] - due[i - 1] == 10);
+      if (due[i - 1] > 57) CHECK(due[i] - due[i - 1] == 25);
+    }
+    CHECK(due.front() == fragment_offset(p, 4, 10, true) + (p == 0 ? 10 : 0));
+    CHECK(due.back() > 57);
+    // The first due step of the new epoch: 57 + its own stagger p·25/4 (fragment 0 after a period).
+    int64_t first_new = 0;
+    for (int64_t d : due) {
+      if (d > 57) {
+        first_new = d;
+        break;
+      }
+    }
+    CHECK(first_new == 57 + (p == 0 ? 25 : fragment_offset(p, 4, 25, true)));
+  }
+  // The broadcast form round trips; a schedule that does not start at step 0 is refused.
+  auto copy = FragmentSchedule::from_epochs(s.epochs(), 4, true);
+  REQUIRE(copy.ok());
+  CHECK(copy->epochs() == s.epochs());
+  CHECK(copy->slot(123, 2) == s.slot(123, 2));
+  CHECK_FALSE(FragmentSchedule::from_epochs({{5, 10}}, 4, true).ok());
+}
+
 TEST_CASE("policy: staleness counts commits of the fragment after the base") {
   std::vector<uint64_t> commits{3, 7, 9, 12};
   auto fresh = check_staleness(12, commits, 12, 2);

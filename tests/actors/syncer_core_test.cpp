@@ -137,6 +137,43 @@ TEST_CASE("syncer core: set changes a runtime-tunable key for the next merge and
   CHECK(core.status(1)["outer_lr"].get<double>() == doctest::Approx(0.5));
 }
 
+TEST_CASE("syncer core: set outer.codec and train.inner_steps; the schedule is broadcast and survives a restore") {
+  auto core = make_core("decoupled");
+  REQUIRE(core.join(join_of("learner-0"), 0).accepted);
+  CHECK(core.schedule_to_broadcast().empty());  // unchanged: learners have it from their configuration
+  auto codec = core.set("outer.codec", "int8");
+  REQUIRE(codec.ok());
+  CHECK(codec->second == "int8");
+  CHECK(core.uplink_codec() == messages::Codec::int8);
+  CHECK_FALSE(core.set("outer.codec", "int3").ok());
+  // The leading learner sent work up to step 37: the change starts one period (H = 10) later.
+  REQUIRE_FALSE(core.accept({"learner-0", 0, 1, 10, 100, 2.0f, 3, 27, 37}, {0.1f, 0.1f, 0.1f}, 1).has_value());
+  auto period = core.set("train.inner_steps", "20");
+  REQUIRE(period.ok());
+  CHECK(period->first == "10");
+  CHECK(period->second == "20 from step 47");
+  const std::vector<messages::InnerStepsFrom> expected{{0, 10}, {47, 20}};
+  CHECK(core.schedule_to_broadcast() == expected);
+  CHECK(core.status(1)["inner_steps"] == 20);
+  CHECK_FALSE(core.set("train.inner_steps", "0").ok());
+  CHECK_FALSE(core.set("train.inner_steps", "2.5").ok());
+  // Every committed version's accounting carries it: a restored syncer broadcasts the same schedule.
+  auto staged = core.stage({0}, 1);
+  REQUIRE(staged.ok());
+  auto manifest = staged->manifest;
+  core.commit_succeeded(*staged, 1);
+  std::vector<std::vector<float>> broadcast, outer;
+  stored_blobs(core, broadcast, outer);
+  auto restored = make_core("decoupled");
+  REQUIRE(restored.restore(2, broadcast, outer, manifest).ok());
+  CHECK(restored.schedule_to_broadcast() == expected);
+  // Sync mode's rounds are aligned across learners: H stays as it is.
+  auto sync = make_core("sync");
+  auto refused = sync.set("train.inner_steps", "20");
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.error().reason.find("is fixed for a sync run") != std::string::npos);
+}
+
 TEST_CASE("syncer core: merge, outer step, commit and staleness") {
   auto core = make_core("decoupled", 1);
   REQUIRE(core.join(join_of("learner-0"), 0).accepted);

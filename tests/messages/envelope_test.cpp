@@ -91,9 +91,12 @@ TEST_CASE("every message kind round-trips with all its fields") {
   check_same_chunk(global.chunk, chunk);
   GlobalFragment scheduled{2, 9, chunk};
   scheduled.uplink_codec = Codec::int8;
+  scheduled.schedule = {{0, 50}, {1234, 20}};
   auto with_codec = std::get<GlobalFragment>(round_trip(wrap(scheduled)).body);
   REQUIRE(with_codec.uplink_codec.has_value());
   CHECK(*with_codec.uplink_codec == Codec::int8);
+  CHECK(with_codec.schedule == scheduled.schedule);
+  CHECK(global.schedule.empty());
 
   auto heartbeat = std::get<Heartbeat>(round_trip(wrap(Heartbeat{"l3", 77, 11000.25})).body);
   CHECK(heartbeat.learner_id == "l3");

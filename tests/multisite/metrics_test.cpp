@@ -205,6 +205,27 @@ TEST_CASE("a local run (archipelago train) serves the admin console and the metr
     CHECK(refused.err.find("outer.codec") != std::string::npos);
   }
 
+  // H too: from one period past the leading learner, every learner's fragments are due every 20 steps.
+  // (An update spans 20 steps under H = 10 too when the one before it was not answered in time.)
+  auto period = answer("set train.inner_steps 20");
+  CHECK(period["old"] == "10");
+  CHECK(period["new"].get<std::string>().rfind("20 from step ", 0) == 0);
+  const auto before = answer("status")["updates_by_period"];
+  auto grown = [&](const nlohmann::json& now, const char* steps) {
+    return now.value(steps, int64_t{0}) - before.value(steps, int64_t{0});
+  };
+  CHECK_MESSAGE(wait_until([&] { return grown((status = answer("status"))["updates_by_period"], "20") >= 12; }, 90),
+                status.dump());
+  CHECK(grown(status["updates_by_period"], "10") < grown(status["updates_by_period"], "20") / 2);
+  CHECK(status["inner_steps"] == 20);
+  CHECK(train.err().find("learner-0: H = 20 from step ") != std::string::npos);
+  CHECK(train.err().find("learner-1: H = 20 from step ") != std::string::npos);
+  {
+    auto refused = console_command(s.dir, target, "set train.inner_steps 0", admin_token);
+    CHECK(refused.code == 1);
+    CHECK(refused.err.find("train.inner_steps must be a whole number") != std::string::npos);
+  }
+
   // Learner control goes straight to this process's learners; there are no nodes to kill.
   CHECK(answer("kill learner learner-1")["sent"][0]["node"] == "local");
   std::set<std::string> seen;
