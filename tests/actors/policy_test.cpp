@@ -33,7 +33,7 @@ TEST_CASE("policy: the fragment schedule staggers fragments by H/P") {
   }
 }
 
-TEST_CASE("policy: a changed schedule: one epoch is the fixed schedule, a change keeps slots increasing") {
+TEST_CASE("policy: a changed schedule: one epoch is the fixed schedule and a change keeps slots increasing") {
   // One epoch: exactly fragment_due and (step − offset_p) / H, staggered or not.
   for (bool staggered : {true, false}) {
     FragmentSchedule fixed(10, 4, staggered);

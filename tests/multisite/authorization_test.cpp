@@ -567,3 +567,47 @@ TEST_CASE("a coordinator without an admin token refuses every admin session") {
   REQUIRE(coordinator.wait(60) == 0);
   CHECK(coordinator.summary()["admin_sessions"]["refused"].get<int>() == 1);
 }
+
+TEST_CASE("kill node: the console SIGKILLs the node that runs a learner and when started again its learners rejoin") {
+  Scratch s("authz-kill-node");
+  const auto admin_token = s.dir / "admin-token";
+  std::ofstream(admin_token) << "admin-horse-battery-staple-0123456789\n";
+  chmod(admin_token.c_str(), 0600);
+  const int port = free_port();
+  auto run = start_two_learner_run(s, port, {"train.max_seconds=0"}, {"--admin-token-file", admin_token.string()});
+  const std::string target = "127.0.0.1:" + std::to_string(port);
+  auto answer = [&](const std::string& command) {
+    auto a = console_command(s.dir, target, command, admin_token);
+    INFO(command << ": " << a.out << a.err);
+    REQUIRE(a.code == 0);
+    auto json = a.json();
+    REQUIRE(json.is_object());
+    return json;
+  };
+  {
+    auto unknown = console_command(s.dir, target, "kill node node-z", admin_token);
+    CHECK(unknown.code == 1);
+    CHECK(unknown.err.find("node-z") != std::string::npos);
+  }
+  CHECK(answer("kill node node-a")["sent"][0]["node"] == "node-a");
+  CHECK(run.node->wait(30) == 128 + SIGKILL);  // as abrupt as a crash: no handler ran
+  CHECK(run.node->err().find("killed by an operator (kill node): SIGKILL") != std::string::npos);
+  CHECK_MESSAGE(wait_until([&] { return answer("nodes")["nodes"].empty(); }, 30), run.coordinator->all());
+  const uint64_t version_at_kill = answer("status")["committed_version"].get<uint64_t>();
+
+  // Started again, the node gets its slots back and its learners contribute to new versions.
+  Process again("node-a-again", node_args(s, port, "node-a"), s.dir);
+  nlohmann::json status;
+  CHECK_MESSAGE(wait_until([&] {
+                  status = answer("status");
+                  return status["learners_alive"] == 2 && status["committed_version"].get<uint64_t>() > version_at_kill + 2;
+                }, 90),
+                status.dump() << again.all());
+  auto audit = answer("audit 10")["audit"];
+  bool audited = false;
+  for (const auto& e : audit) audited |= e["entry"]["command"].value("verb", "") == "kill_node";
+  CHECK(audited);
+  run.coordinator->kill(SIGTERM);
+  REQUIRE(run.coordinator->wait(60) == 0);
+  CHECK_MESSAGE(again.wait(30) == 0, again.all());
+}
