@@ -168,14 +168,7 @@ TEST_CASE("a local run (archipelago train) serves the admin console and the metr
   const std::string target = "127.0.0.1:" + std::to_string(port_after("admin console on 127.0.0.1:"));
   const int metrics_port = port_after("metrics and status page on http://127.0.0.1:");
   REQUIRE(metrics_port > 0);
-  auto answer = [&](const std::string& command) {
-    auto a = console_command(s.dir, target, command, admin_token);
-    INFO(command << ": " << a.out << a.err);
-    REQUIRE(a.code == 0);
-    auto json = a.json();
-    REQUIRE(json.is_object());
-    return json;
-  };
+  auto answer = [&](const std::string& command) { return console_answer(s.dir, target, command, admin_token); };
   nlohmann::json status;
   REQUIRE_MESSAGE(wait_until([&] { return (status = answer("status"))["committed_version"].get<uint64_t>() >= 3; }, 60),
                   status.dump());

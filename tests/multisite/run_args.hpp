@@ -55,6 +55,17 @@ struct TwoLearnerRun {
   std::unique_ptr<Process> coordinator, node;
 };
 
+// A console command that must be answered (exit 0, a JSON object); fails the test otherwise.
+inline nlohmann::json console_answer(const fs::path& dir, const std::string& target, const std::string& command,
+                                     const fs::path& token) {
+  auto a = console_command(dir, target, command, token);
+  INFO(command << ": " << a.out << a.err);
+  REQUIRE(a.code == 0);
+  auto json = a.json();
+  REQUIRE(json.is_object());
+  return json;
+}
+
 inline TwoLearnerRun start_two_learner_run(const Scratch& s, int port, const std::vector<std::string>& sets,
                                            const std::vector<std::string>& coordinator_flags = {}) {
   TwoLearnerRun run;
