@@ -611,3 +611,61 @@ TEST_CASE("kill node: the console SIGKILLs the node that runs a learner and when
   REQUIRE(run.coordinator->wait(60) == 0);
   CHECK_MESSAGE(again.wait(30) == 0, again.all());
 }
+
+namespace {
+using answer_atom = caf::atom_constant<caf::atom("answer")>;
+}  // namespace
+
+TEST_CASE("a forged coordinator cannot steer a node: stop and control and deliver and init with its own keys are refused") {
+  Scratch s("authz-forged");
+  // An impostor where the node looks for its coordinator: it learns the node's watcher from the join
+  // request (the handle every join carries) and tries the coordinator's messages with made-up keys
+  // before it answers, one second later, with a refusal.
+  Client impostor;
+  auto gateway = impostor.system->spawn([](caf::event_based_actor* self) -> caf::behavior {
+    using Reply = caf::typed_response_promise<WireBytes, std::string, std::string, std::string, int32_t, caf::actor,
+                                              std::string>;
+    auto pending = std::make_shared<std::vector<Reply>>();
+    return {
+        [=](nodejoin_atom, WireBytes&, int32_t, int32_t, caf::actor& watcher) {
+          const std::string made_up(32, 'f');
+          self->send(watcher, stop_atom::value, made_up);
+          Outbox outbox("impostor");
+          auto control = outbox.wrap(messages::LearnerControl{0, messages::ControlAction::kill_node, "node-a"});
+          REQUIRE(control.ok());
+          self->send(watcher, control_atom::value, made_up, std::move(*control));
+          auto heartbeat = outbox.wrap(messages::Heartbeat{"learner-0", 1, 1.0});
+          REQUIRE(heartbeat.ok());
+          self->send(watcher, deliver_atom::value, made_up, syncer_name(), watcher, std::move(*heartbeat));
+          self->send(watcher, init_atom::value, made_up, made_up, caf::actor{}, std::string("impostor"), caf::actor{},
+                     caf::actor{}, caf::actor{});
+          pending->push_back(self->make_response_promise<WireBytes, std::string, std::string, std::string, int32_t,
+                                                         caf::actor, std::string>());
+          self->delayed_send(self, std::chrono::seconds(1), answer_atom::value);
+        },
+        [=](answer_atom) {
+          messages::Welcome refusal{0, 0, false, "unauthenticated: impostor"};
+          refusal.refusal = messages::JoinRefusal::unauthenticated;
+          auto bytes = Outbox("impostor").wrap(refusal);
+          const std::string none;
+          for (auto& reply : *pending) {
+            reply.deliver(bytes ? *bytes : WireBytes{}, none, none, none, int32_t{-1}, caf::actor{}, none);
+          }
+          pending->clear();
+        },
+    };
+  });
+  auto port = impostor.system->middleman().publish(gateway, 0, "127.0.0.1", true);
+  REQUIRE_MESSAGE(port, impostor.system->render(port.error()));
+  Process node("node-a", node_args(s, *port, "node-a"), s.dir);
+  CHECK_MESSAGE(node.wait(60) == 3, node.all());  // refused: it never joined, it never obeyed
+  const std::string err = node.err();
+  CAPTURE(err);
+  for (const char* kind : {"stop", "control", "deliver", "init"}) {
+    CAPTURE(kind);
+    CHECK(err.find(std::string("node watcher refused a '") + kind + "' message: wrong_key") != std::string::npos);
+  }
+  CHECK(err.find("killed by an operator") == std::string::npos);
+  CHECK(err.find("the coordinator refused this node: unauthenticated: impostor") != std::string::npos);
+  caf::anon_send_exit(gateway, caf::exit_reason::user_shutdown);
+}
