@@ -53,6 +53,23 @@ TEST_CASE("sync mode reproduces the reference engine's held-out loss") {
   CHECK(result->goodput.goodput() <= 1.0);
 }
 
+TEST_CASE("a decoupled run without faults has goodput of at least 0.95 by the ledger") {
+  auto options = testing::tiny_options("no-faults", "decoupled", 2, 30);
+  auto cluster = LocalCluster::start(options, training::testing::kjv());
+  REQUIRE_MESSAGE(cluster.ok(), (cluster.ok() ? "" : cluster.error().to_string()));
+  auto result = (*cluster)->run();
+  REQUIRE_MESSAGE(result.ok(), (result.ok() ? "" : result.error().to_string()));
+  const auto& ledger = result->goodput;
+  CAPTURE(to_json(ledger).dump());
+  CHECK(result->restarts == 0);
+  CHECK(result->rejected_updates == 0);
+  // Every part measured; the learners computed almost all the time and every update was merged.
+  CHECK(ledger.goodput() >= 0.95);
+  CHECK(ledger.seconds.sum() == doctest::Approx(ledger.allocated_s).epsilon(1e-9));
+  CHECK(ledger.seconds.restarting == 0);
+  CHECK(ledger.seconds.rejected == 0);
+}
+
 TEST_CASE("a killed learner is restarted, rejoins at the latest committed version and is merged again") {
   auto options = testing::tiny_options("kill-learner", "decoupled", 3, 25);
   options.restart.backoff_initial_s = 0.5;  // a visible absence: the others must keep stepping
