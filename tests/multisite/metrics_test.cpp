@@ -240,6 +240,12 @@ TEST_CASE("a local run (archipelago train) serves the admin console and the metr
     auto wrong = console_command(s.dir, target, "status", s.token);  // not the admin token
     CHECK(wrong.code == 3);
     CHECK(wrong.err.find("unauthenticated") != std::string::npos);
+    // A node that finds the console's port takes no learner slot of the local run.
+    Process node("node-x", {"node", "--coordinator", target, "--learners", "1", "--name", "node-x", "--token-file",
+                            s.token.string(), "--give-up-after", "3"},
+                 s.dir);
+    CHECK(node.wait(60) == 1);
+    CHECK_MESSAGE(node.err().find("this run takes no nodes") != std::string::npos, node.all());
   }
 
   // /metrics: the same run's figures.
