@@ -607,9 +607,32 @@ TEST_CASE("kill node: the console SIGKILLs the node that runs a learner and when
   bool audited = false;
   for (const auto& e : audit) audited |= e["entry"]["command"].value("verb", "") == "kill_node";
   CHECK(audited);
+
+  // The admin actor answers only the session key the gateway issued: a made-up key is refused even
+  // by a peer that opened a session with the admin token.
+  {
+    Client client;
+    auto gateway = client.connect(port);
+    caf::scoped_actor self{*client.system};
+    caf::actor admin;
+    self->request(gateway, std::chrono::seconds(5), adminjoin_atom::value, read_file(admin_token).substr(0, 37))
+        .receive([&](bool ok, std::string&, std::string& key, caf::actor& handle) {
+                   CHECK(ok);
+                   CHECK(key.size() == 32);
+                   admin = handle;
+                 },
+                 [&](caf::error& e) { FAIL("admin join failed: " << client.system->render(e)); });
+    REQUIRE(admin);
+    auto command = Outbox("console").wrap(messages::AdminCommand{1, messages::AdminVerb::kill_node, 0, 0, "", "", "node-a"});
+    REQUIRE(command.ok());
+    CHECK_FALSE(answered(client, admin, admin_atom::value, std::string(32, '0'), std::move(*command)));
+  }
+  CHECK(again.running());  // the forged kill did nothing
   run.coordinator->kill(SIGTERM);
   REQUIRE(run.coordinator->wait(60) == 0);
   CHECK_MESSAGE(again.wait(30) == 0, again.all());
+  CHECK(refused(run.coordinator->summary(), "wrong_key") == 1);
+  CHECK(run.coordinator->err().find("admin refused a 'admin_command' message: wrong_key") != std::string::npos);
 }
 
 namespace {
