@@ -50,11 +50,8 @@ std::string read_text(const fs::path& path) {
   return out.str();
 }
 
-std::string self_binary() {
-  std::error_code ec;
-  auto path = fs::read_symlink("/proc/self/exe", ec);
-  return ec ? std::string("/proc/self/exe") : path.string();
-}
+// Children exec /proc/self/exe, the very file this process runs, even if a rebuild replaced the path.
+std::string self_binary() { return "/proc/self/exe"; }
 
 // ---- configuration ---------------------------------------------------------------------------------
 
@@ -809,6 +806,7 @@ class Runner {
       t.r.evidence = "SIGKILL; restart listening " + fmt(listening - t.r.at_s) + " s after the kill; resumed from " +
                      std::to_string(resumed) + " (store latest " + std::to_string(before) + ")";
       result_.recoveries.push_back(t.r);
+      write_progress();
       return true;
     }
     pending_ = t;
@@ -925,6 +923,7 @@ class Runner {
           release_stall();
           result_.recoveries.push_back(pending_->r);
           pending_.reset();
+          write_progress();
         }
       } else if (next < schedule_.size() && t >= schedule_[next].at_s && !(kill_limit_ && result_.kills >= *kill_limit_)) {
         Fault f = schedule_[next++];
@@ -936,6 +935,15 @@ class Runner {
       const bool out_of_time = t >= duration_s_;
       const bool kills_done = kill_limit_ && result_.kills >= *kill_limit_;
       if ((out_of_time || kills_done) && !pending_) break;
+      // Out of time with a fault in progress: the run goes on at most until that fault's bound, so the
+      // loss comparison stays between runs of about the same length; past it, the recovery failed.
+      if ((out_of_time || kills_done) && pending_ && pending_->restart_at_s < 0 &&
+          now() > pending_->r.from_s + pending_->r.bound_s) {
+        pending_->r.evidence += "; not back within its bound when the run ended";
+        result_.recoveries.push_back(pending_->r);
+        pending_.reset();
+        break;
+      }
       if (t >= duration_s_ + 120) {  // a fault that would not end: stop anyway, its recovery failed
         if (pending_) result_.recoveries.push_back(pending_->r);
         pending_.reset();
@@ -950,6 +958,20 @@ class Runner {
       if (!nodes_[i]->running()) start_node(i);  // never happens unless a restart failed
     }
     return true;
+  }
+
+  // What a long run has done so far (a soak stopped early still leaves its count behind).
+  void write_progress() {
+    std::map<std::string, std::pair<int, int>> counts;  // kind -> (faults, recovered)
+    for (const auto& r : result_.recoveries) {
+      counts[r.kind].first += 1;
+      counts[r.kind].second += r.recovered() ? 1 : 0;
+    }
+    json recovered = json::object();
+    for (const auto& [kind, n] : counts) recovered[kind] = {{"n", n.first}, {"recovered", n.second}};
+    std::ofstream(dir_ / "progress.json") << json{{"t_s", now() - origin_s_}, {"kills", result_.kills},
+                                                  {"faults", result_.recoveries.size()}, {"by_kind", recovered},
+                                                  {"version", last_version_}}.dump() << "\n";
   }
 
   void stop_all() {
@@ -1139,6 +1161,7 @@ class Runner {
   // coordinator was killed) `theta0_loss` scored by another run of the same seed, else the first
   // version this run scored.
   void check_loss(double theta0_loss) {
+    if (!result_.driven || !result_.final_summary.is_object()) return;
     std::string source = "θ0 scored by this run's coordinator";
     if (!result_.final_summary.value("resumed_from_version", json()).is_null() || !std::isfinite(result_.initial_loss)) {
       if (std::isfinite(theta0_loss)) {
@@ -1416,7 +1439,7 @@ int run_drill(const DrillArguments& arguments) {
   for (const auto& mode : modes) {
     std::fprintf(stderr, "archipelago drill %s seed %llu: %s run (%zu faults scheduled over %.0f s)\n", c.name.c_str(),
                  static_cast<unsigned long long>(arguments.seed), mode.c_str(), mode == "fault_free" ? size_t{0} : schedule.size(),
-                 soak ? -1.0 : duration_s);
+                 duration_s);
     Runner runner(c, mode, mode == "fault_free" ? std::vector<Fault>{} : schedule, report / mode, binary, duration_s,
                   mode == "diloco" ? arguments.kills : std::nullopt, arguments.seed);
     runner.run();
