@@ -55,6 +55,9 @@ TEST_CASE("sync mode reproduces the reference engine's held-out loss") {
 
 TEST_CASE("a decoupled run without faults has goodput of at least 0.95 by the ledger") {
   auto options = testing::tiny_options("no-faults", "decoupled", 2, 30);
+  // tiny steps take ~20 ms: a learner checkpoint every 2 steps (the test default) would be ~5 % of
+  // the slot time in `overhead` by itself; every 25 steps is every ~0.5 s, as in a real run.
+  options.learner_checkpoint_every = 25;
   auto cluster = LocalCluster::start(options, training::testing::kjv());
   REQUIRE_MESSAGE(cluster.ok(), (cluster.ok() ? "" : cluster.error().to_string()));
   auto result = (*cluster)->run();
