@@ -1,6 +1,9 @@
 #include "apps/coordinator_command.hpp"
 
+#include <chrono>
 #include <csignal>
+#include <future>
+#include <thread>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -145,11 +148,13 @@ int run_coordinator(const CoordinatorArguments& arguments) {
                 static_cast<long long>(p.value("bytes_cross_site", int64_t{0})));
     std::fflush(stdout);
   });
-  coordinator->reset();
   if (!summary) {
     log->error("{}", summary.error().reason);
     return 1;
   }
+  // The summary is the run's result: it is written before the actors are stopped. Stopping them is
+  // bounded: every committed version is in RocksDB already (which needs no clean close), so a
+  // teardown that hangs is reported and cut short instead of keeping the process alive.
   std::ofstream(fs::path(arguments.run_dir) / "summary.json") << summary->dump(2) << "\n";
   std::printf("coordinator stopped (%s): versions %llu -> %llu, held-out loss %.4f -> %.4f, %lld cross-site bytes\n",
               (*summary)["stopped_by"].get<std::string>().c_str(),
@@ -160,6 +165,17 @@ int run_coordinator(const CoordinatorArguments& arguments) {
               static_cast<long long>((*summary)["bytes_cross_site"].get<uint64_t>()));
   if (arguments.json) std::printf("%s\n", summary->dump().c_str());
   std::fflush(stdout);
+  std::promise<void> stopped;
+  std::thread watchdog([done = stopped.get_future(), log]() mutable {
+    if (done.wait_for(std::chrono::seconds(30)) == std::future_status::ready) return;
+    log->error("the actors did not stop within 30 s of the run's end: exiting without waiting for them");
+    log->flush();
+    std::fflush(stdout);
+    std::_Exit(0);
+  });
+  coordinator->reset();
+  stopped.set_value();
+  watchdog.join();
   return 0;
 }
 
