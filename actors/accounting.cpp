@@ -122,6 +122,11 @@ nlohmann::json operator_sample(double elapsed_s, uint64_t start_version, const n
           {"goodput", to_json(ledger)}};
 }
 
+LearnerLinkBytes learner_link_bytes(const nlohmann::json& syncer, const nlohmann::json& store) {
+  return {static_cast<int64_t>(number_of(syncer, "bytes_from_learners")),
+          static_cast<int64_t>(number_of(syncer, "bytes_to_learners") + number_of(store, "bytes_served_learners"))};
+}
+
 int64_t ddp_equivalent_bytes(int64_t tokens, int64_t tokens_per_worker_step, int64_t parameters) {
   if (tokens_per_worker_step <= 0) return 0;
   return tokens / tokens_per_worker_step * 2 * parameters * static_cast<int64_t>(sizeof(float));

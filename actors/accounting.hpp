@@ -96,6 +96,13 @@ Ledger ledger_from_status(double wall_s, const std::vector<std::string>& slot_id
 nlohmann::json operator_sample(double elapsed_s, uint64_t start_version, const nlohmann::json& syncer,
                                const nlohmann::json& monitor, const nlohmann::json& evaluator, const Ledger& ledger);
 
+// Bytes on a local run's learner links, from the syncer's and the store's status, counted where
+// they crossed: up = learners -> syncer; down = syncer -> learners + store -> learners (state fetches).
+struct LearnerLinkBytes {
+  int64_t up = 0, down = 0;
+};
+LearnerLinkBytes learner_link_bytes(const nlohmann::json& syncer, const nlohmann::json& store);
+
 // Bytes a data-parallel run would send for the same tokens: every step, each of the workers sends
 // its gradients and receives parameters (2 × model bytes per worker-step).
 int64_t ddp_equivalent_bytes(int64_t tokens, int64_t tokens_per_worker_step, int64_t parameters);

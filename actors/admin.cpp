@@ -125,12 +125,13 @@ Expected<nlohmann::json> execute(caf::actor_system& system, const AdminSpec& spe
       auto evaluator = ask(system, evaluator_name());
       auto monitor = ask(system, monitor_name());
       // Bytes as they crossed this process's node links, or (a local run) the learners' mailboxes.
-      const auto store = spec.stats ? nlohmann::json::object() : ask(system, store_name());
-      const int64_t bytes_up = spec.stats ? static_cast<int64_t>(spec.stats->snapshot().total().bytes_received)
-                                          : syncer.value("bytes_from_learners", int64_t{0});
-      const int64_t bytes_down = spec.stats ? static_cast<int64_t>(spec.stats->snapshot().total().bytes_sent)
-                                            : syncer.value("bytes_to_learners", int64_t{0}) +
-                                                  store.value("bytes_served_learners", int64_t{0});
+      LearnerLinkBytes bytes;
+      if (spec.stats) {
+        const auto traffic = spec.stats->snapshot().total();
+        bytes = {static_cast<int64_t>(traffic.bytes_received), static_cast<int64_t>(traffic.bytes_sent)};
+      } else {
+        bytes = learner_link_bytes(syncer, ask(system, store_name()));
+      }
       const bool scored = evaluator.value("scored_version", uint64_t{0}) > 0;
       nlohmann::json answer{
           {"run_dir", spec.run_dir},
@@ -140,8 +141,8 @@ Expected<nlohmann::json> execute(caf::actor_system& system, const AdminSpec& spe
           {"heldout_loss", scored ? measured(number_or_null_nan(evaluator, "heldout_loss")) : nlohmann::json(nullptr)},
           {"heldout_version", evaluator.value("scored_version", uint64_t{0})},
           {"learners_alive", monitor.value("alive", 0)},
-          {"bytes_up", bytes_up},
-          {"bytes_down", bytes_down},
+          {"bytes_up", bytes.up},
+          {"bytes_down", bytes.down},
           {"uptime_s", monotonic_seconds() - spec.started_s},
           {"goodput", goodput_now(system, spec)},
       };

@@ -330,10 +330,8 @@ Expected<ClusterResult> LocalCluster::run(const std::function<void(const Progres
     return s.learners.value("steps_computed", int64_t{0}) * impl.tokens_per_learner_step;
   };
   // Measured where the bytes cross a link: learner -> syncer, syncer -> learners, store -> learners.
-  auto bytes_up_of = [](const Snapshot& s) { return s.syncer.value("bytes_from_learners", int64_t{0}); };
-  auto bytes_down_of = [](const Snapshot& s) {
-    return s.syncer.value("bytes_to_learners", int64_t{0}) + s.store.value("bytes_served_learners", int64_t{0});
-  };
+  auto bytes_up_of = [](const Snapshot& s) { return learner_link_bytes(s.syncer, s.store).up; };
+  auto bytes_down_of = [](const Snapshot& s) { return learner_link_bytes(s.syncer, s.store).down; };
   auto bytes_of = [&](const Snapshot& s) { return bytes_up_of(s) + bytes_down_of(s); };
   auto sample = [&](const Snapshot& s) {
     ProgressSample p;
