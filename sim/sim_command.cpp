@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "sim/bandwidth.hpp"
+#include "sim/drill_prediction.hpp"
 #include "sim/report.hpp"
 #include "sim/simulator.hpp"
 
@@ -47,6 +48,16 @@ const std::vector<SimKey>& sim_keys() {
       {"learner_checkpoint_steps", nullptr, &SimConfig::learner_checkpoint_steps,
        "> 0: a learner checkpoints its unsent work every N steps"},
       {"straggler_cv", &SimConfig::straggler_cv, nullptr, "coefficient of variation of one chip's step time"},
+      {"fault_free_efficiency", &SimConfig::fault_free_efficiency, nullptr,
+       "share of a computing group's time kept as work (a fault-free run's goodput)"},
+      {"learners_per_node", nullptr, &SimConfig::learners_per_node, "decoupled: learners per node (a node fault's victims)"},
+      {"learner_faults", nullptr, &SimConfig::learner_faults, "learner faults at seeded uniform times in the wall window"},
+      {"node_faults", nullptr, &SimConfig::node_faults, "node faults (its learners fail together) in the wall window"},
+      {"node_restart_s", &SimConfig::node_restart_s, nullptr, "decoupled: a node fault until its learners compute again"},
+      {"coordinator_faults", nullptr, &SimConfig::coordinator_faults, "coordinator outages (every group stops) in the wall window"},
+      {"coordinator_restart_s", &SimConfig::coordinator_restart_s, nullptr, "length of one coordinator outage"},
+      {"node_stalls", nullptr, &SimConfig::node_stalls, "node stalls (its learners stop, losing nothing) in the wall window"},
+      {"node_stall_s", &SimConfig::node_stall_s, nullptr, "length of one node stall"},
       {"wall_s", &SimConfig::wall_s, nullptr, "> 0: simulate this wall-clock window (else until the job's work is done)"},
       {"work_s", &SimConfig::work_s, nullptr, "> 0: compute seconds of the job on all chips (else 6ND / (chips flops mfu))"},
       {"parameters", &SimConfig::parameters, nullptr, "N: dense model parameters"},
@@ -351,6 +362,47 @@ int run_bandwidth(const SimArguments& a, const Parsed& p, std::ostream& out) {
   return 0;
 }
 
+// --from-drill: only --runs and --seed apply; everything else comes from the result.
+int run_from_drill(const SimArguments& a, std::ostream& out, std::ostream& err) {
+  DrillOptions options;
+  options.fault_free_goodput = a.fault_free_goodput;
+  if (std::isfinite(a.fault_free_goodput) && !(a.fault_free_goodput > 0 && a.fault_free_goodput <= 1)) {
+    err << "archipelago sim: --fault-free-goodput must be in (0, 1]\n";
+    return 2;
+  }
+  for (const auto& [key, raw] : a.settings) {
+    SimConfig scratch;
+    std::string problem = key == "runs" || key == "seed" ? apply_sim(scratch, key, raw)
+                                                         : "--from-drill takes the simulation from the drill result; only "
+                                                           "--runs and --seed apply, not --" + key;
+    if (problem.empty() && key == "runs" && scratch.runs < 1) problem = "sim.runs: at least 1 with --from-drill";
+    if (!problem.empty()) {
+      err << "archipelago sim: " << problem << "\n";
+      return 2;
+    }
+    if (key == "runs") options.runs = scratch.runs;
+    else options.seed = scratch.seed;
+  }
+  if (!a.config_file.empty() || a.sweep || !a.svg_file.empty() || a.bandwidth) {
+    err << "archipelago sim: --from-drill does not combine with --config, --sweep, --svg or --bandwidth\n";
+    return 2;
+  }
+  std::ifstream file(a.from_drill);
+  nlohmann::json result = nlohmann::json::parse(file, nullptr, false);
+  if (!file.is_open() || result.is_discarded()) {
+    err << "archipelago sim: " << a.from_drill << ": " << (file.is_open() ? "not JSON" : "cannot read") << "\n";
+    return 2;
+  }
+  const DrillPrediction p = predict_drill(result, options);
+  if (!p.error.empty()) {
+    err << "archipelago sim: " << a.from_drill << ": " << p.error << "\n";
+    return 2;
+  }
+  if (a.json) out << to_json(p).dump() << "\n";
+  else out << prediction_table(p);
+  return 0;
+}
+
 }  // namespace
 
 std::string sim_parameter_help() {
@@ -373,6 +425,10 @@ void add_sim_options(CLI::App& command, SimArguments& a) {
   command.add_option("--sweep-chips", a.sweep_chips, "chip counts of the sweep, comma-separated");
   command.add_option("--svg", a.svg_file, "write the sweep's goodput plot to this SVG file");
   command.add_flag("--bandwidth", a.bandwidth, "the bandwidth model: the papers' tables, or the --bw-* configuration");
+  command.add_option("--from-drill", a.from_drill, "a drill's result.json: its goodput predicted from its inputs vs measured")
+      ->check(CLI::ExistingFile);
+  command.add_option("--fault-free-goodput", a.fault_free_goodput,
+                     "with --from-drill: the fault-free efficiency (else the drill's fault-free run)");
   auto dashed = [](std::string name) {
     for (char& ch : name)
       if (ch == '_') ch = '-';
@@ -393,6 +449,11 @@ void add_sim_options(CLI::App& command, SimArguments& a) {
 }
 
 int run_sim(const SimArguments& arguments, std::ostream& out, std::ostream& err) {
+  if (!arguments.from_drill.empty()) return run_from_drill(arguments, out, err);
+  if (std::isfinite(arguments.fault_free_goodput)) {
+    err << "archipelago sim: --fault-free-goodput needs --from-drill (else set fault_free_efficiency)\n";
+    return 2;
+  }
   const Parsed p = parse(arguments);
   if (!p.error.empty()) {
     err << "archipelago sim: " << p.error << "\n";

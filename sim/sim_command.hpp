@@ -3,10 +3,12 @@
 // Parameters come from the defaults of SimConfig / BandwidthModel, then a TOML file (--config:
 // tables [sim] and [bandwidth]), then flags (--chips, --mtbi-hours, ... one per key, dashes for
 // underscores; --bw-* for [bandwidth]). The key names are listed by sim_parameter_help() and in
-// bench/sim/README.md. run_sim is what the CLI runs; tests call it directly.
+// bench/sim/README.md. --from-drill RESULT.json predicts a drill's goodput from its inputs instead
+// (sim/drill_prediction.hpp). run_sim is what the CLI runs; tests call it directly.
 #pragma once
 
 #include <iosfwd>
+#include <limits>
 #include <string>
 #include <utility>
 #include <vector>
@@ -25,6 +27,8 @@ struct SimArguments {
   std::string sweep_chips = "150000,300000,600000,1200000,2400000";
   std::string svg_file;              // write the sweep's plot here (implies sweep)
   bool bandwidth = false;            // the bandwidth model instead of goodput
+  std::string from_drill;            // a drill's result.json: predicted vs measured goodput instead
+  double fault_free_goodput = std::numeric_limits<double>::quiet_NaN();  // with from_drill: E, instead of the drill's
 };
 
 // Adds the options above, and one flag per parameter key, to `command`.

@@ -1,12 +1,15 @@
 // The event loop of simulator.hpp: between two events every group's state is constant, so work,
 // failure clocks and chip-seconds advance linearly; an event is an interruption, the end of a
-// recovery or checkpoint pause, a drill kill, or the end of the run.
+// recovery, checkpoint pause, stall or coordinator outage, a drill kill or scheduled fault, or the
+// end of the run.
 #include "sim/simulator.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <random>
+#include <utility>
 #include <vector>
 
 namespace archipelago::sim {
@@ -14,11 +17,22 @@ namespace {
 
 constexpr double kInfinity = std::numeric_limits<double>::infinity();
 
-enum class Phase { computing, recovering, checkpointing };
+enum class Phase { computing, recovering, checkpointing, stalled };
+
+// Why a group is recovering: the part of SimResult its down time is counted in.
+enum class Cause { learner, node };
+
+enum class FaultKind { learner, node, coordinator, stall };
+
+struct ScheduledFault {
+  double at_s;
+  FaultKind kind;
+};
 
 struct Group {
   double chips = 0;
   Phase phase = Phase::computing;
+  Cause cause = Cause::learner;        // while recovering
   double phase_ends = kInfinity;       // wall time a recovery or checkpoint pause ends
   double failure_clock = kInfinity;    // computing seconds until the next interruption
   double since_checkpoint = 0;         // ddp: nominal compute seconds since the last checkpoint
@@ -39,6 +53,7 @@ int group_count(const SimConfig& c, Strategy strategy) { return strategy == Stra
 
 struct RunTotals {
   double wall = 0, kept = 0, lost = 0, recovery = 0, straggler = 0, interruptions = 0;
+  double learner_down = 0, node_down = 0, coordinator_down = 0, stalled = 0, overhead = 0;
   double up = 0;           // wall seconds in which the job progressed (see SimResult::uptime)
   bool truncated = false;  // stopped after kMaxEventsPerRun events, before the job was done
 };
@@ -64,16 +79,18 @@ class Run {
     up_ = groups;
     target_ = c.wall_s > 0 ? kInfinity : c.chips * job_work_s(c);
     next_kill_ = c.kill_every_s > 0 ? c.kill_every_s : kInfinity;
+    schedule_faults();
   }
 
   RunTotals run() {
     const double end = c_.wall_s > 0 ? c_.wall_s : kInfinity;
     while (true) {
       // The next event, and how fast the kept work grows until then.
-      double rate = 0, next = std::min(end, next_kill_);
+      double rate = 0, next = std::min({end, next_kill_, coordinator_up_at_});
+      if (next_fault_ < schedule_.size()) next = std::min(next, schedule_[next_fault_].at_s);
       for (const Group& g : groups_) {
         if (g.phase == Phase::computing) {
-          rate += g.chips / slowdown_;
+          if (!coordinator_down()) rate += g.chips * c_.fault_free_efficiency / slowdown_;
           next = std::min(next, now_ + g.failure_clock);
           if (strategy_ == Strategy::ddp && c_.checkpoint_save_s > 0)  // free checkpoints need no event
             next = std::min(next, now_ + (c_.checkpoint_interval_s - g.since_checkpoint) * slowdown_);
@@ -97,6 +114,31 @@ class Run {
   }
 
  private:
+  bool coordinator_down() const { return coordinator_up_at_ < kInfinity; }
+
+  // The drill's faults of each kind at uniform times, ending inside the window; victims are drawn
+  // when they strike.
+  void schedule_faults() {
+    const std::pair<int, std::pair<FaultKind, double>> kinds[] = {
+        {c_.learner_faults, {FaultKind::learner, recovery_s(FaultKind::learner)}},
+        {c_.node_faults, {FaultKind::node, recovery_s(FaultKind::node)}},
+        {c_.coordinator_faults, {FaultKind::coordinator, c_.coordinator_restart_s}},
+        {c_.node_stalls, {FaultKind::stall, c_.node_stall_s}}};
+    for (const auto& [count, kind] : kinds) {
+      std::uniform_real_distribution<double> at(0, std::max(0.0, c_.wall_s - kind.second));
+      for (int i = 0; i < count; ++i) schedule_.push_back({at(rng_), kind.first});
+    }
+    std::stable_sort(schedule_.begin(), schedule_.end(),
+                     [](const ScheduledFault& a, const ScheduledFault& b) { return a.at_s < b.at_s; });
+  }
+
+  // How long a learner or node fault keeps its victims down.
+  double recovery_s(FaultKind kind) const {
+    if (strategy_ == Strategy::ddp) return c_.restart_s;
+    if (strategy_ == Strategy::elastic_ddp) return c_.rescale_s;
+    return kind == FaultKind::node ? c_.node_restart_s : c_.learner_restart_s;
+  }
+
   double sample_failure() {
     if (c_.learner_mtbf_s <= 0 && !(c_.mtbi_hours < kInfinity)) return kInfinity;
     return std::exponential_distribution<double>(failure_rate_)(rng_);
@@ -105,15 +147,22 @@ class Run {
   void advance(double dt) {
     int computing = 0;
     for (const Group& g : groups_) computing += g.phase == Phase::computing ? 1 : 0;
-    if (computing >= c_.quorum) totals_.up += dt;
+    if (computing >= c_.quorum && !coordinator_down()) totals_.up += dt;
     for (Group& g : groups_) {
-      if (g.phase != Phase::computing) {
-        totals_.recovery += g.chips * dt;
+      if (g.phase != Phase::computing || coordinator_down()) {
+        const double down = g.chips * dt;
+        totals_.recovery += down;
+        if (g.phase == Phase::recovering) (g.cause == Cause::node ? totals_.node_down : totals_.learner_down) += down;
+        else if (g.phase == Phase::stalled) totals_.stalled += down;
+        else if (g.phase == Phase::computing) totals_.coordinator_down += down;
+        if (g.phase == Phase::computing) g.failure_clock -= dt;  // it still runs, and can still fail
         continue;
       }
-      const double nominal = dt / slowdown_;
+      const double computed = dt / slowdown_;
+      const double nominal = computed * c_.fault_free_efficiency;
       totals_.kept += g.chips * nominal;
-      totals_.straggler += g.chips * (dt - nominal);
+      totals_.straggler += g.chips * (dt - computed);
+      totals_.overhead += g.chips * (computed - nominal);
       g.failure_clock -= dt;
       g.since_checkpoint += nominal;
       if (up_ < c_.quorum) g.pending += nominal;
@@ -154,15 +203,15 @@ class Run {
     return 0;
   }
 
-  void interrupt(Group& g) {
+  // `g` fails now (it is computing or stalled) and is down for recovery_s(kind).
+  void interrupt(Group& g, FaultKind kind = FaultKind::learner) {
     const double lost = lost_work(g);
     totals_.lost += g.chips * lost;
     totals_.kept -= g.chips * lost;
     totals_.interruptions += 1;
     g.phase = Phase::recovering;
-    g.phase_ends = now_ + (strategy_ == Strategy::ddp           ? c_.restart_s
-                           : strategy_ == Strategy::elastic_ddp ? c_.rescale_s
-                                                                : c_.learner_restart_s);
+    g.cause = kind == FaultKind::node ? Cause::node : Cause::learner;
+    g.phase_ends = now_ + recovery_s(kind);
     g.since_checkpoint = 0;
     g.step_progress = 0;
     g.steps_since_restart = 0;
@@ -178,8 +227,60 @@ class Run {
       for (Group& other : groups_) other.pending = 0;  // the syncer commits what was sent
   }
 
+  // The groups of node `node`, and whether one of them is up.
+  std::pair<size_t, size_t> node_groups(size_t node) const {
+    const size_t per = static_cast<size_t>(std::min<int>(c_.learners_per_node, static_cast<int>(groups_.size())));
+    return {node * per, std::min(groups_.size(), (node + 1) * per)};
+  }
+
+  // A random up victim (a group for learner faults, a node otherwise), or nothing: the fault is not applied.
+  std::optional<size_t> victim(bool node) {
+    const auto [first, last] = node_groups(0);
+    const size_t per = last - first, count = node ? (groups_.size() + per - 1) / per : groups_.size();
+    std::vector<size_t> up;
+    for (size_t i = 0; i < count; ++i) {
+      const auto [from, to] = node ? node_groups(i) : std::pair{i, i + 1};
+      bool any = false;
+      for (size_t k = from; k < to; ++k) any = any || groups_[k].phase != Phase::recovering;
+      if (any) up.push_back(i);
+    }
+    if (up.empty()) return std::nullopt;
+    return up[std::uniform_int_distribution<size_t>(0, up.size() - 1)(rng_)];
+  }
+
+  void apply(FaultKind kind) {
+    if (kind == FaultKind::coordinator) {  // a drill counts only kills of a running coordinator: one
+      if (coordinator_down()) ++deferred_outages_;  // due while it is down comes when it is back
+      else coordinator_up_at_ = now_ + c_.coordinator_restart_s;
+      return;
+    }
+    const std::optional<size_t> chosen = victim(kind != FaultKind::learner);
+    if (!chosen) return;
+    const auto [from, to] = kind == FaultKind::learner ? std::pair{*chosen, *chosen + 1} : node_groups(*chosen);
+    for (size_t k = from; k < to; ++k) {
+      Group& g = groups_[k];
+      if (kind == FaultKind::stall) {
+        if (g.phase == Phase::recovering) continue;
+        g.phase_ends = std::max(g.phase == Phase::stalled ? g.phase_ends : 0.0, now_ + c_.node_stall_s);
+        g.phase = Phase::stalled;
+      } else if (g.phase == Phase::recovering) {  // a learner already restarting dies with its node
+        g.phase_ends = std::max(g.phase_ends, now_ + recovery_s(kind));
+        g.cause = Cause::node;
+      } else {
+        interrupt(g, kind);
+      }
+    }
+  }
+
   void handle_events() {
     constexpr double kEps = 1e-9;
+    if (now_ >= coordinator_up_at_ - kEps) {
+      coordinator_up_at_ = kInfinity;
+      if (deferred_outages_ > 0) {
+        --deferred_outages_;
+        apply(FaultKind::coordinator);
+      }
+    }
     for (Group& g : groups_) {
       if (g.phase == Phase::computing) {
         if (g.failure_clock <= kEps) {
@@ -193,7 +294,7 @@ class Run {
       } else if (now_ >= g.phase_ends - kEps) {
         if (g.phase == Phase::recovering) {
           resume(g);
-        } else {
+        } else {  // a checkpoint pause or a stall ends
           g.phase = Phase::computing;
           g.phase_ends = kInfinity;
         }
@@ -208,6 +309,8 @@ class Run {
       if (!candidates.empty())
         interrupt(*candidates[std::uniform_int_distribution<size_t>(0, candidates.size() - 1)(rng_)]);
     }
+    for (; next_fault_ < schedule_.size() && now_ >= schedule_[next_fault_].at_s - kEps; ++next_fault_)
+      apply(schedule_[next_fault_].kind);
   }
 
   const SimConfig& c_;
@@ -216,6 +319,10 @@ class Run {
   double slowdown_ = 1;
   std::vector<Group> groups_;
   double failure_rate_ = 0, target_ = 0, next_kill_ = kInfinity, now_ = 0;
+  double coordinator_up_at_ = kInfinity;  // < infinity: the coordinator is down until then
+  std::vector<ScheduledFault> schedule_;
+  size_t next_fault_ = 0;
+  int deferred_outages_ = 0;              // coordinator faults due while it was down
   int up_ = 0;
   long long events_ = 0;
   RunTotals totals_;
@@ -252,6 +359,14 @@ std::string validate(const SimConfig& c) {
   if (!non_negative(c.grace_s)) return "grace_s must be >= 0";
   if (c.learner_checkpoint_steps < 0) return "learner_checkpoint_steps must be >= 0";
   if (!non_negative(c.straggler_cv)) return "straggler_cv must be >= 0";
+  if (!(c.fault_free_efficiency > 0 && c.fault_free_efficiency <= 1)) return "fault_free_efficiency must be in (0, 1]";
+  if (c.learners_per_node < 1 || c.learners_per_node > c.learners) return "learners_per_node must be in [1, learners]";
+  if (c.learner_faults < 0 || c.node_faults < 0 || c.coordinator_faults < 0 || c.node_stalls < 0)
+    return "learner_faults, node_faults, coordinator_faults and node_stalls must be >= 0";
+  if (!non_negative(c.node_restart_s) || !non_negative(c.coordinator_restart_s) || !non_negative(c.node_stall_s))
+    return "node_restart_s, coordinator_restart_s and node_stall_s must be >= 0";
+  if (c.learner_faults + c.node_faults + c.coordinator_faults + c.node_stalls > 0 && !(c.wall_s > 0))
+    return "learner_faults, node_faults, coordinator_faults and node_stalls are counts in the wall window: set wall_s";
   if (!non_negative(c.wall_s) || !non_negative(c.work_s)) return "wall_s and work_s must be >= 0";
   if (c.wall_s == 0 && c.work_s == 0 &&
       !(positive(c.parameters) && positive(c.tokens) && positive(c.chip_flops) && positive(c.mfu) && c.mfu <= 1))
@@ -284,6 +399,7 @@ double expected_max_normal(double n) {
 SimResult simulate(const SimConfig& config, Strategy strategy) {
   SimResult result;
   double sum = 0, sum_sq = 0, wall = 0, interruptions = 0, lost = 0, recovery = 0, straggler = 0, up = 0;
+  double learner_down = 0, node_down = 0, coordinator_down = 0, stalled = 0, overhead = 0;
   int runs = 0;
   const bool fixed = config.runs > 0;
   const double slowdown =
@@ -302,6 +418,11 @@ SimResult simulate(const SimConfig& config, Strategy strategy) {
       lost += t.lost / allocated;
       recovery += t.recovery / allocated;
       straggler += t.straggler / allocated;
+      learner_down += t.learner_down / allocated;
+      node_down += t.node_down / allocated;
+      coordinator_down += t.coordinator_down / allocated;
+      stalled += t.stalled / allocated;
+      overhead += t.overhead / allocated;
       up += t.up / t.wall;
     }
     ++runs;
@@ -315,6 +436,11 @@ SimResult simulate(const SimConfig& config, Strategy strategy) {
   result.lost_work_share = lost / runs;
   result.recovery_share = recovery / runs;
   result.straggler_share = straggler / runs;
+  result.learner_down_share = learner_down / runs;
+  result.node_down_share = node_down / runs;
+  result.coordinator_down_share = coordinator_down / runs;
+  result.stall_share = stalled / runs;
+  result.overhead_share = overhead / runs;
   result.uptime = up / runs;
   return result;
 }

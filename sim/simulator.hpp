@@ -15,6 +15,22 @@
 // Interruptions: every chip is interrupted as a Poisson process of mean mtbi_hours while its group
 // computes (a group of n chips: rate n / MTBI; superposing the chips' processes is exact), or every
 // learner with mean learner_mtbf_s, or a random up learner every kill_every_s (a drill's schedule).
+//
+// A drill's faults, given how many it applied in the wall window (wall_s): each kind at seeded
+// uniform times (a Poisson schedule given its count), drawn so the fault's recovery ends inside the
+// window, each on a random victim that is up (a learner or node fault finding none is not applied;
+// a coordinator fault due while the coordinator is down strikes as soon as it is back):
+//  learner_faults      one learner fails as above, down learner_restart_s.
+//  node_faults         the learners of one node (learners_per_node, consecutive) fail together, each
+//                      losing its unsent work, all down node_restart_s.
+//  coordinator_faults  the syncer is gone for coordinator_restart_s: every group stops (nothing it
+//                      computes then counts) and loses nothing; a learner fault still hits it.
+//  node_stalls         the learners of one node stop for node_stall_s (SIGSTOP) and lose nothing.
+// ddp and elastic_ddp are one group: a learner or node fault interrupts it (restart_s, rescale_s).
+//
+// Efficiency: a computing group keeps fault_free_efficiency of its compute (the rest is the
+// overhead a measured fault-free run shows: joins, sends, installs); its steps take
+// step_time_s / fault_free_efficiency of wall, so the unsent work it loses is in compute seconds.
 // Recovery uses hot spares: a group is whole again after its restart or rescale. Straggling: chip
 // step times vary with coefficient of variation straggler_cv; a synchronous group of n chips waits
 // for the slowest, so its steps take (1 + cv * E[max of n standard normals]) x step_time_s.
@@ -53,6 +69,16 @@ struct SimConfig {
   double grace_s = 0;               // extra wait after quorum (delays commits only; no effect on goodput here)
   int learner_checkpoint_steps = 0; // > 0: a learner saves its unsent work every N steps
   double straggler_cv = 0;          // coefficient of variation of one chip's step time
+  double fault_free_efficiency = 1; // share of a computing group's time that becomes kept work, (0, 1]
+  // A drill's faults (counts in the wall window; need wall_s > 0).
+  int learners_per_node = 1;        // decoupled: learners per node, the victims of a node fault or stall
+  int learner_faults = 0;
+  int node_faults = 0;
+  double node_restart_s = 20;       // decoupled: a node fault until all its learners compute again
+  int coordinator_faults = 0;
+  double coordinator_restart_s = 20;// every group stops this long
+  int node_stalls = 0;
+  double node_stall_s = 0;          // a stalled node's learners stop this long
   // Length: a fixed wall-clock window (wall_s > 0), or until the job's work is done.
   double wall_s = 0;
   double work_s = 0;                // > 0: compute seconds of the whole job on all chips; else from below
@@ -80,7 +106,13 @@ struct SimResult {
   double wall_s = 0;            // mean wall time of one run
   double interruptions = 0;     // mean per run
   double lost_work_share = 0;   // chip-seconds of work redone or lost / allocated chip-seconds
-  double recovery_share = 0;    // chip-seconds in restart, rescale or checkpoint pauses / allocated
+  double recovery_share = 0;    // chip-seconds in restart, rescale, checkpoint pauses, coordinator
+                                // outages or stalls / allocated; of it (decoupled and drill faults):
+  double learner_down_share = 0;     //   down after a learner fault (Poisson, kill_every_s or scheduled)
+  double node_down_share = 0;        //   down after a node fault
+  double coordinator_down_share = 0; //   stopped by a coordinator outage while not otherwise down
+  double stall_share = 0;            //   stalled
+  double overhead_share = 0;    // computing chip-seconds not kept: 1 - fault_free_efficiency of them
   double straggler_share = 0;   // chip-seconds spent waiting for the slowest chip / allocated
   double uptime = 0;            // share of wall time the job progresses: ddp and elastic_ddp compute,
                                 // decoupled: at least `quorum` learners compute

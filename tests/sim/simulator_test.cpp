@@ -143,6 +143,46 @@ TEST_CASE("a drill's periodic kills: 4 learners, a kill every 20 s, 2 s restarts
   CHECK(simulate(c, Strategy::decoupled).goodput == doctest::Approx(decoupled.goodput).epsilon(1e-9));
 }
 
+TEST_CASE("a drill's counted faults: node faults fail a node's learners together, outages stop all") {
+  SimConfig c;
+  c.chips = 6;
+  c.learners = 6;
+  c.learners_per_node = 3;
+  c.mtbi_hours = std::numeric_limits<double>::infinity();
+  c.learner_checkpoint_steps = 1;
+  c.step_time_s = 1e-3;  // a failed learner loses at most the step in flight
+  c.wall_s = 200;
+  c.runs = 50;
+  c.fault_free_efficiency = 0.8;
+  const SimResult quiet_run = simulate(c, Strategy::decoupled);
+  CHECK(quiet_run.goodput == doctest::Approx(0.8).epsilon(1e-9));
+  CHECK(quiet_run.overhead_share == doctest::Approx(0.2).epsilon(1e-9));
+
+  c.node_faults = 2;
+  c.node_restart_s = 10;
+  const SimResult nodes = simulate(c, Strategy::decoupled);
+  CHECK(nodes.interruptions == 6);  // 2 nodes x 3 learners
+  CHECK(nodes.node_down_share == doctest::Approx(2 * 3 * 10 / (6 * 200.0)).epsilon(1e-9));
+  CHECK(nodes.goodput == doctest::Approx(0.8 * (1 - nodes.node_down_share)).epsilon(1e-4));
+
+  c.node_faults = 0;
+  c.coordinator_faults = 1;
+  c.coordinator_restart_s = 20;
+  const SimResult outage = simulate(c, Strategy::decoupled);
+  CHECK(outage.interruptions == 0);
+  CHECK(outage.coordinator_down_share == doctest::Approx(0.1).epsilon(1e-9));
+  CHECK(outage.uptime == doctest::Approx(0.9).epsilon(1e-9));
+  CHECK(outage.goodput == doctest::Approx(0.8 * 0.9).epsilon(1e-9));
+
+  c.coordinator_faults = 0;
+  c.node_stalls = 1;
+  c.node_stall_s = 20;
+  const SimResult stall = simulate(c, Strategy::decoupled);
+  CHECK(stall.interruptions == 0);
+  CHECK(stall.stall_share == doctest::Approx(3 * 20 / 1200.0).epsilon(1e-9));
+  CHECK(stall.goodput == doctest::Approx(0.8 * (1 - 0.05)).epsilon(1e-9));
+}
+
 TEST_CASE("quorum: a learner that fails while the syncer has no quorum loses what it sent") {
   SimConfig c;
   c.chips = 2;
@@ -225,4 +265,13 @@ TEST_CASE("invalid configurations are refused with a reason") {
   c = SimConfig{};
   c.step_time_s = 0;
   CHECK(validate(c).find("step_time_s") != std::string::npos);
+  c = SimConfig{};
+  c.node_faults = 1;  // a count needs the window it falls in
+  CHECK(validate(c).find("wall_s") != std::string::npos);
+  c = SimConfig{};
+  c.learners_per_node = 9;
+  CHECK(validate(c).find("learners_per_node") != std::string::npos);
+  c = SimConfig{};
+  c.fault_free_efficiency = 0;
+  CHECK(validate(c).find("fault_free_efficiency") != std::string::npos);
 }
