@@ -1,5 +1,6 @@
 #include "actors/admin.hpp"
 
+#include <atomic>
 #include <chrono>
 #include <csignal>
 #include <functional>
@@ -48,7 +49,7 @@ std::pair<bool, std::string> store_call(caf::actor_system& system, Ts&&... messa
 nlohmann::json describe(const AdminCommand& command) {
   static const char* kNames[] = {"status", "learners", "nodes", "versions", "pin", "unpin", "audit", "kill_syncer",
                                  "set", "drain", "kill_learner", "kill_node", "restart_learner", "pause", "resume",
-                                 "checkpoint", "events", "version_show"};
+                                 "checkpoint", "events", "version_show", "throttle", "corrupt_update"};
   static_assert(sizeof(kNames) / sizeof(kNames[0]) == kLastAdminVerb + 1);
   nlohmann::json j = {{"verb", kNames[static_cast<int>(command.verb)]}};
   if (command.verb == AdminVerb::pin || command.verb == AdminVerb::unpin) j["version"] = command.version;
@@ -56,6 +57,7 @@ nlohmann::json describe(const AdminCommand& command) {
     j["key"] = command.key;
     j["value"] = command.value;
   }
+  if (command.verb == AdminVerb::throttle) j["value"] = command.value;
   if (!command.target.empty()) j["target"] = command.target;
   return j;
 }
@@ -70,7 +72,8 @@ nlohmann::json goodput_now(caf::actor_system& system, const AdminSpec& spec) {
 }
 
 // One learner control, or (pause / resume without a target) one per learner slot.
-Expected<nlohmann::json> control(const AdminSpec& spec, ControlAction action, const std::string& target) {
+Expected<nlohmann::json> control(const AdminSpec& spec, ControlAction action, const std::string& target,
+                                 double factor = 1) {
   if (!spec.control) return make_error(ErrorCode::unavailable, "this run cannot control its learners");
   std::vector<std::string> targets{target};
   if (target.empty() || target == "all") {
@@ -87,7 +90,7 @@ Expected<nlohmann::json> control(const AdminSpec& spec, ControlAction action, co
   nlohmann::json done = nlohmann::json::array();
   std::string failed;
   for (const auto& t : targets) {
-    auto result = spec.control(LearnerControl{0, action, t});
+    auto result = spec.control(LearnerControl{0, action, t, factor});
     if (result) {
       done.push_back(*result);
     } else {
@@ -146,9 +149,10 @@ Expected<nlohmann::json> execute(caf::actor_system& system, const AdminSpec& spe
           {"uptime_s", monotonic_seconds() - spec.started_s},
           {"goodput", goodput_now(system, spec)},
       };
-      // The syncer's tunables as they are now, and what its updates came in (null while it restarts).
+      // The syncer's tunables as they are now, what its updates came in and what it refused, by reason
+      // (null while it restarts).
       for (const char* key : {"outer_lr", "outer_momentum", "quorum", "inner_steps", "uplink_codec", "downlink_codec",
-                              "updates_by_codec", "updates_by_period"}) {
+                              "updates_by_codec", "updates_by_period", "rejected"}) {
         answer[key] = syncer.contains(key) ? syncer[key] : nlohmann::json(nullptr);
       }
       return answer;
@@ -249,6 +253,20 @@ Expected<nlohmann::json> execute(caf::actor_system& system, const AdminSpec& spe
                                                                          : ControlAction::resume_learner;
         return control(spec, action, command.target);
       });
+    case AdminVerb::throttle:
+      return audited(system, spec, peer, command, [&]() -> Expected<nlohmann::json> {
+        char* end = nullptr;
+        const double factor = std::strtod(command.value.c_str(), &end);
+        if (command.value.empty() || *end != '\0' || !(factor >= 1 && factor <= kMaxThrottle)) {
+          return make_error(ErrorCode::invalid_argument,
+                            "throttle takes a factor from 1 (full speed) to 100, not '" + command.value + "'");
+        }
+        return control(spec, ControlAction::throttle_learner, command.target, factor);
+      });
+    case AdminVerb::corrupt_update:
+      return audited(system, spec, peer, command, [&]() -> Expected<nlohmann::json> {
+        return control(spec, ControlAction::corrupt_update, command.target);
+      });
     case AdminVerb::checkpoint:
       return audited(system, spec, peer, command, [&]() -> Expected<nlohmann::json> {
         auto syncer = Directory::get(system, syncer_name());
@@ -338,8 +356,20 @@ std::string AdminSessions::peer_of(const std::string& key) const {
   return found;
 }
 
+namespace {
+std::atomic<bool> drill_hooks_on{false};
+}  // namespace
+
+void set_drill_hooks(bool on) { drill_hooks_on = on; }
+bool drill_hooks() { return drill_hooks_on; }
+
 Expected<nlohmann::json> apply_learner_control(caf::actor_system& system, const LearnerControl& control) {
   auto log = component_logger("admin");
+  if (control.action == ControlAction::corrupt_update && !drill_hooks()) {
+    log->warn("refused corrupt_update of {}: drill hooks are off in this process", control.learner_id);
+    return make_error(ErrorCode::unavailable,
+                      "drill hooks are off here: only a node started with --drill-hooks corrupts updates");
+  }
   if (control.action == ControlAction::kill_node) {
     log->warn("killed by an operator (kill node): SIGKILL");
     ::kill(::getpid(), SIGKILL);  // as abrupt as a crash: nothing below runs
@@ -359,14 +389,23 @@ Expected<nlohmann::json> apply_learner_control(caf::actor_system& system, const 
     case ControlAction::resume_learner:
       caf::anon_send(learner, pause_atom::value, process_key(), control.action == ControlAction::pause_learner);
       break;
+    case ControlAction::throttle_learner:
+      caf::anon_send(learner, throttle_atom::value, process_key(), control.factor);
+      break;
+    case ControlAction::corrupt_update:
+      caf::anon_send(learner, corrupt_atom::value, process_key());
+      break;
     case ControlAction::kill_node:
       break;
   }
   log->info("{}: {} (operator)", control.learner_id,
-            control.action == ControlAction::kill_learner      ? "killed"
-            : control.action == ControlAction::restart_learner ? "restarting"
-            : control.action == ControlAction::pause_learner   ? "pausing"
-                                                               : "resuming");
+            control.action == ControlAction::kill_learner      ? std::string("killed")
+            : control.action == ControlAction::restart_learner ? std::string("restarting")
+            : control.action == ControlAction::pause_learner   ? std::string("pausing")
+            : control.action == ControlAction::resume_learner  ? std::string("resuming")
+            : control.action == ControlAction::throttle_learner
+                ? "throttled to 1/" + std::to_string(control.factor) + " speed"
+                : std::string("its next update will be corrupted (drill hook)"));
   return nlohmann::json{{"learner", control.learner_id}};
 }
 

@@ -1,4 +1,5 @@
 #include "actors/learner.hpp"
+#include "actors/admin.hpp"
 #include "actors/authorization.hpp"
 #include "actors/directory.hpp"
 
@@ -91,6 +92,8 @@ struct LearnerState {
   int64_t steps_this_incarnation = 0;
   double compute_s = 0, wait_s = 0, recovery_s = 0, paused_s = 0;
   bool paused = false;             // by an operator: no inner steps until resumed
+  double throttle = 1;             // by an operator: each inner step takes this many times its compute time
+  bool corrupt_next = false;       // drill hook: flip a payload bit of the next update (checksum unchanged)
   Clock::time_point paused_since{};
   double tokens_per_s = 0;         // tokens per compute second, this incarnation
   int64_t tokens_this_incarnation = 0;
@@ -250,7 +253,15 @@ void send_update(LearnerActor* self, int p, const std::vector<float>& flat) {
   }
   const float loss = static_cast<float>(slot.loss_sum / std::max<int64_t>(1, slot.steps_since));
   const uint64_t round = schedule_slot(self, p);
+  std::vector<uint8_t> corrupted;  // drill hook: the first chunk's bytes with one bit flipped
   auto messages = st.outbox.wrap_tensor(st.codec, delta.size(), encoded, [&](TensorChunk chunk) -> Message {
+    if (st.corrupt_next && chunk.chunk_index == 0 && chunk.payload.size > 0) {
+      corrupted = chunk.payload.to_vector();
+      corrupted[corrupted.size() / 2] ^= 0x10;
+      chunk.payload = ByteView{corrupted.data(), corrupted.size(), nullptr};  // the checksum is the original's
+      st.corrupt_next = false;
+      st.log->warn("{}: update of fragment {} sent with a flipped payload bit (drill hook)", st.id, p);
+    }
     return FragmentUpdate{st.id, static_cast<uint32_t>(p), slot.version, static_cast<uint32_t>(slot.steps_since),
                           static_cast<uint64_t>(slot.tokens_since), std::isfinite(loss) ? loss : 0.0f,
                           std::move(chunk), st.tokens_per_s, round, static_cast<uint64_t>(slot.since_step),
@@ -398,10 +409,10 @@ void run_step(LearnerActor* self) {
     for (auto& cursor : st.cursors) batches.push_back(cursor.next());
     stats = st.replica->step_averaged(batches);
   }
-  if (faults.slow_learner == st.spec.index && faults.slow_factor > 1) {
-    // Fault injection: slower hardware. The learner's thread is busy for (factor − 1) × its step time more.
-    std::this_thread::sleep_for((Clock::now() - begin) * (faults.slow_factor - 1));
-  }
+  // Slower hardware: the configured straggler (fault injection) and the operator's throttle. The
+  // learner's thread is busy for (factor − 1) × its step time more.
+  const double slowdown = (faults.slow_learner == st.spec.index ? std::max(1.0, faults.slow_factor) : 1.0) * st.throttle;
+  if (slowdown > 1) std::this_thread::sleep_for((Clock::now() - begin) * (slowdown - 1));
   const double elapsed = seconds(Clock::now() - begin);
   st.compute_s += elapsed;
   st.tokens_this_incarnation += stats.tokens;
@@ -801,6 +812,23 @@ caf::behavior learner_behavior(LearnerActor* self, LearnerSpec spec) {
         }
         send_heartbeat(self);
         return true;
+      },
+      [=](throttle_atom, const std::string& key, double factor) {
+        auto& st = self->state;
+        if (!keys_equal(key, process_key()) || !(factor >= 1 && factor <= kMaxThrottle)) {
+          st.refused_remote += 1;
+          return;
+        }
+        st.throttle = factor;
+        st.log->info("{}: throttled to {:.3g}x its step time at step {}", st.id, factor, st.step);
+      },
+      [=](corrupt_atom, const std::string& key) {
+        auto& st = self->state;
+        if (!keys_equal(key, process_key()) || !drill_hooks()) {
+          st.refused_remote += 1;
+          return;
+        }
+        st.corrupt_next = true;
       },
       [=](restart_atom, const std::string& key) {
         // An operator's restart: its unsent work is saved first, so the next incarnation continues it.

@@ -48,6 +48,10 @@ using audit_atom = caf::atom_constant<caf::atom("audit")>;
 using tune_atom = caf::atom_constant<caf::atom("tune")>;
 // To a learner (local only, with the process key): (pause, key, true | false); (restart, key).
 using pause_atom = caf::atom_constant<caf::atom("pause")>;
+// To a learner (local only, with the process key): (throttle, key, factor >= 1); (corrupt, key): its
+// next update leaves with one payload bit flipped (drill hook).
+using throttle_atom = caf::atom_constant<caf::atom("throttle")>;
+using corrupt_atom = caf::atom_constant<caf::atom("corrupt")>;
 // To the syncer (local only): commit every fragment with pending contributions now.
 using checkpoint_atom = caf::atom_constant<caf::atom("checkpoint")>;
 // A learner control for a node (LearnerControl): gateway -> node link -> node watcher.

@@ -55,6 +55,12 @@ const std::map<std::string, CommandHelp>& commands() {
                "outer.lr, outer.momentum, outer.quorum, outer.downlink_codec, syncer.grace_max_s, "
                "syncer.grace_gamma, syncer.max_staleness; validated, old -> new (audited)"}},
       {"drain", {AdminVerb::drain, "drain", "stop cleanly: in-flight work finishes and is committed (audited)"}},
+      {"throttle", {AdminVerb::throttle, "throttle ID FACTOR",
+                    "each inner step of learner ID takes FACTOR (1..100) x its compute time; 1 = full speed "
+                    "(audited)"}},
+      {"corrupt", {AdminVerb::corrupt_update, "corrupt ID",
+                   "drills only: learner ID's next update leaves with a flipped bit (nodes with --drill-hooks; "
+                   "audited)"}},
   };
   return table;
 }
@@ -81,6 +87,12 @@ Expected<messages::AdminCommand> parse_command(const std::string& line, uint64_t
   if (command.verb == AdminVerb::set) {
     if (argument.empty() || extra.empty() || !more.empty()) return usage();
     command.key = argument;
+    command.value = extra;
+    return command;
+  }
+  if (command.verb == AdminVerb::throttle) {
+    if (argument.empty() || extra.empty() || !more.empty()) return usage();
+    command.target = argument;
     command.value = extra;
     return command;
   }
@@ -126,6 +138,10 @@ Expected<messages::AdminCommand> parse_command(const std::string& line, uint64_t
     }
     case AdminVerb::kill_syncer:
       if (argument != "syncer") return usage();
+      break;
+    case AdminVerb::corrupt_update:
+      if (argument.empty()) return usage();
+      command.target = argument;
       break;
     default:
       if (!argument.empty()) return usage();

@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -12,8 +13,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -30,6 +33,7 @@
 
 #include "actors/remote_protocol.hpp"
 #include "actors/wire.hpp"
+#include "apps/config.hpp"
 #include "apps/coordinator_command.hpp"
 #include "messages/envelope.hpp"
 #include "storage/checkpoint_store.hpp"
@@ -56,7 +60,19 @@ std::string self_binary() { return "/proc/self/exe"; }
 // ---- configuration ---------------------------------------------------------------------------------
 
 const std::vector<std::string> kFaultKinds = {"kill_learner", "kill_node", "kill_coordinator", "freeze_node",
-                                              "slow_node", "kill_site"};
+                                              "slow_node", "kill_site", "slow_learner", "corrupt_update", "cut_site"};
+
+std::string fault_kind_list() {
+  std::string out;
+  for (const auto& k : kFaultKinds) out += (out.empty() ? "" : ", ") + k;
+  return out;
+}
+
+// The faults aimed at one learner, and at one site.
+bool learner_fault(const std::string& kind) {
+  return kind == "kill_learner" || kind == "slow_learner" || kind == "corrupt_update";
+}
+bool site_fault(const std::string& kind) { return kind == "kill_site" || kind == "cut_site"; }
 
 struct Fault {
   double at_s = 0;
@@ -71,6 +87,7 @@ struct DrillConfig {
   double quiet_tail_s = 8;     // no fault later than duration - this
   int nodes = 2, learners_per_node = 2;
   int sites = 1;               // node-i is in site-(i % sites); kill_site SIGKILLs all of a site's nodes
+  bool netns = false;          // each site in its own network namespace (root); needed by cut_site
   std::vector<std::string> sets;  // the coordinator's --set overrides
   bool baseline = true;        // run the ddp-like stall baseline under the same schedule
   bool reference = true;       // run a fault-free run of the same length
@@ -78,6 +95,8 @@ struct DrillConfig {
   double learner_bound_s = 20, node_bound_s = 30, coordinator_bound_s = 2.0, freeze_bound_s = 30;
   double node_restart_after_s = 1.0, coordinator_restart_after_s = 1.0;
   double freeze_s = 3.0, slow_s = 8.0, slow_duty = 0.5;
+  double slow_factor = 4.0;    // slow_learner: each inner step takes this many times its compute time
+  double cut_s = 5.0;          // cut_site: how long the site's link stays down
   std::map<std::string, double> mtbf_s;  // kind -> mean time between faults per target (0: none)
   std::vector<Fault> timeline;
 };
@@ -97,7 +116,8 @@ Expected<DrillConfig> load_drill(const std::string& path) {
   static const std::set<std::string> kDrillKeys = {
       "name", "description", "duration_s", "warmup_s", "quiet_tail_s", "nodes", "learners_per_node", "sites", "sets",
       "baseline", "reference", "loss_margin", "learner_bound_s", "node_bound_s", "coordinator_bound_s",
-      "freeze_bound_s", "node_restart_after_s", "coordinator_restart_after_s", "freeze_s", "slow_s", "slow_duty"};
+      "freeze_bound_s", "node_restart_after_s", "coordinator_restart_after_s", "freeze_s", "slow_s", "slow_duty",
+      "slow_factor", "cut_s", "netns"};
   for (const auto& [key, value] : table) {
     if (key != "drill" && key != "mtbf_s" && key != "timeline") return bad(std::string(key.str()), "unknown table");
   }
@@ -119,10 +139,17 @@ Expected<DrillConfig> load_drill(const std::string& path) {
              {"node_bound_s", &c.node_bound_s, 0.1}, {"coordinator_bound_s", &c.coordinator_bound_s, 0.1},
              {"freeze_bound_s", &c.freeze_bound_s, 0.1}, {"node_restart_after_s", &c.node_restart_after_s, 0},
              {"coordinator_restart_after_s", &c.coordinator_restart_after_s, 0}, {"freeze_s", &c.freeze_s, 0.1},
-             {"slow_s", &c.slow_s, 0.1}, {"slow_duty", &c.slow_duty, 0.05}}) {
+             {"slow_s", &c.slow_s, 0.1}, {"slow_duty", &c.slow_duty, 0.05}, {"slow_factor", &c.slow_factor, 1},
+             {"cut_s", &c.cut_s, 0.1}}) {
       if (auto s = number(key, *out, min); !s) return s.error();
     }
     if (c.slow_duty > 0.95) return bad("drill.slow_duty", "at most 0.95 (the share of time a slowed node is stopped)");
+    if (c.slow_factor > messages::kMaxThrottle) return bad("drill.slow_factor", "at most 100 (the console's throttle)");
+    if (auto node = (*drill)["netns"]) {
+      auto v = node.value<bool>();
+      if (!v) return bad("drill.netns", "true or false");
+      c.netns = *v;
+    }
     if (auto v = (*drill)["name"].value<std::string>()) c.name = *v;
     if (auto v = (*drill)["description"].value<std::string>()) c.description = *v;
     if (auto v = (*drill)["nodes"].value<int64_t>()) c.nodes = static_cast<int>(*v);
@@ -159,7 +186,7 @@ Expected<DrillConfig> load_drill(const std::string& path) {
       auto kind = (*t)["fault"].value<std::string>();
       if (!at || *at < 0) return bad("timeline.at_s", "a number >= 0 (seconds after the first commit)");
       if (!kind || std::find(kFaultKinds.begin(), kFaultKinds.end(), *kind) == kFaultKinds.end()) {
-        return bad("timeline.fault", "one of kill_learner, kill_node, kill_coordinator, freeze_node, slow_node, kill_site");
+        return bad("timeline.fault", "one of " + fault_kind_list());
       }
       f.at_s = *at;
       f.kind = *kind;
@@ -167,6 +194,14 @@ Expected<DrillConfig> load_drill(const std::string& path) {
       c.timeline.push_back(f);
     }
   }
+  auto cuts = [&] {
+    if (c.mtbf_s.count("cut_site") && c.mtbf_s.at("cut_site") > 0) return true;
+    for (const auto& f : c.timeline) {
+      if (f.kind == "cut_site") return true;
+    }
+    return false;
+  };
+  if (cuts() && !c.netns) return bad("drill.netns", "cut_site needs netns = true (a site's link is a veth between namespaces)");
   return c;
 }
 
@@ -191,15 +226,15 @@ std::vector<Fault> make_schedule(const DrillConfig& c, uint64_t seed, double dur
   const int learners = c.nodes * c.learners_per_node;
   auto target_of = [&](const std::string& kind, Random& r) -> std::string {
     if (kind == "kill_coordinator") return "coordinator";
-    if (kind == "kill_learner") return "learner-" + std::to_string(r.below(learners));
-    if (kind == "kill_site") return "site-" + std::to_string(r.below(c.sites));
+    if (learner_fault(kind)) return "learner-" + std::to_string(r.below(learners));
+    if (site_fault(kind)) return "site-" + std::to_string(r.below(c.sites));
     return "node-" + std::to_string(r.below(c.nodes));
   };
   for (size_t k = 0; k < kFaultKinds.size(); ++k) {
     const auto& kind = kFaultKinds[k];
     auto it = c.mtbf_s.find(kind);
     if (it == c.mtbf_s.end() || it->second <= 0) continue;
-    const int targets = kind == "kill_coordinator" ? 1 : kind == "kill_learner" ? learners : kind == "kill_site" ? c.sites : c.nodes;
+    const int targets = kind == "kill_coordinator" ? 1 : learner_fault(kind) ? learners : site_fault(kind) ? c.sites : c.nodes;
     const double rate = targets / it->second;
     Random r(seed * 0x100000001b3ULL + k + 1);
     for (double t = c.warmup_s;;) {
@@ -303,6 +338,123 @@ class Child {
   int exit_code_ = -1;
 };
 
+// ---- sites in network namespaces ---------------------------------------------------------------------
+
+// The drill's own network: a hub namespace (the drill and its coordinator) joined to one namespace
+// per site by a veth pair, addresses on each namespace's loopback (hub 10.79.0.1, site s
+// 10.79.1.<s + 1>, /32) and a host route each way, as tests/sites/netns.sh builds them. Cutting a
+// site's link sets the hub's end of its veth down (the kernel drops its route); restoring sets it
+// up and puts both routes back. Nothing outside these namespaces is touched; they are deleted,
+// and whatever still runs in them killed, when this is destroyed.
+class SiteNetwork {
+ public:
+  static Expected<std::unique_ptr<SiteNetwork>> create(int sites) {
+    if (geteuid() != 0) return make_error(ErrorCode::unavailable, "network namespaces need root (CAP_NET_ADMIN)");
+    std::string ip;
+    for (const char* candidate : {"/usr/sbin/ip", "/sbin/ip", "/usr/bin/ip", "/bin/ip"}) {
+      if (access(candidate, X_OK) == 0) {
+        ip = candidate;
+        break;
+      }
+    }
+    if (ip.empty()) return make_error(ErrorCode::unavailable, "'ip' (iproute2) is not installed");
+    std::unique_ptr<SiteNetwork> net(new SiteNetwork(ip, "adrill" + std::to_string(getpid()), sites));
+    if (auto s = net->build(); !s) return s.error();
+    return net;
+  }
+  ~SiteNetwork() {
+    for (const auto& name : created_) {
+      // A namespace outlives `ip netns del` while a process remains in it.
+      std::istringstream pids(capture("netns pids " + name));
+      for (pid_t pid; pids >> pid;) {
+        if (pid != getpid()) ::kill(pid, SIGKILL);
+      }
+      (void)ip("netns del " + name);
+    }
+  }
+  SiteNetwork(const SiteNetwork&) = delete;
+  SiteNetwork& operator=(const SiteNetwork&) = delete;
+
+  // Moves this process into the hub namespace: call before any thread that opens sockets starts
+  // (new threads and children inherit the namespace of the thread that made them).
+  Status enter_hub() const {
+    const std::string path = "/run/netns/" + ns("hub");
+    const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return make_error(ErrorCode::io, "open " + path + ": " + std::strerror(errno));
+    const int rc = setns(fd, CLONE_NEWNET);
+    const int error = errno;
+    close(fd);
+    if (rc != 0) return make_error(ErrorCode::io, "setns " + path + ": " + std::strerror(error));
+    return Status::success();
+  }
+  std::string hub_address() const { return "10.79.0.1"; }
+  const std::string& prefix() const { return prefix_; }  // of every namespace's name
+  // The command line that runs `command` in site `s`'s namespace (`ip netns exec` execs it: same pid).
+  std::vector<std::string> in_site(int s, std::vector<std::string> command) const {
+    std::vector<std::string> out{ip_, "netns", "exec", ns("s" + std::to_string(s))};
+    out.insert(out.end(), command.begin(), command.end());
+    return out;
+  }
+  Status cut(int s) const { return ip("-n " + ns("hub") + " link set s" + std::to_string(s) + " down"); }
+  Status restore(int s) const {
+    if (auto st = ip("-n " + ns("hub") + " link set s" + std::to_string(s) + " up"); !st) return st;
+    return routes(s);
+  }
+
+ private:
+  SiteNetwork(std::string ip, std::string prefix, int sites) : ip_(std::move(ip)), prefix_(std::move(prefix)), sites_(sites) {}
+  std::string ns(const std::string& name) const { return prefix_ + "-" + name; }
+  std::string site_address(int s) const { return "10.79.1." + std::to_string(s + 1); }
+
+  std::string capture(const std::string& args, int* status = nullptr) const {
+    std::string out;
+    FILE* pipe = popen((ip_ + " " + args + " 2>&1").c_str(), "r");
+    if (!pipe) return "popen failed";
+    char buffer[512];
+    while (std::fgets(buffer, sizeof buffer, pipe)) out += buffer;
+    const int rc = pclose(pipe);
+    if (status) *status = rc;
+    return out;
+  }
+  Status ip(const std::string& args) const {
+    int status = 0;
+    auto out = capture(args, &status);
+    if (status != 0) return make_error(ErrorCode::io, "ip " + args + ": " + out);
+    return Status::success();
+  }
+  Status routes(int s) const {
+    const std::string i = std::to_string(s);
+    if (auto st = ip("-n " + ns("hub") + " route replace " + site_address(s) + "/32 dev s" + i + " src " + hub_address()); !st) {
+      return st;
+    }
+    return ip("-n " + ns("s" + i) + " route replace " + hub_address() + "/32 dev hub src " + site_address(s));
+  }
+  Status build() {
+    std::vector<std::string> names{"hub"};
+    for (int s = 0; s < sites_; ++s) names.push_back("s" + std::to_string(s));
+    for (const auto& name : names) {
+      if (auto st = ip("netns add " + ns(name)); !st) return st;
+      created_.push_back(ns(name));
+      if (auto st = ip("-n " + ns(name) + " link set lo up"); !st) return st;
+    }
+    if (auto st = ip("-n " + ns("hub") + " addr add " + hub_address() + "/32 dev lo"); !st) return st;
+    for (int s = 0; s < sites_; ++s) {
+      const std::string i = std::to_string(s), site = ns("s" + i);
+      for (const std::string& args : {"-n " + site + " addr add " + site_address(s) + "/32 dev lo",
+                                      "-n " + ns("hub") + " link add s" + i + " type veth peer name hub netns " + site,
+                                      "-n " + ns("hub") + " link set s" + i + " up", "-n " + site + " link set hub up"}) {
+        if (auto st = ip(args); !st) return st;
+      }
+      if (auto st = routes(s); !st) return st;
+    }
+    return Status::success();
+  }
+
+  std::string ip_, prefix_;
+  int sites_;
+  std::vector<std::string> created_;
+};
+
 // Reads what a file grew by since the last call, line by line.
 class LineTail {
  public:
@@ -350,19 +502,22 @@ std::optional<double> field(const std::string& line, const std::string& key) {
 // then typed AdminCommands with the session key); reopened after the coordinator restarts.
 class AdminClient {
  public:
-  AdminClient(caf::actor_system& system, std::string admin_secret) : system_(system), secret_(std::move(admin_secret)) {}
+  AdminClient(caf::actor_system& system, std::string host, std::string admin_secret)
+      : system_(system), host_(std::move(host)), secret_(std::move(admin_secret)) {}
 
   void forget() {
     admin_ = caf::actor{};
     key_.clear();
   }
 
-  Expected<json> call(int port, messages::AdminVerb verb, const std::string& target = {}, double timeout_s = 5) {
+  Expected<json> call(int port, messages::AdminVerb verb, const std::string& target = {}, double timeout_s = 5,
+                      const std::string& value = {}) {
     if (!admin_) {
       if (auto s = open(port); !s) return s.error();
     }
     messages::AdminCommand command{++request_id_, verb, 0, 0};
     command.target = target;
+    command.value = value;
     auto bytes = outbox_.wrap(command);
     if (!bytes) return bytes.error();
     caf::scoped_actor self{system_};
@@ -392,7 +547,7 @@ class AdminClient {
 
  private:
   Status open(int port) {
-    auto gateway = system_.middleman().remote_actor("127.0.0.1", static_cast<uint16_t>(port));
+    auto gateway = system_.middleman().remote_actor(host_, static_cast<uint16_t>(port));
     if (!gateway) return make_error(ErrorCode::unavailable, "cannot reach the coordinator: " + system_.render(gateway.error()));
     caf::scoped_actor self{system_};
     std::string refusal;
@@ -412,6 +567,7 @@ class AdminClient {
   }
 
   caf::actor_system& system_;
+  std::string host_;
   std::string secret_;
   caf::actor admin_;
   std::string key_;
@@ -484,9 +640,10 @@ Expected<Hashes> stored_hashes(storage::CheckpointStore& store) {
 class Runner {
  public:
   Runner(const DrillConfig& c, std::string mode, std::vector<Fault> schedule, fs::path dir, std::string binary,
-         double duration_s, std::optional<int> kill_limit, uint64_t seed)
+         double duration_s, std::optional<int> kill_limit, uint64_t seed, const SiteNetwork* net)
       : c_(c), schedule_(std::move(schedule)), dir_(std::move(dir)), binary_(std::move(binary)),
-        duration_s_(duration_s), kill_limit_(kill_limit), random_(seed ^ 0xd7111ULL), tail_("") {
+        duration_s_(duration_s), kill_limit_(kill_limit), random_(seed ^ 0xd7111ULL), tail_(""), net_(net),
+        host_(net ? net->hub_address() : "127.0.0.1") {
     result_.mode = std::move(mode);
   }
 
@@ -513,7 +670,7 @@ class Runner {
     system_config_->set("logger.file-verbosity", caf::atom("quiet"));
     system_config_->set("scheduler.max-threads", 1);
     system_ = std::make_unique<caf::actor_system>(*system_config_);
-    admin_ = std::make_unique<AdminClient>(*system_, admin_secret);
+    admin_ = std::make_unique<AdminClient>(*system_, host_, admin_secret);
     port_ = free_port();
     started_ = Clock::now();
     if (!drive()) {
@@ -527,11 +684,11 @@ class Runner {
  private:
   double now() const { return std::chrono::duration<double>(Clock::now() - started_).count(); }
 
-  static int free_port() {
+  int free_port() const {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     sockaddr_in address{};
     address.sin_family = AF_INET;
-    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    inet_pton(AF_INET, host_.c_str(), &address.sin_addr);
     bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address);
     socklen_t length = sizeof address;
     getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
@@ -540,7 +697,7 @@ class Runner {
   }
 
   std::vector<std::string> coordinator_args() const {
-    std::vector<std::string> a{"coordinator", "--json", "--listen", "127.0.0.1:" + std::to_string(port_), "--run-dir",
+    std::vector<std::string> a{"coordinator", "--json", "--listen", host_ + ":" + std::to_string(port_), "--run-dir",
                                (dir_ / "run").string(), "--token-file", token_.string(), "--admin-token-file",
                                admin_token_.string()};
     // Run until the drill stops it (a restarted coordinator would count train.max_seconds again);
@@ -556,8 +713,9 @@ class Runner {
     return a;
   }
 
+  // Every node obeys the drill's corrupt_update (--drill-hooks): these nodes exist for the drill.
   std::vector<std::string> node_args(int i) const {
-    return {"node", "--json", "--coordinator", "127.0.0.1:" + std::to_string(port_), "--learners",
+    return {"node", "--json", "--drill-hooks", "--coordinator", host_ + ":" + std::to_string(port_), "--learners",
             std::to_string(c_.learners_per_node), "--name", "node-" + std::to_string(i), "--token-file",
             token_.string(), "--state-dir", (dir_ / ("node-" + std::to_string(i) + "-state")).string(), "--set",
             "train.threads=1"};
@@ -570,8 +728,20 @@ class Runner {
     ledger_now_ = json();
   }
 
+  // With sites in namespaces, node-i runs in site (i % sites)'s, through `ip netns exec`, which execs
+  // this binary by its path (not /proc/self/exe: that would be `ip` itself there).
   void start_node(int i) {
-    nodes_[i] = std::make_unique<Child>(binary_, "node-" + std::to_string(i), node_args(i), dir_, node_incarnations_[i]++);
+    const std::string name = "node-" + std::to_string(i);
+    if (!net_) {
+      nodes_[i] = std::make_unique<Child>(binary_, name, node_args(i), dir_, node_incarnations_[i]++);
+      return;
+    }
+    std::vector<std::string> command{fs::read_symlink("/proc/self/exe").string()};
+    auto args = node_args(i);
+    command.insert(command.end(), args.begin(), args.end());
+    auto line = net_->in_site(i % c_.sites, command);
+    nodes_[i] = std::make_unique<Child>(line.front(), name, std::vector<std::string>(line.begin() + 1, line.end()), dir_,
+                                        node_incarnations_[i]++);
   }
 
   // Waits for "listening on" in the coordinator's stdout; the run-clock time it was seen, or -1.
@@ -666,10 +836,33 @@ class Runner {
     std::set<std::string> restarted;           // learners whose new incarnation was seen
     std::set<std::string> done;
     std::vector<int> nodes;  // the fault's node processes
-    double restart_at_s = -1;  // node: when to start it again; freeze/slow: when to SIGCONT
+    double restart_at_s = -1;  // node: when to start it again; freeze/slow: when to SIGCONT; slow learner:
+                               // when to end its throttle; cut: when to restore the link
     bool stopped = false;      // slow: currently SIGSTOPped
     double toggle_at_s = 0;
+    std::vector<std::string> throttled;  // slow learner: the learners the console throttled
+    int64_t malformed_at = -1;           // corrupt: the syncer's malformed refusals before it; -1 once seen
+    int site = -1;                       // cut
   };
+
+  // The syncer's refusals of `reason` so far (status), or -1 when the coordinator did not answer.
+  int64_t refused(const std::string& reason) {
+    auto status = admin_->call(port_, messages::AdminVerb::status, {}, 2);
+    if (!status) return -1;
+    const json rejected = status->value("rejected", json::object());
+    return rejected.is_object() ? rejected.value(reason, int64_t{0}) : int64_t{0};
+  }
+
+  // Throttles `ids` to `factor` through the console; the ones it reached.
+  std::vector<std::string> throttle(const std::vector<std::string>& ids, double factor, std::string& answers) {
+    std::vector<std::string> done;
+    for (const auto& id : ids) {
+      auto answer = admin_->call(port_, messages::AdminVerb::throttle, id, 5, fmt(factor, 3));
+      if (answer) done.push_back(id);
+      answers += (answers.empty() ? "" : "; ") + id + ": " + (answer ? answer->dump() : answer.error().reason);
+    }
+    return done;
+  }
 
   bool apply(const Fault& f) {
     Tracking t;
@@ -694,6 +887,58 @@ class Runner {
       t.r.at_s = t.r.from_s = now();
       t.r.evidence = "console 'kill learner " + f.target + "': " + answer->dump();
       result_.kills += 1;
+    } else if (f.kind == "slow_learner") {
+      auto row = learner(f.target);
+      if (row.empty() || row.value("state", "") != "alive") return skip(f, "not alive");
+      t.r.kind = "slow_learner";
+      t.r.bound_s = c_.freeze_bound_s;
+      t.merged_at[f.target] = row.value("contributions_merged", int64_t{0});
+      // A synchronous job runs at its slowest member's pace: the ddp-like run slows every learner.
+      std::string answers;
+      t.throttled = throttle(result_.mode == "ddp" ? all_learners() : std::vector<std::string>{f.target}, c_.slow_factor,
+                             answers);
+      if (t.throttled.empty()) return skip(f, "console: " + answers);
+      t.r.at_s = now();
+      t.restart_at_s = t.r.at_s + c_.slow_s;
+      t.r.evidence = "console 'throttle " + f.target + " " + fmt(c_.slow_factor, 1) + "' for " + fmt(c_.slow_s, 1) + " s: " + answers;
+    } else if (f.kind == "corrupt_update") {
+      auto row = learner(f.target);
+      if (row.empty() || row.value("state", "") != "alive") return skip(f, "not alive");
+      t.r.kind = "corrupt";
+      t.r.bound_s = c_.learner_bound_s;
+      t.merged_at[f.target] = row.value("contributions_merged", int64_t{0});
+      t.malformed_at = refused("malformed");
+      if (t.malformed_at < 0) return skip(f, "no status from the coordinator");
+      stall_others({f.target});
+      auto answer = admin_->call(port_, messages::AdminVerb::corrupt_update, f.target);
+      if (!answer) {
+        release_stall();
+        return skip(f, "console: " + answer.error().reason);
+      }
+      t.r.at_s = t.r.from_s = now();
+      t.r.detail["malformed_before"] = t.malformed_at;
+      t.r.evidence = "console 'corrupt " + f.target + "': " + answer->dump();
+    } else if (f.kind == "cut_site") {
+      if (!net_) return skip(f, "no network namespaces");
+      t.site = std::atoi(f.target.c_str() + 5);
+      std::vector<std::string> ids;
+      for (int n = t.site; n < c_.nodes; n += c_.sites) {
+        auto on = learners_on("node-" + std::to_string(n));
+        ids.insert(ids.end(), on.begin(), on.end());
+      }
+      if (ids.empty()) return skip(f, "no learners known on " + f.target);
+      for (const auto& id : ids) t.merged_at[id] = learner(id).value("contributions_merged", int64_t{0});
+      stall_others(ids);
+      if (auto st = net_->cut(t.site); !st) {
+        release_stall();
+        return skip(f, st.error().reason);
+      }
+      t.r.kind = "cut";
+      t.r.bound_s = c_.node_bound_s;
+      t.r.at_s = now();
+      t.restart_at_s = t.r.at_s + c_.cut_s;
+      t.r.evidence = "ip link set s" + std::to_string(t.site) + " down (the hub's end of " + f.target + "'s veth) for " +
+                     fmt(c_.cut_s, 1) + " s";
     } else if (f.kind == "kill_node" || f.kind == "freeze_node" || f.kind == "slow_node" || f.kind == "kill_site") {
       if (f.kind == "kill_site") {
         const int site = std::atoi(f.target.c_str() + 5);
@@ -781,6 +1026,7 @@ class Runner {
       }
       t.r.from_s = listening;
       t.r.detail["process_start_to_listening_s"] = listening - restarted_at;
+      t.r.detail["down_s"] = listening - t.r.at_s;
       result_.coordinator_down_s += listening - t.r.at_s;
       const std::string err = coordinator_->err();
       const std::string needle = "resuming from committed version ";
@@ -851,7 +1097,33 @@ class Runner {
       }
       return false;
     }
+    if (t.r.kind == "slow_learner" && t.restart_at_s >= 0 && now() >= t.restart_at_s) {
+      std::string answers;
+      throttle(t.throttled, 1, answers);  // one restarted meanwhile is at full speed already
+      t.r.from_s = now();
+      t.restart_at_s = -1;
+    }
+    if (t.r.kind == "cut" && t.restart_at_s >= 0 && now() >= t.restart_at_s) {
+      if (auto st = net_->restore(t.site); !st) {
+        t.r.evidence += "; restore failed: " + st.error().reason;
+        return true;  // never recovered
+      }
+      t.r.from_s = now();
+      t.restart_at_s = -1;
+    }
     if (t.restart_at_s >= 0) return false;
+    if (t.r.kind == "corrupt" && t.malformed_at >= 0) {
+      // First the syncer's refusal of the corrupted update; then the victim's next merged contribution.
+      const int64_t n = refused("malformed");
+      if (n > t.malformed_at) {
+        t.r.detail["malformed_after"] = n;
+        t.r.detail["refused_after_s"] = now() - t.r.at_s;
+        t.malformed_at = -1;
+        poll_learners();
+        for (auto& [id, merged] : t.merged_at) merged = learner(id).value("contributions_merged", merged);
+      }
+      return now() > t.r.from_s + std::max(60.0, 3 * t.r.bound_s);
+    }
     poll_learners();
     // Phase 1: the victim's new incarnation (learner: its supervisor's restart; node: a rejoin after
     // the restart); freeze/slow: the same process goes on. Phase 2: its next merged contribution.
@@ -871,6 +1143,10 @@ class Runner {
         continue;
       }
       if (row.value("contributions_merged", int64_t{0}) > t.merged_at[id]) t.done.insert(id);
+    }
+    if (!t.r.detail.contains("down_s") && t.restarted.size() == t.merged_at.size() &&
+        (t.r.kind == "learner" || t.r.kind == "node" || t.r.kind == "site")) {
+      t.r.detail["down_s"] = now() - t.r.at_s;  // the fault -> every victim alive again (the rejoin seen)
     }
     if (t.done.size() == t.merged_at.size()) {
       t.r.recovered_s = now();
@@ -954,6 +1230,7 @@ class Runner {
     for (auto& n : nodes_) {
       if (n) n->signal(SIGCONT);
     }
+    for (int s = 0; net_ && s < c_.sites; ++s) (void)net_->restore(s);  // a cut the run outlasted
     for (int i = 0; i < c_.nodes; ++i) {
       if (!nodes_[i]->running()) start_node(i);  // never happens unless a restart failed
     }
@@ -1128,9 +1405,19 @@ class Runner {
   }
 
   void check_recoveries() {
-    int coordinator_kills = 0, learners_ok = 0, learners_total = 0, coord_ok = 0;
-    std::string late, coordinator_late;
+    int coordinator_kills = 0, learners_ok = 0, learners_total = 0, coord_ok = 0, corrupt = 0, refused = 0;
+    std::string late, coordinator_late, corrupt_evidence;
     for (const auto& r : result_.recoveries) {
+      if (r.kind == "corrupt") {
+        corrupt += 1;
+        const bool seen = r.detail.contains("malformed_after");
+        refused += seen;
+        corrupt_evidence += " " + r.target + " at " + fmt(r.at_s - origin_s_, 1) + " s: " +
+                            (seen ? "malformed " + r.detail["malformed_before"].dump() + " -> " +
+                                        r.detail["malformed_after"].dump() + " after " +
+                                        fmt(r.detail["refused_after_s"].get<double>()) + " s"
+                                  : "no refusal seen");
+      }
       if (r.kind == "coordinator") {
         coordinator_kills += 1;
         if (r.recovered() && r.recovery_s() < r.bound_s) coord_ok += 1;
@@ -1145,8 +1432,14 @@ class Runner {
     if (learners_total > 0) {
       add("killed_learners_back_within_bound", learners_ok == learners_total,
           std::to_string(learners_ok) + " of " + std::to_string(learners_total) +
-              " faults on learners (kill, node SIGKILL, freeze, slow): every victim restarted (or resumed) and merged a "
-              "contribution again within its bound" + late);
+              " faults on learners (kill, node SIGKILL, site loss, freeze, slowdown, link cut, corrupted update): every "
+              "victim restarted (or resumed) and merged a contribution again within its bound" + late);
+    }
+    if (corrupt > 0) {
+      add("corrupted_updates_refused", refused == corrupt,
+          std::to_string(refused) + " of " + std::to_string(corrupt) +
+              " updates sent with a flipped payload bit were refused by the syncer (reason malformed: the chunk's "
+              "checksum);" + corrupt_evidence);
     }
     if (coordinator_kills > 0) {
       add("coordinator_resumed_from_last_committed", resumed_ok_, resumed_evidence_);
@@ -1189,6 +1482,8 @@ class Runner {
   std::optional<int> kill_limit_;
   Random random_;
   LineTail tail_;
+  const SiteNetwork* net_;
+  std::string host_;  // where the coordinator listens: loopback, or the hub's address
   fs::path token_, admin_token_;
   std::unique_ptr<AdminClient> admin_;
   int port_ = 0;
@@ -1402,7 +1697,8 @@ std::string recovery_svg(const std::map<std::string, std::vector<double>>& kinds
 
 std::map<std::string, double> bounds_of(const DrillConfig& c) {
   return {{"learner", c.learner_bound_s}, {"node", c.node_bound_s}, {"site", c.node_bound_s}, {"coordinator", c.coordinator_bound_s},
-          {"freeze", c.freeze_bound_s}, {"slow", c.freeze_bound_s}};
+          {"freeze", c.freeze_bound_s}, {"slow", c.freeze_bound_s}, {"slow_learner", c.freeze_bound_s},
+          {"corrupt", c.learner_bound_s}, {"cut", c.node_bound_s}};
 }
 
 }  // namespace
@@ -1429,6 +1725,16 @@ int run_drill(const DrillArguments& arguments) {
   if (ec) return fail(1, "cannot create " + report.string() + ": " + ec.message());
 
   const std::string binary = self_binary();
+  // The run's configuration as the coordinator will load it (its errors now, not in a child).
+  auto effective = load_config(std::nullopt, "drill.sets", c.sets);
+  if (!effective) return fail(2, "drill.sets: " + effective.error().reason);
+  std::unique_ptr<SiteNetwork> net;
+  if (c.netns) {
+    auto made = SiteNetwork::create(c.sites);
+    if (!made) return fail(1, "this drill runs its sites in network namespaces (netns = true): " + made.error().reason);
+    net = std::move(*made);
+    if (auto st = net->enter_hub(); !st) return fail(1, st.error().reason);
+  }
 
   std::vector<std::string> modes;
   if (!soak && c.reference) modes.push_back("fault_free");
@@ -1441,7 +1747,7 @@ int run_drill(const DrillArguments& arguments) {
                  static_cast<unsigned long long>(arguments.seed), mode.c_str(), mode == "fault_free" ? size_t{0} : schedule.size(),
                  duration_s);
     Runner runner(c, mode, mode == "fault_free" ? std::vector<Fault>{} : schedule, report / mode, binary, duration_s,
-                  mode == "diloco" ? arguments.kills : std::nullopt, arguments.seed);
+                  mode == "diloco" ? arguments.kills : std::nullopt, arguments.seed, net.get());
     runner.run();
     const double theta0 = runs.count("fault_free") ? runs["fault_free"].initial_loss : NAN;
     runner.check_loss(theta0);
@@ -1501,6 +1807,43 @@ int run_drill(const DrillArguments& arguments) {
   }
   line["coordinator_start_to_listening_s"] = stats_of(start_to_listening);
 
+  // What a model of this drill needs (archipelago sim --from-drill): its shape, its faults by kind,
+  // how long each kept its victims down, the mean compute time of a step, and the ledgers' parts.
+  json fault_counts = json::object(), down = json::object();
+  std::map<std::string, std::vector<double>> down_by_kind;
+  for (const auto& r : diloco.recoveries) {
+    fault_counts[r.kind] = fault_counts.value(r.kind, 0) + 1;
+    if (r.detail.contains("down_s")) down_by_kind[r.kind].push_back(r.detail["down_s"].get<double>());
+  }
+  for (const auto& [kind, v] : down_by_kind) down[kind] = stats_of(v);
+  const Config& config = *effective;
+  line["slots"] = c.nodes * c.learners_per_node;
+  line["nodes"] = c.nodes;
+  line["learners_per_node"] = c.learners_per_node;
+  line["sites"] = c.sites;
+  line["netns"] = c.netns;
+  if (net) line["netns_prefix"] = net->prefix();
+  line["inner_steps"] = config.run.inner_steps;
+  line["fragments"] = config.outer.fragments;
+  line["learner_checkpoint_every"] = config.learner_checkpoint_every;
+  line["fault_counts"] = fault_counts;
+  line["fault_lengths_s"] = {{"freeze", c.freeze_s}, {"slow", c.slow_s}, {"slow_duty", c.slow_duty},
+                             {"slow_learner", c.slow_s}, {"slow_factor", c.slow_factor}, {"cut", c.cut_s},
+                             {"node_restart_after", c.node_restart_after_s},
+                             {"coordinator_restart_after", c.coordinator_restart_after_s}};
+  line["down_s"] = down;
+  json ledgers_s = json::object();
+  for (const auto& [mode, r] : runs) ledgers_s[mode] = r.parts;
+  line["ledger_s"] = ledgers_s;
+  // Merged compute seconds per merged step, in the fault-free run (one coordinator incarnation), or
+  // in the DiLoCo run's last incarnation: its summary's merged seconds and tokens.
+  const RunResult& timed = runs.count("fault_free") ? runs["fault_free"] : diloco;
+  const json seconds = timed.final_summary.value("goodput_seconds", json::object());
+  const double merged_s = seconds.is_object() ? seconds.value("merged", 0.0) : 0.0;
+  const double steps = timed.final_summary.value("tokens", 0.0) / (double(config.inner.batch_size) * config.model.seq_len);
+  line["step_s"] = steps > 0 && merged_s > 0 ? json(merged_s / steps) : json(nullptr);
+  line["step_s_from"] = runs.count("fault_free") ? "fault_free" : "diloco (last coordinator incarnation)";
+
   // ---- report ----
   std::vector<Series> series;
   std::vector<Marker> markers;
@@ -1509,7 +1852,9 @@ int run_drill(const DrillArguments& arguments) {
     for (const auto& p : runs[mode].loss) s.points.push_back({p.t_s - origins[mode], p.loss});
     series.push_back(s);
   }
-  const std::map<std::string, int> kind_color = {{"learner", 3}, {"node", 4}, {"coordinator", 1}, {"freeze", 5}, {"slow", 6}, {"site", 8}};
+  const std::map<std::string, int> kind_color = {{"learner", 3}, {"node", 4},         {"coordinator", 1},
+                                                 {"freeze", 5},  {"slow", 6},         {"site", 8},
+                                                 {"cut", 2},     {"slow_learner", 9}, {"corrupt", 0}};
   for (const auto& r : diloco.recoveries) {
     markers.push_back({r.at_s - origins["diloco"], r.kind + " " + r.target, kind_color.count(r.kind) ? kind_color.at(r.kind) : 7});
   }
@@ -1528,7 +1873,8 @@ int run_drill(const DrillArguments& arguments) {
   if (arguments.duration_s) md << " --duration " << *arguments.duration_s;
   if (arguments.kills) md << " --kills " << *arguments.kills;
   md << "`. " << c.nodes << " node processes × " << c.learners_per_node
-     << " learners and a coordinator on loopback, children of this binary; every run lasts "
+     << " learners and a coordinator " << (c.netns ? "in network namespaces (" + std::to_string(c.sites) + " sites joined to a hub by veth pairs)" : std::string("on loopback"))
+     << ", children of this binary; every run lasts "
      << (soak ? "until the kills are done" : num(duration_s, 0) + " s") << " from the first commit every learner contributed to.\n\n";
   md << "Result: **" << passed << " of " << total << " invariants held**, " << diloco.kills << " kills";
   if (freezes) md << ", " << freezes << " freezes/slowdowns";
@@ -1559,7 +1905,10 @@ int run_drill(const DrillArguments& arguments) {
       {"site", "the site's node processes restarted → every learner of them rejoined and merged a contribution"},
       {"coordinator", "the restarted coordinator listening → its next committed version (status polled at 50 ms)"},
       {"freeze", "SIGCONT → every learner of the node merged a contribution"},
-      {"slow", "the end of the slowdown → every learner of the node merged a contribution"}};
+      {"slow", "the end of the slowdown → every learner of the node merged a contribution"},
+      {"slow_learner", "the end of its throttle (console `throttle ID 1`) → the learner merged a contribution"},
+      {"corrupt", "console `corrupt ID` → the syncer refused the update (malformed) and the learner merged another"},
+      {"cut", "the site's link up again → every learner of the site merged a contribution"}};
   for (const auto& [kind, v] : recovery) {
     auto st = stats_of(v);
     if (v.empty()) continue;

@@ -90,6 +90,9 @@ int main(int argc, char** argv) {
   node_command->add_option("--give-up-after", node.give_up_after_s,
                            "exit with an error after this many seconds without the coordinator (default 0: never)");
   node_command->add_flag("--json", node.json, "print a one-line JSON summary as the last line of stdout");
+  node_command->add_flag("--drill-hooks", node.drill_hooks,
+                         "recovery drills only: let the coordinator's operator corrupt this node's next update "
+                         "(console `corrupt`); never on a production node");
 
   archipelago::apps::ConsoleArguments console;
   auto* console_command = app.add_subcommand("console", "inspect a running coordinator: a prompt, or one command with -c");

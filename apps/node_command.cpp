@@ -4,6 +4,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "actors/admin.hpp"
 #include "actors/node.hpp"
 #include "apps/config.hpp"
 #include "apps/coordinator_command.hpp"
@@ -30,6 +31,10 @@ int run_node(const NodeArguments& arguments) {
   if (!secret) return fail(2, secret.error().reason);
   init_logging({"node", local->log_level, arguments.log_file.value_or("")});
   auto log = component_logger("node");
+  if (arguments.drill_hooks) {
+    actors::set_drill_hooks(true);
+    log->warn("drill hooks on: the coordinator's operator may corrupt this node's updates (recovery drills only)");
+  }
 
   actors::NodeOptions options;
   options.coordinator = *coordinator;

@@ -20,6 +20,7 @@ struct NodeArguments {
   std::string state_dir;              // learner checkpoints (empty: none)
   double give_up_after_s = 0;
   bool json = false;
+  bool drill_hooks = false;           // obey corrupt_update (recovery drills only)
 };
 
 // 0: finished (budget spent, or the coordinator or a signal stopped it); 2: bad arguments;

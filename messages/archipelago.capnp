@@ -165,6 +165,10 @@ enum ControlAction {
   pauseLearner @2;    # no inner steps until resumed (it keeps its heartbeats)
   resumeLearner @3;
   killNode @4;        # the node process kills itself (SIGKILL)
+  throttleLearner @5; # every inner step takes `factor` x its compute time (1 = full speed again)
+  corruptUpdate @6;   # recovery drills only: the learner's next update leaves with a flipped payload bit
+                      # (its checksum unchanged, as a corruption the transport missed); a node refuses
+                      # it unless started with --drill-hooks
 }
 
 # coordinator -> node (over the session it joined, with its session key).
@@ -172,6 +176,7 @@ struct LearnerControl {
   requestId @0 :UInt64;
   action @1 :ControlAction;
   learnerId @2 :Text;  # "" with killNode
+  factor @3 :Float64;  # throttleLearner: 1 ..= 100
 }
 
 # What a Persist chunk carries.
@@ -265,6 +270,8 @@ enum AdminVerb {
   checkpoint @15;     # commit what is pending now, without waiting for quorum (mutating)
   events @16;         # the newest `count` failures, restarts, rejections and commands
   versionShow @17;    # one committed version's manifest: `version`
+  throttle @18;       # `target`: a learner id, `value`: its slowdown factor (1 = full speed) (mutating)
+  corruptUpdate @19;  # `target`: a learner id; recovery drills only (nodes started with --drill-hooks) (mutating)
 }
 
 # console -> admin actor (over an admin session, authenticated with the admin token); answered

@@ -126,8 +126,12 @@ Status validate(const Message& message, const DecodeLimits& limits) {
   if (auto* m = std::get_if<SlotReport>(&message); m && static_cast<uint8_t>(m->state) > 3) {
     return make_error(ErrorCode::invalid_argument, "a slot report's state is unknown");
   }
-  if (auto* m = std::get_if<LearnerControl>(&message); m && static_cast<uint8_t>(m->action) > 4) {
+  if (auto* m = std::get_if<LearnerControl>(&message); m && static_cast<uint8_t>(m->action) > kLastControlAction) {
     return make_error(ErrorCode::invalid_argument, "a learner control's action is unknown");
+  }
+  if (auto* m = std::get_if<LearnerControl>(&message);
+      m && m->action == ControlAction::throttle_learner && !(m->factor >= 1 && m->factor <= kMaxThrottle)) {
+    return make_error(ErrorCode::invalid_argument, "a learner control's throttle factor is outside 1..100");
   }
   constexpr size_t kMaxFragments = 1 << 16;
   if (auto* m = std::get_if<Fetch>(&message); m && m->held_digests.size() > kMaxFragments) {

@@ -139,12 +139,15 @@ struct SlotReport {
 };
 
 enum class ControlAction : uint8_t { kill_learner = 0, restart_learner = 1, pause_learner = 2, resume_learner = 3,
-                                     kill_node = 4 };
+                                     kill_node = 4, throttle_learner = 5, corrupt_update = 6 };
+constexpr uint8_t kLastControlAction = 6;
+constexpr double kMaxThrottle = 100;  // throttle_learner: factor in [1, kMaxThrottle]
 
 struct LearnerControl {
   uint64_t request_id = 0;
   ControlAction action = ControlAction::kill_learner;
   std::string learner_id;
+  double factor = 1;  // throttle_learner
 };
 
 enum class PersistKind : uint8_t { parameters = 0, outer_momentum = 1 };
@@ -183,9 +186,9 @@ struct Restore {
 enum class AdminVerb : uint8_t {
   status = 0, learners = 1, nodes = 2, versions = 3, pin = 4, unpin = 5, audit = 6, kill_syncer = 7, set = 8,
   drain = 9, kill_learner = 10, kill_node = 11, restart_learner = 12, pause = 13, resume = 14, checkpoint = 15,
-  events = 16, version_show = 17
+  events = 16, version_show = 17, throttle = 18, corrupt_update = 19
 };
-constexpr uint8_t kLastAdminVerb = 17;
+constexpr uint8_t kLastAdminVerb = 19;
 
 struct AdminCommand {
   uint64_t request_id = 0;

@@ -141,6 +141,7 @@ void write_body(capnp::MessageBuilder& builder, wire::Envelope::Body::Builder bo
           out.setRequestId(m.request_id);
           out.setAction(static_cast<wire::ControlAction>(m.action));
           out.setLearnerId(text(m.learner_id));
+          out.setFactor(m.factor);
         } else if constexpr (std::is_same_v<T, Persist>) {
           auto out = body.initPersist();
           out.setVersion(m.version);
@@ -265,7 +266,7 @@ Expected<Message> read_body(wire::Envelope::Body::Reader body,
     case Which::LEARNER_CONTROL: {
       auto in = body.getLearnerControl();
       return Message(LearnerControl{in.getRequestId(), static_cast<ControlAction>(in.getAction()),
-                                    string(in.getLearnerId())});
+                                    string(in.getLearnerId()), in.getFactor()});
     }
     case Which::PERSIST: {
       auto in = body.getPersist();

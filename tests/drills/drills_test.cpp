@@ -1,7 +1,9 @@
-// The CI drill end to end: `archipelago drill --config config/drills/ci.toml` starts a coordinator
-// and two nodes as real processes, kills a learner (console), SIGKILLs a node and the coordinator
-// (restarting both), freezes a node, under the DiLoCo run and the ddp-like stall baseline, after a
-// fault-free run; then checks its own invariants on the processes and the RocksDB stores.
+// The CI drills end to end. `archipelago drill --config config/drills/ci.toml` starts a coordinator
+// and two nodes as real processes, kills a learner (console), corrupts one of a learner's updates
+// in flight (drill hook), SIGKILLs a node and the coordinator (restarting both), freezes a node and
+// throttles a learner, under the DiLoCo run and the ddp-like stall baseline, after a fault-free run;
+// then checks its own invariants on the processes and the RocksDB stores. ci-netns.toml (as root)
+// puts two sites in network namespaces, cuts one site's link and SIGKILLs the other site.
 #include <unistd.h>
 
 #include <filesystem>
@@ -58,6 +60,18 @@ TEST_CASE("the CI drill: every fault recovered within its bound, every invariant
   }
   CHECK(result["recovery_s"]["coordinator"]["max"].get<double>() < 2.0);
   CHECK(result["recovery_s"]["freeze"]["n"].get<int>() == 1);
+  CHECK(result["recovery_s"]["slow_learner"]["n"].get<int>() == 1);
+  CHECK(result["recovery_s"]["corrupt"]["n"].get<int>() == 1);
+  // What a model of the drill reads (archipelago sim --from-drill).
+  CHECK(result["slots"] == 4);
+  CHECK(result["inner_steps"] == 10);
+  CHECK(result["fault_counts"]["learner"] == 1);
+  CHECK(result["fault_counts"]["corrupt"] == 1);
+  CHECK(result["down_s"]["coordinator"]["n"] == 1);
+  CHECK(result["down_s"]["node"]["median"].get<double>() > 0.5);  // it is restarted 0.5 s after its SIGKILL
+  REQUIRE(result["step_s"].is_number());
+  CHECK(result["step_s"].get<double>() > 0);
+  CHECK(result["ledger_s"]["diloco"]["merged"].get<double>() > 0);
   std::set<std::string> names;
   for (const auto& check : result["invariants"]) {
     CAPTURE(check.dump());
@@ -67,7 +81,8 @@ TEST_CASE("the CI drill: every fault recovered within its bound, every invariant
   }
   for (const char* name : {"versions_strictly_increasing_and_verified", "digests_never_change", "no_update_applied_twice",
                            "killed_learners_back_within_bound", "coordinator_resumed_from_last_committed",
-                           "coordinator_next_commit_within_bound", "loss_below_start", "loss_within_margin_of_fault_free"}) {
+                           "coordinator_next_commit_within_bound", "loss_below_start", "loss_within_margin_of_fault_free",
+                           "corrupted_updates_refused"}) {
     CHECK_MESSAGE(names.count(name) == 1, name);
   }
   // Faults stall every learner in the ddp-like baseline, only their victims under DiLoCo.
@@ -89,6 +104,39 @@ TEST_CASE("the CI drill: every fault recovered within its bound, every invariant
     CHECK(report.find(svg) != std::string::npos);
   }
   CHECK(slurp(scratch.dir / "loss.svg").find("<polyline") != std::string::npos);
+}
+
+TEST_CASE("the network drill: a site's link cut in network namespaces and restored, then a whole site SIGKILLed") {
+  if (geteuid() != 0) {
+    MESSAGE("not run: network namespaces need root");
+    return;
+  }
+  ScratchDir scratch;
+  const std::string config = std::string(ARCHIPELAGO_SOURCE_DIR) + "/config/drills/ci-netns.toml";
+  auto outcome = run_cli("drill --config " + config + " --seed 3 --json --report " + scratch.dir.string(), 300);
+  CAPTURE(outcome.out);
+  REQUIRE(outcome.exit_code == 0);
+  const auto result = last_line_json(outcome.out);
+  CHECK(result["netns"] == true);
+  CHECK(result["invariants_passed"] == result["invariants_total"]);
+  REQUIRE(result["recovery_s"]["cut"]["n"].get<int>() == 1);
+  CHECK(result["recovery_s"]["site"]["n"].get<int>() == 1);
+  CHECK(result["kills"].get<int>() == 1);  // kill_site SIGKILLs site-1's one node process
+  // The nodes really were in the site namespaces: they reached the coordinator at the hub's address.
+  const std::string node = slurp(scratch.dir / "diloco" / "node-0.0.err") + slurp(scratch.dir / "diloco" / "node-0.0.out");
+  CHECK_MESSAGE(node.find("joined the coordinator at 10.79.0.1:") != std::string::npos, node.substr(0, 2000));
+  const std::string report = slurp(scratch.dir / "report.md");
+  CHECK(report.find("ip link set s0 down") != std::string::npos);
+  // Nothing of the drill's network is left behind.
+  const std::string prefix = result["netns_prefix"].get<std::string>();
+  REQUIRE(prefix.rfind("adrill", 0) == 0);
+  FILE* pipe = popen("ip netns list 2>&1", "r");
+  REQUIRE(pipe != nullptr);
+  std::string namespaces;
+  char buffer[256];
+  while (std::fgets(buffer, sizeof buffer, pipe)) namespaces += buffer;
+  pclose(pipe);
+  CHECK_MESSAGE(namespaces.find(prefix + "-") == std::string::npos, namespaces);
 }
 
 TEST_CASE("a drill file with an unknown key or fault is refused with exit code 2 and the key named") {
