@@ -1515,7 +1515,9 @@ json stats_of(std::vector<double> v) {
   if (v.empty()) return {{"n", 0}, {"median", nullptr}, {"max", nullptr}};
   std::sort(v.begin(), v.end());
   const double median = v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
-  return {{"n", v.size()}, {"median", median}, {"max", v.back()}, {"min", v.front()}};
+  double sum = 0;
+  for (double x : v) sum += x;
+  return {{"n", v.size()}, {"median", median}, {"mean", sum / v.size()}, {"max", v.back()}, {"min", v.front()}};
 }
 
 std::string esc(const std::string& text) {
@@ -1827,10 +1829,12 @@ int run_drill(const DrillArguments& arguments) {
   line["fragments"] = config.outer.fragments;
   line["learner_checkpoint_every"] = config.learner_checkpoint_every;
   line["fault_counts"] = fault_counts;
-  line["fault_lengths_s"] = {{"freeze", c.freeze_s}, {"slow", c.slow_s}, {"slow_duty", c.slow_duty},
-                             {"slow_learner", c.slow_s}, {"slow_factor", c.slow_factor}, {"cut", c.cut_s},
-                             {"node_restart_after", c.node_restart_after_s},
-                             {"coordinator_restart_after", c.coordinator_restart_after_s}};
+  for (const auto& [key, value] : std::vector<std::pair<const char*, double>>{
+           {"freeze_s", c.freeze_s}, {"slow_s", c.slow_s}, {"slow_duty", c.slow_duty}, {"slow_factor", c.slow_factor},
+           {"cut_s", c.cut_s}, {"node_restart_after_s", c.node_restart_after_s},
+           {"coordinator_restart_after_s", c.coordinator_restart_after_s}}) {
+    line[key] = value;  // the drill's fault lengths, as its file gave them
+  }
   line["down_s"] = down;
   json ledgers_s = json::object();
   for (const auto& [mode, r] : runs) ledgers_s[mode] = r.parts;

@@ -20,10 +20,12 @@
 // The model (sim/simulator.hpp, decoupled, quorum 1): each fault kind at seeded uniform times in the
 // window with the measured count; a learner fault stops one learner for down_s.learner.mean and
 // loses its unsent work; a node fault does that to every learner of the node for down_s.node.mean;
-// a site fault counts as nodes/sites node faults with down_s.site.mean; a coordinator outage stops
-// every learner for down_s.coordinator.mean and loses nothing (the drill's ledger counts that time
-// as `coordinator_down`); a freeze stalls a node for freeze_s, a slowdown for slow_s x slow_duty.
-// A computing learner keeps the fault-free efficiency E of its time, so
+// a site fault counts as nodes/sites node faults with down_s.site.mean; a freeze stalls a node for
+// freeze_s, a slowdown for slow_s x slow_duty. A coordinator outage (down_s.coordinator.mean) costs
+// nothing by default: a node's learners train on while the coordinator is away, hold their updates
+// until they rejoin, and the next incarnation merges that work (the drill's goodput counts it as
+// merged). With outages_stop_learners it stops every learner instead and loses nothing. A computing
+// learner keeps the fault-free efficiency E of its time, so
 //   predicted = E - E x (down shares) - unsent share.
 // Pure: a function of (result, options); any thread.
 #pragma once
@@ -43,6 +45,7 @@ struct DrillOptions {
   double fault_free_goodput = std::numeric_limits<double>::quiet_NaN();  // finite: used as E instead of the drill's
   int runs = 2000;                                                        // Monte Carlo runs
   std::uint64_t seed = 1;
+  bool outages_stop_learners = false;  // the other reading of a coordinator outage (see above)
 };
 
 struct DrillFaultCounts {
@@ -55,17 +58,18 @@ struct DrillPrediction {
   std::uint64_t drill_seed = 0;
   int nodes = 0;
   DrillFaultCounts faults;
+  bool outages_stop_learners = false;  // which reading `predicted` is
   double efficiency = 0;          // E
   std::string efficiency_source;  // where E came from, in words
   SimConfig config;               // what was simulated
   double predicted = 0, predicted_stderr = 0, measured = 0, difference = 0;  // difference = predicted - measured
-  // The other reading of an outage: learners compute through it and the next incarnation merges that
-  // work, so only the slot time is allocated: predicted + lost_to_coordinator_outages.
-  double predicted_if_outage_work_merged = 0;
+  // The other reading of a coordinator outage (options.outages_stop_learners flipped), simulated too.
+  double predicted_other_reading = 0;
+  double outage_share = 0;  // E x every slot's time while the coordinator was down (as simulated)
   // Goodput lost, as shares of the allocated slot time: predicted = E - the sum of these.
   double lost_to_learner_faults = 0;       // E x learners' down time after learner faults
   double lost_to_node_faults = 0;          // E x learners' down time after node and site faults
-  double lost_to_coordinator_outages = 0;  // E x every slot's time while the coordinator was down
+  double lost_to_coordinator_outages = 0;  // outages_stop_learners: outage_share; else 0
   double lost_to_stalls = 0;               // E x stalled learners' time (freezes, slowdowns)
   double lost_unsent_work = 0;             // unsent work the failed learners lost
   std::vector<std::string> notes;          // approximations made and faults not charged
@@ -75,8 +79,8 @@ struct DrillPrediction {
 // gets an error naming every missing field.
 DrillPrediction predict_drill(const nlohmann::json& result, const DrillOptions& options);
 
-// One object: drill, seed, predicted, predicted_stderr, measured, difference,
-// predicted_if_outage_work_merged, fault_free_efficiency,
+// One object: drill, seed, predicted, predicted_stderr, measured, difference, outages_stop_learners,
+// predicted_other_reading, outage_share, fault_free_efficiency,
 // fault_free_source, lost {learner_faults, node_faults, coordinator_outages, stalls, unsent_work},
 // inputs (the simulated SimConfig's drill keys), notes.
 nlohmann::json to_json(const DrillPrediction& prediction);

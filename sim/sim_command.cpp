@@ -366,6 +366,7 @@ int run_bandwidth(const SimArguments& a, const Parsed& p, std::ostream& out) {
 int run_from_drill(const SimArguments& a, std::ostream& out, std::ostream& err) {
   DrillOptions options;
   options.fault_free_goodput = a.fault_free_goodput;
+  options.outages_stop_learners = a.outages_stop_learners;
   if (std::isfinite(a.fault_free_goodput) && !(a.fault_free_goodput > 0 && a.fault_free_goodput <= 1)) {
     err << "archipelago sim: --fault-free-goodput must be in (0, 1]\n";
     return 2;
@@ -429,6 +430,9 @@ void add_sim_options(CLI::App& command, SimArguments& a) {
       ->check(CLI::ExistingFile);
   command.add_option("--fault-free-goodput", a.fault_free_goodput,
                      "with --from-drill: the fault-free efficiency (else the drill's fault-free run)");
+  command.add_flag("--outages-stop-learners", a.outages_stop_learners,
+                   "with --from-drill: a coordinator outage stops every learner (default: they train on and the "
+                   "next coordinator merges their work, as nodes do)");
   auto dashed = [](std::string name) {
     for (char& ch : name)
       if (ch == '_') ch = '-';

@@ -29,6 +29,7 @@ struct SimArguments {
   bool bandwidth = false;            // the bandwidth model instead of goodput
   std::string from_drill;            // a drill's result.json: predicted vs measured goodput instead
   double fault_free_goodput = std::numeric_limits<double>::quiet_NaN();  // with from_drill: E, instead of the drill's
+  bool outages_stop_learners = false;  // with from_drill: a coordinator outage stops every learner
 };
 
 // Adds the options above, and one flag per parameter key, to `command`.

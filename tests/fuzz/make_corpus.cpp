@@ -64,6 +64,7 @@ int main(int argc, char** argv) {
       {"commit_end", CommitEnd{4, "{\"contributors\":2}"}},
       {"slot_report", SlotReport{"learner-0", SlotState::running, 2, 1, 77, 10.5, 10.0, 1.0, 8.0, 0.5, 0, 0.25}},
       {"learner_control", LearnerControl{3, ControlAction::pause_learner, "learner-0"}},
+      {"learner_control_throttle", LearnerControl{4, ControlAction::throttle_learner, "learner-1", 3.0}},
   };
   for (const auto& [name, message] : seeds) write(dir + "/envelope/" + name, envelope_bytes(message));
 

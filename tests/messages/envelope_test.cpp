@@ -123,6 +123,16 @@ TEST_CASE("every message kind round-trips with all its fields") {
   CHECK(control.request_id == 8);
   CHECK(control.action == ControlAction::resume_learner);
   CHECK(control.learner_id == "l3");
+  auto throttle = std::get<LearnerControl>(
+      round_trip(wrap(LearnerControl{9, ControlAction::throttle_learner, "l2", 2.5})).body);
+  CHECK(throttle.action == ControlAction::throttle_learner);
+  CHECK(throttle.factor == 2.5);
+  auto corrupt = std::get<LearnerControl>(round_trip(wrap(LearnerControl{10, ControlAction::corrupt_update, "l1"})).body);
+  CHECK(corrupt.action == ControlAction::corrupt_update);
+  auto verb = std::get<AdminCommand>(round_trip(wrap(AdminCommand{11, AdminVerb::throttle, 0, 0, "", "4", "l1"})).body);
+  CHECK(verb.verb == AdminVerb::throttle);
+  CHECK(verb.value == "4");
+  CHECK(verb.target == "l1");
 
   auto persist = std::get<Persist>(
       round_trip(wrap(Persist{9, 1, PersistKind::outer_momentum, small, "{\"a\":1}"})).body);
@@ -379,6 +389,26 @@ TEST_CASE("random bytes never decode and never crash") {
     auto decoded = decode(bytes.data(), bytes.size());
     (void)decoded;  // flips in text may still decode; the point is that nothing crashes or throws
   }
+}
+
+TEST_CASE("a receiver refuses a throttle outside 1..100 and an unknown control action") {
+  auto decoded = [](const LearnerControl& control) {
+    auto bytes = encode(wrap(control));
+    REQUIRE(bytes.ok());
+    return decode(bytes->data(), bytes->size());
+  };
+  for (double factor : {0.5, 0.0, -2.0, 101.0, std::numeric_limits<double>::quiet_NaN()}) {
+    CAPTURE(factor);
+    auto d = decoded(LearnerControl{1, ControlAction::throttle_learner, "l0", factor});
+    REQUIRE_FALSE(d.ok());
+    CHECK(d.error().code == ErrorCode::invalid_argument);
+  }
+  // The factor is read only for a throttle: a kill carries any and passes.
+  CHECK(decoded(LearnerControl{1, ControlAction::kill_learner, "l0", 0}).ok());
+  CHECK(decoded(LearnerControl{1, ControlAction::throttle_learner, "l0", 100}).ok());
+  auto unknown = decoded(LearnerControl{1, static_cast<ControlAction>(kLastControlAction + 1), "l0"});
+  REQUIRE_FALSE(unknown.ok());
+  CHECK(unknown.error().code == ErrorCode::invalid_argument);
 }
 
 TEST_CASE("encode refuses a chunk the receiver would reject") {

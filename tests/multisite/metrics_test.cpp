@@ -4,6 +4,7 @@
 #include <map>
 #include <regex>
 #include <set>
+#include <thread>
 #include <sstream>
 
 #include <doctest/doctest.h>
@@ -221,6 +222,37 @@ TEST_CASE("a local run (archipelago train) serves the admin console and the metr
     auto refused = console_command(s.dir, target, "set train.inner_steps 0", admin_token);
     CHECK(refused.code == 1);
     CHECK(refused.err.find("train.inner_steps must be a whole number") != std::string::npos);
+  }
+
+  // A throttled learner runs slower: over the same window it takes fewer than half the steps of its
+  // peer at 6x (the peer also gets the CPU the throttled one sleeps through).
+  auto step_of = [&](const std::string& id) {
+    const auto rows = answer("learners")["learners"];
+    for (const auto& l : rows) {
+      if (l["id"] == id) return l.value("step", int64_t{0});
+    }
+    return int64_t{-1};
+  };
+  CHECK(answer("throttle learner-0 6")["sent"][0]["learner"] == "learner-0");
+  CHECK_MESSAGE(wait_until([&] { return train.err().find("learner-0: throttled to 6x") != std::string::npos; }, 20), train.err());
+  {
+    const int64_t slow0 = step_of("learner-0"), fast0 = step_of("learner-1");
+    std::this_thread::sleep_for(std::chrono::seconds(4));  // a measuring window, not a wait for an event
+    const int64_t slow = step_of("learner-0") - slow0, fast = step_of("learner-1") - fast0;
+    CAPTURE(slow);
+    CAPTURE(fast);
+    CHECK(fast > 0);
+    CHECK(slow * 2 < fast);
+  }
+  CHECK(answer("throttle learner-0 1")["sent"][0]["learner"] == "learner-0");
+  {
+    auto refused = console_command(s.dir, target, "throttle learner-0 0.5", admin_token);
+    CHECK(refused.code == 1);
+    CHECK(refused.err.find("a factor from 1") != std::string::npos);
+    // The corrupt-update hook is for drills' nodes only (--drill-hooks): a local run refuses it.
+    auto corrupt = console_command(s.dir, target, "corrupt learner-0", admin_token);
+    CHECK(corrupt.code == 1);
+    CHECK_MESSAGE(corrupt.err.find("drill hooks are off") != std::string::npos, corrupt.err);
   }
 
   // Learner control goes straight to this process's learners; there are no nodes to kill.

@@ -56,15 +56,24 @@ TEST_CASE("a drill without faults is predicted at its fault-free goodput") {
   CHECK(p.lost_unsent_work == 0);
 }
 
-TEST_CASE("one coordinator outage of X s over a wall of W s: E x (1 - X / W)") {
+TEST_CASE("one coordinator outage of X s over a wall of W s: E when learners train on, E x (1 - X / W) when it stops them") {
   const double wall = 140, outage = 14;
   const DrillPrediction p = predict_drill(with_faults({{"coordinator", 1}}, outage), quick());
   REQUIRE_MESSAGE(p.error.empty(), p.error);
   CHECK(p.config.coordinator_faults == 1);
-  CHECK(p.predicted == doctest::Approx(p.efficiency * (1 - outage / wall)).epsilon(1e-9));
-  CHECK(p.lost_to_coordinator_outages == doctest::Approx(p.efficiency * outage / wall).epsilon(1e-9));
-  CHECK(p.lost_unsent_work == 0);  // learners keep their unsent work through an outage
-  CHECK(p.predicted_if_outage_work_merged == doctest::Approx(p.efficiency).epsilon(1e-9));
+  CHECK_FALSE(p.outages_stop_learners);
+  CHECK(p.predicted == doctest::Approx(p.efficiency).epsilon(1e-9));  // the nodes' learners train on
+  CHECK(p.lost_to_coordinator_outages == 0);
+  CHECK(p.outage_share == doctest::Approx(p.efficiency * outage / wall).epsilon(1e-9));
+  CHECK(p.predicted_other_reading == doctest::Approx(p.efficiency * (1 - outage / wall)).epsilon(1e-9));
+  DrillOptions stop = quick();
+  stop.outages_stop_learners = true;
+  const DrillPrediction s = predict_drill(with_faults({{"coordinator", 1}}, outage), stop);
+  REQUIRE_MESSAGE(s.error.empty(), s.error);
+  CHECK(s.predicted == doctest::Approx(s.efficiency * (1 - outage / wall)).epsilon(1e-9));
+  CHECK(s.lost_to_coordinator_outages == doctest::Approx(s.efficiency * outage / wall).epsilon(1e-9));
+  CHECK(s.lost_unsent_work == 0);  // learners keep their unsent work through an outage
+  CHECK(s.predicted_other_reading == doctest::Approx(s.efficiency).epsilon(1e-9));
 }
 
 TEST_CASE("a node fault stops all its learners; a learner fault one") {
@@ -113,7 +122,8 @@ TEST_CASE("the fixture's prediction is E minus its parts") {
                        p.lost_to_stalls + p.lost_unsent_work;
   CHECK(p.predicted == doctest::Approx(p.efficiency - parts).epsilon(1e-9));
   // The outages alone are known in advance: 2 x 4 s of every slot over 140 s.
-  CHECK(p.lost_to_coordinator_outages == doctest::Approx(p.efficiency * 8 / 140).epsilon(0.02));
+  CHECK(p.lost_to_coordinator_outages == 0);  // learners train on through them
+  CHECK(p.outage_share == doctest::Approx(p.efficiency * 8 / 140).epsilon(0.02));
   CHECK(p.lost_unsent_work > 0);
 }
 
