@@ -1,6 +1,5 @@
 #include "actors/admin.hpp"
 
-#include <atomic>
 #include <chrono>
 #include <csignal>
 #include <functional>
@@ -355,13 +354,6 @@ std::string AdminSessions::peer_of(const std::string& key) const {
   }
   return found;
 }
-
-namespace {
-std::atomic<bool> drill_hooks_on{false};
-}  // namespace
-
-void set_drill_hooks(bool on) { drill_hooks_on = on; }
-bool drill_hooks() { return drill_hooks_on; }
 
 Expected<nlohmann::json> apply_learner_control(caf::actor_system& system, const LearnerControl& control) {
   auto log = component_logger("admin");

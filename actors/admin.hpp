@@ -44,11 +44,7 @@ class AdminSessions {
 // SIGKILLs this process; corrupt_update only where drill hooks are on. Errors: no such learner here,
 // drill hooks off.
 Expected<nlohmann::json> apply_learner_control(caf::actor_system& system, const messages::LearnerControl& control);
-
-// Drill hooks (`archipelago node --drill-hooks`): whether this process obeys corrupt_update. Off
-// unless set; recovery drills turn it on for the nodes they start, and nothing else should.
-void set_drill_hooks(bool on);
-bool drill_hooks();
+// (Drill hooks: actors/authorization.hpp, set_drill_hooks.)
 
 // How the admin actor reaches the learners: in a coordinator through the gateway to the node that
 // runs them; in a local run directly (apply_learner_control).

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <array>
+#include <atomic>
 #include <cstdio>
 #include <stdexcept>
 
@@ -126,5 +127,12 @@ std::string message_kind(const caf::type_erased_tuple& message) {
   if (message.match_element<caf::atom_value>(0)) return caf::to_string(message.get_as<caf::atom_value>(0));
   return "(a message without a leading atom)";
 }
+
+namespace {
+std::atomic<bool> drill_hooks_on{false};
+}  // namespace
+
+void set_drill_hooks(bool on) { drill_hooks_on = on; }
+bool drill_hooks() { return drill_hooks_on; }
 
 }  // namespace archipelago::actors

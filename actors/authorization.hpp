@@ -85,4 +85,9 @@ void refuse_unmatched(caf::scheduled_actor* self, std::string actor, std::shared
 // A short name for an unmatched CAF message: its leading atom, else its first element's type.
 std::string message_kind(const caf::type_erased_tuple& message);
 
+// Drill hooks (`archipelago node --drill-hooks`): whether this process obeys corrupt_update. Off
+// unless set; recovery drills turn it on for the nodes they start, and nothing else should.
+void set_drill_hooks(bool on);
+bool drill_hooks();
+
 }  // namespace archipelago::actors

@@ -1,5 +1,4 @@
 #include "actors/learner.hpp"
-#include "actors/admin.hpp"
 #include "actors/authorization.hpp"
 #include "actors/directory.hpp"
 

@@ -853,6 +853,15 @@ class Runner {
     return rejected.is_object() ? rejected.value(reason, int64_t{0}) : int64_t{0};
   }
 
+  // A console command aimed at one learner, the others stalled first in the ddp-like run (and
+  // released again when the command fails).
+  Expected<json> stall_and_command(messages::AdminVerb verb, const std::string& victim) {
+    stall_others({victim});
+    auto answer = admin_->call(port_, verb, victim);
+    if (!answer) release_stall();
+    return answer;
+  }
+
   // Throttles `ids` to `factor` through the console; the ones it reached.
   std::vector<std::string> throttle(const std::vector<std::string>& ids, double factor, std::string& answers) {
     std::vector<std::string> done;
@@ -878,12 +887,8 @@ class Runner {
       t.r.bound_s = c_.learner_bound_s;
       t.merged_at[f.target] = row.value("contributions_merged", int64_t{0});
       t.restarts_at[f.target] = row.value("restarts", 0);
-      stall_others({f.target});
-      auto answer = admin_->call(port_, messages::AdminVerb::kill_learner, f.target);
-      if (!answer) {
-        release_stall();
-        return skip(f, "console: " + answer.error().reason);
-      }
+      auto answer = stall_and_command(messages::AdminVerb::kill_learner, f.target);
+      if (!answer) return skip(f, "console: " + answer.error().reason);
       t.r.at_s = t.r.from_s = now();
       t.r.evidence = "console 'kill learner " + f.target + "': " + answer->dump();
       result_.kills += 1;
@@ -909,12 +914,8 @@ class Runner {
       t.merged_at[f.target] = row.value("contributions_merged", int64_t{0});
       t.malformed_at = refused("malformed");
       if (t.malformed_at < 0) return skip(f, "no status from the coordinator");
-      stall_others({f.target});
-      auto answer = admin_->call(port_, messages::AdminVerb::corrupt_update, f.target);
-      if (!answer) {
-        release_stall();
-        return skip(f, "console: " + answer.error().reason);
-      }
+      auto answer = stall_and_command(messages::AdminVerb::corrupt_update, f.target);
+      if (!answer) return skip(f, "console: " + answer.error().reason);
       t.r.at_s = t.r.from_s = now();
       t.r.detail["malformed_before"] = t.malformed_at;
       t.r.evidence = "console 'corrupt " + f.target + "': " + answer->dump();

@@ -4,7 +4,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "actors/admin.hpp"
+#include "actors/authorization.hpp"
 #include "actors/node.hpp"
 #include "apps/config.hpp"
 #include "apps/coordinator_command.hpp"
