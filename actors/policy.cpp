@@ -49,7 +49,12 @@ Expected<FragmentSchedule> FragmentSchedule::from_epochs(std::vector<ScheduleEpo
 }
 
 Status FragmentSchedule::change(int64_t from_step, int inner_steps) {
+  constexpr size_t kMaxEpochs = 1024;  // what a broadcast may carry (messages/envelope.cpp)
   if (inner_steps < 1) return make_error(ErrorCode::invalid_argument, "H must be >= 1, not " + std::to_string(inner_steps));
+  if (epochs_.size() >= kMaxEpochs) {
+    return make_error(ErrorCode::invalid_argument, "the schedule already holds " + std::to_string(kMaxEpochs) +
+                                                       " values of H: no further change");
+  }
   if (from_step <= epochs_.back().from_step) {
     return make_error(ErrorCode::invalid_argument, "a schedule change must start after step " +
                                                        std::to_string(epochs_.back().from_step));

@@ -90,6 +90,11 @@ TEST_CASE("policy: a changed schedule: one epoch is the fixed schedule and a cha
   CHECK(copy->epochs() == s.epochs());
   CHECK(copy->slot(123, 2) == s.slot(123, 2));
   CHECK_FALSE(FragmentSchedule::from_epochs({{5, 10}}, 4, true).ok());
+  // At most 1024 values of H, what a broadcast may carry.
+  FragmentSchedule many(10, 4, true);
+  for (int e = 1; e < 1024; ++e) REQUIRE(many.change(e * 100, 10 + e % 7).ok());
+  CHECK(many.epochs().size() == 1024);
+  CHECK_FALSE(many.change(1024 * 100, 10).ok());
 }
 
 TEST_CASE("policy: staleness counts commits of the fragment after the base") {

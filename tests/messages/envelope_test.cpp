@@ -411,6 +411,20 @@ TEST_CASE("a receiver refuses a throttle outside 1..100 and an unknown control a
   CHECK(unknown.error().code == ErrorCode::invalid_argument);
 }
 
+TEST_CASE("a global fragment whose schedule holds more epochs than any run makes is refused") {
+  GlobalFragment global{2, 8, fp32_chunk({1.0f, 2.0f})};
+  for (uint32_t e = 0; e < 1024; ++e) global.schedule.push_back({e * 10, 10});
+  auto bytes = encode(wrap(global));
+  REQUIRE(bytes.ok());
+  CHECK(decode(bytes->data(), bytes->size()).ok());  // 1024: as many as a schedule may hold
+  global.schedule.push_back({1024 * 10, 10});
+  bytes = encode(wrap(global));
+  REQUIRE(bytes.ok());
+  auto decoded = decode(bytes->data(), bytes->size());
+  REQUIRE_FALSE(decoded.ok());
+  CHECK(decoded.error().code == ErrorCode::invalid_argument);
+}
+
 TEST_CASE("encode refuses a chunk the receiver would reject") {
   TensorChunk chunk = fp32_chunk(test::gaussian(10, 47));
   chunk.chunk_index = 3;
