@@ -35,6 +35,7 @@ struct Record {
   bool paused = false;
   bool stepping = false;  // the current incarnation has taken an inner step
   double dead_s = -1;     // when it was last declared dead
+  bool suspected = false; // declared dead for its silence alone (it may be heard again)
 };
 
 // A learner slot's times from its supervisor's SlotReports (the goodput ledger). A report from a new
@@ -109,6 +110,7 @@ void declare_dead(MonitorActor* self, const std::string& id, Record& record, con
                   bool kill = true) {
   auto& st = self->state;
   record.state = Liveness::dead;
+  record.suspected = reason.rfind("suspected", 0) == 0;
   record.deaths += 1;
   record.last_reason = reason;
   record.dead_s = st.now();
@@ -162,6 +164,15 @@ caf::behavior monitor_behavior(MonitorActor* self, std::shared_ptr<const Runtime
             if (beat->incarnation > 0 && st.options->events) {
               st.options->events->add("rejoin", beat->learner_id, "incarnation " + std::to_string(beat->incarnation));
             }
+          }
+          if (record.state == Liveness::dead && record.suspected && beat->incarnation == record.incarnation) {
+            // Declared dead for its silence only (a frozen process, a cut link) and heard again: the same
+            // incarnation lives. It is alive again; the syncer already took it back when it re-joined.
+            record.state = Liveness::alive;
+            record.suspected = false;
+            record.history = HeartbeatHistory{};
+            st.log->info("{} is heard again after it was declared dead for its silence: alive", beat->learner_id);
+            if (st.options->events) st.options->events->add("revived", beat->learner_id, "heard again");
           }
           if (record.state == Liveness::dead) return;  // a late beat of a dead incarnation
           observe_heartbeat(record.history, st.now(), static_cast<int64_t>(beat->step));
