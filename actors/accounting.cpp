@@ -1,5 +1,6 @@
 #include "actors/accounting.hpp"
 
+#include <chrono>
 #include <cmath>
 
 namespace archipelago::actors {
@@ -77,6 +78,76 @@ nlohmann::json slot_times_json(const messages::SlotReport& r) {
   return {{"lifetime_s", r.lifetime_seconds}, {"alive_s", r.alive_seconds},   {"recovery_s", r.recovery_seconds},
           {"compute_s", r.compute_seconds},   {"wait_s", r.wait_seconds},     {"paused_s", r.paused_seconds},
           {"restarting_s", r.restarting_seconds}};
+}
+
+namespace {
+
+nlohmann::json report_json(const messages::SlotReport& r) {
+  auto j = slot_times_json(r);
+  j["reporter"] = r.reporter;
+  j["incarnation"] = r.incarnation;
+  j["restarts"] = r.restarts;
+  return j;
+}
+
+Expected<messages::SlotReport> report_from_json(const std::string& id, const nlohmann::json& j) {
+  if (!j.is_object()) return make_error(ErrorCode::invalid_argument, "ledger carry: slot " + id + " is not an object");
+  messages::SlotReport r;
+  r.learner_id = id;
+  const std::pair<const char*, double*> times[] = {
+      {"lifetime_s", &r.lifetime_seconds}, {"alive_s", &r.alive_seconds},     {"recovery_s", &r.recovery_seconds},
+      {"compute_s", &r.compute_seconds},   {"wait_s", &r.wait_seconds},       {"paused_s", &r.paused_seconds},
+      {"restarting_s", &r.restarting_seconds}};
+  for (const auto& [key, out] : times) {
+    auto it = j.find(key);
+    if (it == j.end() || !it->is_number() || !std::isfinite(it->get<double>()) || it->get<double>() < 0) {
+      return make_error(ErrorCode::invalid_argument,
+                        std::string("ledger carry: slot ") + id + " has no valid " + key);
+    }
+    *out = it->get<double>();
+  }
+  auto reporter = j.find("reporter");
+  if (reporter == j.end() || !reporter->is_number_unsigned()) {
+    return make_error(ErrorCode::invalid_argument, "ledger carry: slot " + id + " has no reporter");
+  }
+  r.reporter = reporter->get<uint64_t>();
+  r.incarnation = j.value("incarnation", 0u);
+  r.restarts = j.value("restarts", 0u);
+  return r;
+}
+
+}  // namespace
+
+nlohmann::json to_json(const LedgerCarry& carry) {
+  nlohmann::json slots = nlohmann::json::object();
+  for (const auto& [id, slot] : carry.slots) slots[id] = {{"total", report_json(slot.total)}, {"raw", report_json(slot.raw)}};
+  return {{"run_started_unix_s", carry.run_started_unix_s}, {"slots", slots}};
+}
+
+Expected<LedgerCarry> ledger_carry_from_json(const nlohmann::json& j) {
+  if (!j.is_object()) return make_error(ErrorCode::invalid_argument, "ledger carry: not an object");
+  LedgerCarry carry;
+  auto started = j.find("run_started_unix_s");
+  if (started == j.end() || !started->is_number() || !std::isfinite(started->get<double>()) ||
+      started->get<double>() <= 0 || started->get<double>() > unix_seconds() + 60) {
+    return make_error(ErrorCode::invalid_argument, "ledger carry: no valid run_started_unix_s (or one in the future)");
+  }
+  carry.run_started_unix_s = started->get<double>();
+  auto slots = j.find("slots");
+  if (slots == j.end() || !slots->is_object()) return make_error(ErrorCode::invalid_argument, "ledger carry: no slots");
+  for (const auto& [id, slot] : slots->items()) {
+    if (!slot.is_object()) return make_error(ErrorCode::invalid_argument, "ledger carry: slot " + id + " is not an object");
+    auto total = report_from_json(id, slot.value("total", nlohmann::json()));
+    if (!total) return total.error();
+    auto raw = report_from_json(id, slot.value("raw", nlohmann::json()));
+    if (!raw) return raw.error();
+    carry.slots[id] = {*total, *raw};
+  }
+  return carry;
+}
+
+double unix_seconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
 Ledger ledger_from_status(double wall_s, const std::vector<std::string>& slot_ids, const nlohmann::json& monitor,

@@ -34,11 +34,13 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "common/error.hpp"
 #include "messages/message_types.hpp"
 
 namespace archipelago::actors {
@@ -70,6 +72,26 @@ struct Ledger {
   std::vector<LedgerParts> slots;  // per slot, seconds
   double goodput() const { return allocated_s > 0 ? seconds.merged / allocated_s : 0; }
 };
+
+// The ledger carried across coordinator restarts: a value every committed version's manifest holds
+// (accounting.ledger). Per slot, the run's times so far (`total`: every node process and every
+// coordinator incarnation before) as of the slot's last SlotReport (`raw`, as its supervisor sent it).
+// A coordinator restarted from that version seeds its failure monitor with it: the same reporter's
+// next reports count from `raw` on (what a learner computed while no coordinator ran is in them),
+// and the ledger's wall clock runs from `run_started_unix_s`, the run's first start. So the last
+// incarnation's ledger covers the whole run, its downtimes included, and its parts still add up.
+struct SlotCarry {
+  messages::SlotReport total;  // times only (state and counters as `raw`'s)
+  messages::SlotReport raw;
+};
+struct LedgerCarry {
+  double run_started_unix_s = 0;
+  std::map<std::string, SlotCarry> slots;
+};
+nlohmann::json to_json(const LedgerCarry& carry);
+// A clear error for a carry that is not an object, lacks a field, or holds a negative or non-finite time.
+Expected<LedgerCarry> ledger_carry_from_json(const nlohmann::json& j);
+double unix_seconds();  // the system clock (comparable across processes of one machine)
 
 // `wall_s`: the run's wall time, allocated to every slot.
 Ledger build_ledger(double wall_s, const std::vector<SlotTimes>& slots);

@@ -66,7 +66,7 @@ nlohmann::json goodput_now(caf::actor_system& system, const AdminSpec& spec) {
   const auto ids = learner_ids(spec.learner_slots);
   auto syncer = ask(system, syncer_name());  // before the monitor: merged work never outruns the times
   auto monitor = ask(system, monitor_name());
-  return to_json(ledger_from_status(monotonic_seconds() - spec.started_s, ids, monitor, syncer,
+  return to_json(ledger_from_status(monotonic_seconds() - spec.started_s + spec.ledger_offset_s, ids, monitor, syncer,
                                     spec.accounting_at_start));
 }
 

@@ -61,6 +61,7 @@ struct AdminSpec {
   LearnerControlFn control;
   std::shared_ptr<EventLog> events;
   nlohmann::json accounting_at_start = nlohmann::json::object();  // a resumed version's (goodput ledger)
+  double ledger_offset_s = 0;  // the run's time before started_s that the ledger covers (a carried ledger)
   std::function<void()> drain;  // the console's `drain` (a coordinator: counters->drain_requested)
 };
 

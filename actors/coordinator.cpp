@@ -68,6 +68,7 @@ struct Coordinator::Impl {
   Clock::time_point started;
   std::optional<uint64_t> resumed_from;
   nlohmann::json accounting_at_start = nlohmann::json::object();  // the resumed version's (goodput ledger)
+  double ledger_offset_s = 0;  // the run's time before this process: a carried ledger's (accounting.hpp)
   double initial_heldout_loss = std::nan("");
   std::shared_ptr<net::LinkStats> stats;
   std::shared_ptr<RemoteCounters> counters = std::make_shared<RemoteCounters>();
@@ -100,6 +101,7 @@ struct Coordinator::Impl {
   }
 
   double elapsed_s() const { return std::chrono::duration<double>(Clock::now() - started).count(); }
+  double ledger_wall_s() const { return elapsed_s() + ledger_offset_s; }
 };
 
 Coordinator::Coordinator(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -130,11 +132,30 @@ Expected<std::unique_ptr<Coordinator>> Coordinator::start(CoordinatorOptions opt
     auto manifest = nlohmann::json::parse(latest->manifest_json, nullptr, false);
     if (manifest.is_object() && manifest.contains("accounting")) impl->accounting_at_start = manifest["accounting"];
   }
+  // The goodput ledger goes on from the resumed version's carry: the run's whole time, this
+  // process's predecessors and their downtime included, with the syncer's merged work counted whole.
+  if (impl->accounting_at_start.is_object() && impl->accounting_at_start.contains("ledger")) {
+    auto carry = ledger_carry_from_json(impl->accounting_at_start["ledger"]);
+    if (carry) {
+      runtime.ledger_at_start = std::make_shared<const LedgerCarry>(*carry);
+      runtime.run_started_unix_s = carry->run_started_unix_s;
+      impl->accounting_at_start = nlohmann::json::object();
+    } else {
+      impl->log->warn("committed version {}: {}; the goodput ledger counts from this process's start",
+                      *impl->resumed_from, carry.error().reason);
+    }
+  }
   auto loss = heldout_loss(runtime, impl->setup, latest ? &*latest : nullptr);
   if (!loss) return make_error(loss.error().code, "run directory " + runtime.run_dir + ": " + loss.error().reason);
   impl->initial_heldout_loss = *loss;
 
   runtime.events = std::make_shared<EventLog>();
+  const double now_unix = unix_seconds();
+  if (runtime.run_started_unix_s > 0) {
+    impl->ledger_offset_s = std::max(0.0, now_unix - runtime.run_started_unix_s);
+  } else {
+    runtime.run_started_unix_s = now_unix;
+  }
   impl->runtime = std::make_shared<const RuntimeOptions>(runtime);
   impl->stats = std::make_shared<net::LinkStats>(options.site);
   impl->config.set("scheduler.max-threads", std::min<size_t>(std::max(1u, std::thread::hardware_concurrency()), 2));
@@ -156,6 +177,7 @@ Expected<std::unique_ptr<Coordinator>> Coordinator::start(CoordinatorOptions opt
   admin.learner_slots = runtime.setup.run.learners;
   admin.events = impl->runtime->events;
   admin.accounting_at_start = impl->accounting_at_start;
+  admin.ledger_offset_s = impl->ledger_offset_s;
   caf::actor_system* system = impl->system.get();
   admin.control = [system](const messages::LearnerControl& control) -> Expected<nlohmann::json> {
     // To the node that runs the learner, through the gateway and the node's session.
@@ -233,7 +255,7 @@ Expected<nlohmann::json> Coordinator::run(const std::function<bool()>& stop_requ
       auto evaluator = impl.status(evaluator_name());
       auto gateway = impl.counters->to_json();
       const auto traffic = impl.stats->snapshot();
-      const auto ledger = ledger_from_status(now, slot_ids, monitor, syncer, impl.accounting_at_start);
+      const auto ledger = ledger_from_status(impl.ledger_wall_s(), slot_ids, monitor, syncer, impl.accounting_at_start);
       auto p = operator_sample(now, start_version.value_or(0), syncer, monitor, evaluator, ledger);
       p["tokens"] = tokens_merged(syncer);
       p["alive"] = monitor.value("alive", 0);
@@ -272,7 +294,7 @@ Expected<nlohmann::json> Coordinator::run(const std::function<bool()>& stop_requ
   }
   const uint64_t final_version = syncer.value("version", uint64_t{0});
   // The ledger as the run ends: the nodes' last slot reports came with their learners' exits.
-  const auto ledger = to_json(ledger_from_status(impl.elapsed_s(), slot_ids, impl.status(monitor_name()), syncer,
+  const auto ledger = to_json(ledger_from_status(impl.ledger_wall_s(), slot_ids, impl.status(monitor_name()), syncer,
                                                  impl.accounting_at_start));
   auto final_eval = impl.query(evaluator_name(), "evaluate", {std::to_string(final_version)}, 300);
   if (!final_eval) return make_error(ErrorCode::unavailable, "final evaluation failed: " + final_eval.error().reason);

@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <map>
+#include <optional>
 
 #include <caf/all.hpp>
 
@@ -44,11 +45,14 @@ struct Record {
 // A reporter that ran before this monitor (a coordinator restarted under running nodes) is counted
 // from its first report on: `baseline` is that report, subtracted, so the ledger covers this
 // process's time only.
+// A restarted coordinator's monitor starts from the resumed version's carry: `banked` is the slot's
+// total so far, and the first report of the reporter that sent `carried` counts from it on.
 struct Slot {
   SlotReport last;
   double received_s = -1;
   SlotReport banked;
   SlotReport baseline;
+  std::optional<SlotReport> carried;
 };
 
 void add_times(SlotReport& into, const SlotReport& r, double sign = 1) {
@@ -93,6 +97,9 @@ struct MonitorState {
   std::shared_ptr<const RuntimeOptions> options;
   std::map<std::string, Record> learners;
   std::map<std::string, Slot> slots;
+  double run_started_unix_s = 0;
+  bool carry_changed = false;  // a report since the carry was last sent to the syncer
+  double carry_sent_s = -1;
   Outbox outbox{"monitor"};
   int64_t heartbeat_bytes = 0;
   int64_t heartbeats = 0;
@@ -125,8 +132,55 @@ void declare_dead(MonitorActor* self, const std::string& id, Record& record, con
   }
 }
 
+// The ledger's carry (accounting.hpp): each slot's total as of its last report, and that report.
+LedgerCarry ledger_carry(const MonitorState& st) {
+  LedgerCarry carry;
+  carry.run_started_unix_s = st.run_started_unix_s;
+  for (const auto& [id, slot] : st.slots) {
+    SlotCarry c;
+    c.total = slot.banked;
+    if (slot.received_s >= 0) {
+      add_times(c.total, slot.last);
+      add_times(c.total, slot.baseline, -1);
+      c.raw = slot.last;
+    } else if (slot.carried) {
+      c.raw = *slot.carried;
+    } else {
+      continue;
+    }
+    c.total.learner_id = c.raw.learner_id = id;
+    carry.slots[id] = c;
+  }
+  return carry;
+}
+
+// At most every 0.25 s, after a report: what the syncer writes into the next committed version.
+void send_carry(MonitorActor* self) {
+  auto& st = self->state;
+  if (!st.carry_changed || (st.carry_sent_s >= 0 && st.now() - st.carry_sent_s < 0.25)) return;
+  auto syncer = Directory::get(self->system(), syncer_name());
+  if (!syncer) return;
+  self->send(syncer, ledger_atom::value, to_json(ledger_carry(st)).dump());
+  st.carry_changed = false;
+  st.carry_sent_s = st.now();
+}
+
 caf::behavior monitor_behavior(MonitorActor* self, std::shared_ptr<const RuntimeOptions> options) {
   self->state.options = std::move(options);
+  {
+    auto& st = self->state;
+    st.run_started_unix_s = st.options->run_started_unix_s > 0 ? st.options->run_started_unix_s : unix_seconds();
+    if (st.options->ledger_at_start) {
+      for (const auto& [id, c] : st.options->ledger_at_start->slots) {
+        auto& slot = st.slots[id];
+        add_times(slot.banked, c.total);
+        slot.last.state = c.raw.state;
+        slot.last.incarnation = c.raw.incarnation;
+        slot.last.restarts = c.raw.restarts;
+        slot.carried = c.raw;
+      }
+    }
+  }
   self->set_down_handler([=](caf::down_msg& down) {
     auto& st = self->state;
     for (auto& [id, record] : st.learners) {
@@ -193,7 +247,14 @@ caf::behavior monitor_behavior(MonitorActor* self, std::shared_ptr<const Runtime
           if (slot.received_s < 0 || slot.last.reporter != report->reporter) {
             if (slot.received_s >= 0) add_times(slot.banked, extended(slot, record, st.now()));
             const double uptime = std::chrono::duration<double>(Clock::now() - st.started).count();
-            slot.baseline = report->lifetime_seconds + report->restarting_seconds > uptime ? *report : SlotReport{};
+            if (slot.received_s < 0 && st.options->ledger_at_start) {
+              // A carried ledger covers the run from its start: the carried reporter goes on from its
+              // carried report, any other (a node that joined after the carried report, or started while
+              // no coordinator ran) counts whole. What the carried one did after it is not known: idle.
+              slot.baseline = slot.carried && slot.carried->reporter == report->reporter ? *slot.carried : SlotReport{};
+            } else {
+              slot.baseline = report->lifetime_seconds + report->restarting_seconds > uptime ? *report : SlotReport{};
+            }
           }
           if (st.options->events && slot.last.state != report->state &&
               (report->state == SlotState::restarting || report->state == SlotState::failed)) {
@@ -204,6 +265,8 @@ caf::behavior monitor_behavior(MonitorActor* self, std::shared_ptr<const Runtime
           }
           slot.last = *report;
           slot.received_s = st.now();
+          st.carry_changed = true;
+          send_carry(self);
           // Its supervisor saw the incarnation exit: dead now, not after the heartbeat timeout.
           if (found != st.learners.end() && found->second.state == Liveness::alive &&
               found->second.incarnation == report->incarnation &&
@@ -219,6 +282,7 @@ caf::behavior monitor_behavior(MonitorActor* self, std::shared_ptr<const Runtime
           auto decision = check_liveness(record.history, st.now(), st.options->detector);
           if (decision.suspected) declare_dead(self, id, record, "suspected: " + decision.reason);
         }
+        send_carry(self);
         self->delayed_send(self, std::chrono::milliseconds(100), tick_atom::value);
       },
       [=](admin_atom, WireBytes& bytes) -> WireBytes {

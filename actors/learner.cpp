@@ -653,6 +653,17 @@ void on_welcome(LearnerActor* self, const std::string& from, const Welcome& welc
   st.connected = true;
   st.received_until = welcome.received_until;
   for (auto& slot : st.fragments) slot.outstanding = false;  // a new syncer knows nothing in flight
+  if (st.phase == Phase::training || st.phase == Phase::waiting) {
+    // A rejoin: broadcasts it missed while away would only show at the next delta against a B_p it
+    // does not hold (and its updates meanwhile are stale). The syncer's versions tell it now.
+    for (size_t p = 0; p < st.fragments.size() && p < welcome.fragment_versions.size(); ++p) {
+      if (welcome.fragment_versions[p] <= st.fragments[p].global.version) continue;
+      st.log->info("{}: rejoined holding fragment {} at version {}, the syncer's is {}: fetching the state", st.id, p,
+                   st.fragments[p].global.version, welcome.fragment_versions[p]);
+      send_fetch(self);
+      break;
+    }
+  }
   if (st.phase == Phase::joining) {
     st.welcome_version = welcome.version;
     st.phase = Phase::fetching;

@@ -19,7 +19,8 @@ class actor_system_config;
 
 namespace archipelago::actors {
 
-class EventLog;  // actors/events.hpp
+class EventLog;      // actors/events.hpp
+struct LedgerCarry;  // actors/accounting.hpp
 
 struct SyncerOptions {
   double alpha = 0.5;           // learner merge of a received global fragment: α·local + (1−α)·global
@@ -71,6 +72,11 @@ struct RuntimeOptions {
   uint32_t keep_versions = 20;      // store retention: newest N committed versions (0 = all)
   int learner_checkpoint_every = 2; // a learner saves its unsent work + AdamW state every N steps (0 = never)
   bool learner_checkpoint_sync = false;  // fdatasync those files (survive power loss, not only a kill)
+  // The goodput ledger's wall clock starts here (the system clock's seconds; 0: when the monitor
+  // starts), and a restarted coordinator's failure monitor continues the run's ledger from the carry
+  // of the version it resumed (null: a fresh ledger). actors/accounting.hpp, LedgerCarry.
+  double run_started_unix_s = 0;
+  std::shared_ptr<const LedgerCarry> ledger_at_start;
   std::shared_ptr<EventLog> events;  // recent events for operators (null: none kept); shared by copies
   // Called on the actor system's configuration before the system starts (a local run with an admin
   // console loads CAF's io middleman here: actors/operator_endpoint.hpp). Null: nothing to add.

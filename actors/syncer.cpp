@@ -38,6 +38,7 @@ struct SyncerState {
   uint64_t restored_version = 0;           // the version the last restore loaded (0: none)
   nlohmann::json restored_digests;         // broadcast_digests() right after that restore
   std::map<std::string, caf::actor> learner_handles;
+  nlohmann::json ledger_carry;             // the failure monitor's latest (accounting.hpp, LedgerCarry)
   int64_t bytes_to_store = 0;
   Clock::time_point started = Clock::now();
   std::shared_ptr<spdlog::logger> log = component_logger("syncer");
@@ -91,6 +92,7 @@ void send_persist(SyncerActor* self, const StagedCommit& commit) {
   if (manifest.contains("accounting")) {
     manifest["accounting"]["bytes_from_learners"] = st.core->bytes_from_learners;
     manifest["accounting"]["bytes_to_learners"] = st.core->bytes_to_learners;
+    if (!st.ledger_carry.is_null()) manifest["accounting"]["ledger"] = st.ledger_carry;
   }
   auto end = st.outbox.wrap(CommitEnd{commit.version, manifest.dump()});
   if (end) self->send(store, std::move(*end));
@@ -159,6 +161,10 @@ void finish_restore(SyncerActor* self, const CommitEnd& marker) {
     st.log->error("cannot restore version {}: {}; retrying", marker.version, restored.error().to_string());
     request_restore(self);
     return;
+  }
+  if (st.ledger_carry.is_null() && manifest.contains("accounting") && manifest["accounting"].is_object() &&
+      manifest["accounting"].contains("ledger")) {
+    st.ledger_carry = manifest["accounting"]["ledger"];  // until the monitor's next, kept as committed
   }
   st.log->info("restored committed version {} from the checkpoint store", marker.version);
   st.restored_version = marker.version;
@@ -305,6 +311,10 @@ caf::behavior syncer_behavior(SyncerActor* self, SyncerSpec spec) {
   self->send(self, tick_atom::value);
   return {
       [=](WireBytes& bytes) { handle(self, std::move(bytes), caf::actor_cast<caf::actor>(self->current_sender())); },
+      [=](ledger_atom, const std::string& carry) {
+        auto j = nlohmann::json::parse(carry, nullptr, false);
+        if (j.is_object()) self->state.ledger_carry = std::move(j);
+      },
       [=](tune_atom, const std::string& key, const std::string& value) -> std::tuple<bool, std::string, std::string> {
         auto& st = self->state;
         auto change = st.core->set(key, value);

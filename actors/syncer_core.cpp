@@ -283,6 +283,9 @@ messages::Welcome SyncerCore::join(const messages::Join& join, double now_s) {
   record.joins += 1;
   record.received_until.resize(fragments_.size(), 0);
   welcome.received_until = record.received_until;
+  // The version each fragment last changed at: a learner that rejoins after missing broadcasts (a
+  // frozen or cut-off node) sees at once that it holds older ones, and fetches the state.
+  for (const auto& f : fragments_) welcome.fragment_versions.push_back(f.version);
   welcome.accepted = true;
   return welcome;
 }

@@ -46,6 +46,9 @@ using unpin_atom = caf::atom_constant<caf::atom("unpin")>;
 using audit_atom = caf::atom_constant<caf::atom("audit")>;
 // The admin actor's `set` of a runtime-tunable syncer key (local only): (tune, key, value).
 using tune_atom = caf::atom_constant<caf::atom("tune")>;
+// failure monitor -> syncer, in process: the goodput ledger's carry (accounting.hpp, LedgerCarry) as
+// JSON text, for the next committed version's manifest.
+using ledger_atom = caf::atom_constant<caf::atom("ledger")>;
 // To a learner (local only, with the process key): (pause, key, true | false); (restart, key).
 using pause_atom = caf::atom_constant<caf::atom("pause")>;
 // To a learner (local only, with the process key): (throttle, key, factor >= 1); (corrupt, key): its

@@ -45,6 +45,10 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
+// ledger_covers_the_run: the cluster's time the ledger may not count, at most: the first coordinator's
+// start-up before its clock runs (data, model, held-out score) and the last one's final evaluation.
+constexpr double kLedgerStartupS = 10;
+
 void sleep_s(double s) { std::this_thread::sleep_for(std::chrono::microseconds(static_cast<int64_t>(s * 1e6))); }
 
 std::string read_text(const fs::path& path) {
@@ -610,7 +614,6 @@ struct RunResult {
   std::string error;
   std::vector<LossPoint> loss;
   std::vector<Recovery> recoveries;
-  std::vector<json> ledgers;  // per coordinator incarnation: its last ledger ({"seconds": {...}})
   json final_summary;
   double initial_loss = NAN, final_loss = NAN;
   double wall_s = 0;
@@ -618,8 +621,10 @@ struct RunResult {
   double coordinator_down_s = 0;
   std::vector<Check> checks;
   double goodput = NAN;
-  std::map<std::string, double> parts;  // seconds, summed over incarnations
+  std::map<std::string, double> parts;  // seconds: the last coordinator's ledger, which covers the whole run
   double allocated_s = 0;
+  double ledger_wall_s = 0;   // allocated ÷ slots: the run's time as the ledger counts it
+  double cluster_wall_s = 0;  // the first coordinator's start → the last one's summary, on the drill's clock
 };
 
 using Hashes = std::map<uint64_t, std::vector<std::string>>;  // version -> role/fragment/hash entries
@@ -725,7 +730,7 @@ class Runner {
     coordinator_ = std::make_unique<Child>(binary_, "coordinator", coordinator_args(), dir_, coordinator_incarnation_++);
     tail_.reset(coordinator_->out_path());
     admin_->forget();
-    ledger_now_ = json();
+    if (first_coordinator_s_ < 0) first_coordinator_s_ = now();
   }
 
   // With sites in namespaces, node-i runs in site (i % sites)'s, through `ip netns exec`, which execs
@@ -779,7 +784,6 @@ class Runner {
   void poll_status() {
     auto status = admin_->call(port_, messages::AdminVerb::status);
     if (!status) return;
-    if (status->contains("goodput") && (*status)["goodput"].is_object()) ledger_now_ = (*status)["goodput"];
     if (status->contains("committed_version") && (*status)["committed_version"].is_number()) {
       last_version_ = std::max<int64_t>(last_version_, (*status)["committed_version"].get<int64_t>());
     }
@@ -843,6 +847,7 @@ class Runner {
     std::vector<std::string> throttled;  // slow learner: the learners the console throttled
     int64_t malformed_at = -1;           // corrupt: the syncer's malformed refusals before it; -1 once seen
     int site = -1;                       // cut
+    double rejoined_s = -1;              // learner, node, site: when every victim was seen back
   };
 
   // The syncer's refusals of `reason` so far (status), or -1 when the coordinator did not answer.
@@ -880,12 +885,18 @@ class Runner {
     t.r.at_s = now();
     poll_learners();
     auto node_index = [&](const std::string& target) { return std::atoi(target.c_str() + 5); };
-    if (f.kind == "kill_learner") {
+    // A fault aimed at one learner: it must be alive; its merges so far are the baseline of its recovery.
+    auto aim_at_learner = [&](const char* kind, double bound_s) {
       auto row = learner(f.target);
-      if (row.empty() || row.value("state", "") != "alive") return skip(f, "not alive");
-      t.r.kind = "learner";
-      t.r.bound_s = c_.learner_bound_s;
+      if (row.empty() || row.value("state", "") != "alive") return json();
+      t.r.kind = kind;
+      t.r.bound_s = bound_s;
       t.merged_at[f.target] = row.value("contributions_merged", int64_t{0});
+      return row;
+    };
+    if (f.kind == "kill_learner") {
+      auto row = aim_at_learner("learner", c_.learner_bound_s);
+      if (row.empty()) return skip(f, "not alive");
       t.restarts_at[f.target] = row.value("restarts", 0);
       auto answer = stall_and_command(messages::AdminVerb::kill_learner, f.target);
       if (!answer) return skip(f, "console: " + answer.error().reason);
@@ -893,11 +904,7 @@ class Runner {
       t.r.evidence = "console 'kill learner " + f.target + "': " + answer->dump();
       result_.kills += 1;
     } else if (f.kind == "slow_learner") {
-      auto row = learner(f.target);
-      if (row.empty() || row.value("state", "") != "alive") return skip(f, "not alive");
-      t.r.kind = "slow_learner";
-      t.r.bound_s = c_.freeze_bound_s;
-      t.merged_at[f.target] = row.value("contributions_merged", int64_t{0});
+      if (aim_at_learner("slow_learner", c_.freeze_bound_s).empty()) return skip(f, "not alive");
       // A synchronous job runs at its slowest member's pace: the ddp-like run slows every learner.
       std::string answers;
       t.throttled = throttle(result_.mode == "ddp" ? all_learners() : std::vector<std::string>{f.target}, c_.slow_factor,
@@ -907,11 +914,7 @@ class Runner {
       t.restart_at_s = t.r.at_s + c_.slow_s;
       t.r.evidence = "console 'throttle " + f.target + " " + fmt(c_.slow_factor, 1) + "' for " + fmt(c_.slow_s, 1) + " s: " + answers;
     } else if (f.kind == "corrupt_update") {
-      auto row = learner(f.target);
-      if (row.empty() || row.value("state", "") != "alive") return skip(f, "not alive");
-      t.r.kind = "corrupt";
-      t.r.bound_s = c_.learner_bound_s;
-      t.merged_at[f.target] = row.value("contributions_merged", int64_t{0});
+      if (aim_at_learner("corrupt", c_.learner_bound_s).empty()) return skip(f, "not alive");
       t.malformed_at = refused("malformed");
       if (t.malformed_at < 0) return skip(f, "no status from the coordinator");
       auto answer = stall_and_command(messages::AdminVerb::corrupt_update, f.target);
@@ -1001,8 +1004,6 @@ class Runner {
       coordinator_->wait(10);
       t.r.at_s = now();
       result_.kills += 1;
-      if (!ledger_now_.is_null()) result_.ledgers.push_back(ledger_now_);
-      ledger_now_ = json();
       // The store as the killed process left it: its latest version, every digest.
       auto store = storage::CheckpointStore::open((dir_ / "run" / "store").string());
       if (!store) {
@@ -1014,6 +1015,7 @@ class Runner {
       store->reset();
       const uint64_t before = latest ? *latest : 0;
       if (hashes) {
+        compare_snapshots(*hashes);  // what earlier kills read, against the store this one left
         for (const auto& [v, e] : *hashes) snapshots_[v] = e;
       }
       t.r.detail["store_latest_at_kill"] = before;
@@ -1148,9 +1150,14 @@ class Runner {
     if (!t.r.detail.contains("down_s") && t.restarted.size() == t.merged_at.size() &&
         (t.r.kind == "learner" || t.r.kind == "node" || t.r.kind == "site")) {
       t.r.detail["down_s"] = now() - t.r.at_s;  // the fault -> every victim alive again (the rejoin seen)
+      t.rejoined_s = now();
     }
     if (t.done.size() == t.merged_at.size()) {
       t.r.recovered_s = now();
+      // A node's learners: their rejoin seen -> each merged again (the target: one fragment round).
+      if (t.rejoined_s >= 0 && (t.r.kind == "node" || t.r.kind == "site")) {
+        t.r.detail["rejoin_to_merged_s"] = t.r.recovered_s - t.rejoined_s;
+      }
       return true;
     }
     return now() > t.r.from_s + std::max(60.0, 3 * t.r.bound_s);
@@ -1278,23 +1285,17 @@ class Runner {
       result_.driven = false;
       return;
     }
-    if (s.contains("goodput_seconds")) result_.ledgers.push_back({{"seconds", s["goodput_seconds"]}});
-    for (const auto& ledger : result_.ledgers) {
-      if (!ledger.contains("seconds")) continue;
-      for (const auto& [part, v] : ledger["seconds"].items()) {
+    // The last coordinator's ledger goes on from the carry of the version it resumed: it covers the
+    // whole run, every earlier incarnation and the time no coordinator ran (actors/accounting.hpp).
+    result_.cluster_wall_s = now() - first_coordinator_s_;
+    if (s.contains("goodput_seconds") && s["goodput_seconds"].is_object()) {
+      for (const auto& [part, v] : s["goodput_seconds"].items()) {
         if (!v.is_number()) continue;
         result_.parts[part] += v.get<double>();
         result_.allocated_s += v.get<double>();
       }
     }
-    // Between a kill and the next incarnation's listening socket no ledger runs, yet the slots stay
-    // allocated (and their learners' work of that time is merged by the next incarnation): that time,
-    // measured here, is allocated too, as its own part.
-    const double down = result_.coordinator_down_s * c_.nodes * c_.learners_per_node;
-    if (down > 0) {
-      result_.parts["coordinator_down"] += down;
-      result_.allocated_s += down;
-    }
+    result_.ledger_wall_s = result_.allocated_s / (c_.nodes * c_.learners_per_node);
     result_.goodput = result_.allocated_s > 0 ? result_.parts["merged"] / result_.allocated_s : NAN;
     if (s["heldout_loss"].is_number()) result_.final_loss = s["heldout_loss"].get<double>();
     if (s["resumed_from_version"].is_null() && s["initial_heldout_loss"].is_number()) {
@@ -1302,6 +1303,7 @@ class Runner {
     }
     check_store();
     check_recoveries();
+    check_ledger();
   }
 
   void add(const std::string& name, bool passed, const std::string& evidence) {
@@ -1344,21 +1346,14 @@ class Runner {
             std::to_string(final_version) + ": " + (complete ? "yes" : "no") + failures);
     // 2. Digests of the versions seen at each coordinator kill never changed.
     auto after = stored_hashes(**store);
-    if (after && !snapshots_.empty()) {
-      // With runtime.keep_versions > 0 retention drops the oldest versions: one older than the oldest
-      // kept is dropped, not lost.
-      const uint64_t oldest = after->empty() ? 0 : after->begin()->first;
-      int same = 0, changed = 0, lost = 0, dropped = 0;
-      for (const auto& [v, e] : snapshots_) {
-        auto it = after->find(v);
-        if (it == after->end()) (v < oldest ? dropped : lost) += 1;
-        else if (it->second == e) same += 1;
-        else changed += 1;
-      }
-      add("digests_never_change", changed == 0 && lost == 0 && same + dropped > 0,
-          std::to_string(same) + " versions read at the coordinator kills hold the same digests after the run, " +
-              std::to_string(changed) + " changed, " + std::to_string(lost) + " lost" +
-              (dropped ? ", " + std::to_string(dropped) + " older than the oldest kept (retention)" : std::string()));
+    if (after && (!snapshots_.empty() || digests_.compared() > 0)) {
+      compare_snapshots(*after);
+      const auto& d = digests_;
+      add("digests_never_change", d.changed == 0 && d.lost == 0 && d.same > 0,
+          std::to_string(d.same) + " comparisons of a version read at a coordinator kill with the store at the next "
+              "kill or after the run held the same digests, " + std::to_string(d.changed) + " changed, " +
+              std::to_string(d.lost) + " lost" +
+              (d.dropped ? ", " + std::to_string(d.dropped) + " dropped by retention before a comparison" : std::string()));
     }
     // 3. No update applied twice: per learner and fragment, the steps of every merged contribution
     // (the manifests' contributors) add up to no more than the data positions its accepted work spans
@@ -1403,6 +1398,45 @@ class Runner {
             " learner-fragment pairs: merged steps <= their data span in " + std::to_string(steps.size() - over) +
             "; received_until never decreased: " + (monotone ? "yes" : "no") + "; duplicates refused by the syncer: " +
             std::to_string(duplicates) + worst);
+  }
+
+  // The goodput ledger is honest across coordinator kills: the last coordinator's ledger covers the
+  // run from the first one's start (the carry), and no part is negative (merged work never outruns the
+  // compute the learners measured).
+  void check_ledger() {
+    if (result_.allocated_s <= 0) {
+      add("ledger_covers_the_run", false, "the last coordinator's summary has no ledger");
+      return;
+    }
+    std::string worst = "merged";
+    for (const auto& [part, v] : result_.parts) {
+      if (v < result_.parts[worst]) worst = part;
+    }
+    const double floor = -0.01 * result_.allocated_s;
+    const double gap = result_.cluster_wall_s - result_.ledger_wall_s;
+    const bool covers = gap >= -1 && gap <= kLedgerStartupS;
+    add("ledger_covers_the_run", covers && result_.parts[worst] >= floor,
+        "allocated " + fmt(result_.allocated_s, 1) + " s = " + fmt(result_.ledger_wall_s, 1) + " s per slot; the cluster ran " +
+            fmt(result_.cluster_wall_s, 1) + " s from the first coordinator's start (difference " + fmt(gap, 1) +
+            " s, at most " + fmt(kLedgerStartupS, 0) + " s: the first start's model build and the last one's final "
+            "evaluation); " + std::to_string(result_.kills) + " kills; smallest part " + worst + " " +
+            fmt(result_.parts[worst], 2) + " s (floor " + fmt(floor, 2) + " s)");
+  }
+
+  // Every version read at an earlier kill against the store now: the same digests, or dropped by
+  // retention (older than the oldest kept), never changed or lost. A dropped one is compared no more.
+  void compare_snapshots(const Hashes& now_stored) {
+    const uint64_t oldest = now_stored.empty() ? 0 : now_stored.begin()->first;
+    for (auto it = snapshots_.begin(); it != snapshots_.end();) {
+      auto found = now_stored.find(it->first);
+      if (found == now_stored.end()) {
+        (it->first < oldest ? digests_.dropped : digests_.lost) += 1;
+        it = snapshots_.erase(it);
+        continue;
+      }
+      (found->second == it->second ? digests_.same : digests_.changed) += 1;
+      ++it;
+    }
   }
 
   void check_recoveries() {
@@ -1495,12 +1529,16 @@ class Runner {
   std::vector<std::unique_ptr<Child>> nodes_;
   std::vector<int> node_incarnations_;
   std::map<std::string, json> learners_;
-  json ledger_now_;
+  double first_coordinator_s_ = -1;
   int64_t last_version_ = 0;
   std::optional<Tracking> pending_;
   std::vector<std::string> stalled_;
   std::vector<json> skipped_;
   std::map<uint64_t, std::vector<std::string>> snapshots_;
+  struct DigestComparisons {
+    int same = 0, changed = 0, lost = 0, dropped = 0;
+    int compared() const { return same + changed + lost + dropped; }
+  } digests_;
   bool resumed_ok_ = true;
   std::string resumed_evidence_;
   RunResult result_;
@@ -1613,7 +1651,7 @@ std::string line_svg(const std::string& title, const std::string& ylabel, const 
 // Stacked horizontal bars: each run's ledger parts as shares of its allocated time.
 std::string ledger_svg(const std::vector<std::pair<std::string, std::map<std::string, double>>>& runs) {
   const std::vector<std::string> parts = {"merged", "rejected", "unmerged", "recovering", "waiting",
-                                          "paused", "overhead", "restarting", "idle", "coordinator_down"};
+                                          "paused", "overhead", "restarting", "idle"};
   const double W = 760, L = 90, R = 20, T = 40, bar = 34, gap = 18;
   const double H = T + runs.size() * (bar + gap) + 70;
   std::ostringstream o;
@@ -1809,6 +1847,13 @@ int run_drill(const DrillArguments& arguments) {
     }
   }
   line["coordinator_start_to_listening_s"] = stats_of(start_to_listening);
+  // A node restart in two parts too: its spawn -> its learners rejoined (LibTorch, the join, the state
+  // fetch: down_s), rejoined -> merged again, against one fragment round (H inner steps, step_s below).
+  std::vector<double> rejoin_to_merged;
+  for (const auto& r : diloco.recoveries) {
+    if (r.detail.contains("rejoin_to_merged_s")) rejoin_to_merged.push_back(r.detail["rejoin_to_merged_s"].get<double>());
+  }
+  line["node_rejoin_to_merged_s"] = stats_of(rejoin_to_merged);
 
   // What a model of this drill needs (archipelago sim --from-drill): its shape, its faults by kind,
   // how long each kept its victims down, the mean compute time of a step, and the ledgers' parts.
@@ -1847,7 +1892,9 @@ int run_drill(const DrillArguments& arguments) {
   const double merged_s = seconds.is_object() ? seconds.value("merged", 0.0) : 0.0;
   const double steps = timed.final_summary.value("tokens", 0.0) / (double(config.inner.batch_size) * config.model.seq_len);
   line["step_s"] = steps > 0 && merged_s > 0 ? json(merged_s / steps) : json(nullptr);
-  line["step_s_from"] = runs.count("fault_free") ? "fault_free" : "diloco (last coordinator incarnation)";
+  line["step_s_from"] = runs.count("fault_free") ? "fault_free" : "diloco";
+  line["fragment_round_s"] = line["step_s"].is_number() ? json(config.run.inner_steps * line["step_s"].get<double>())
+                                                         : json(nullptr);
 
   // ---- report ----
   std::vector<Series> series;
@@ -1889,12 +1936,11 @@ int run_drill(const DrillArguments& arguments) {
     md << "| " << mode << " | " << num(r.goodput, 3) << " | " << num(r.parts.count("merged") ? r.parts.at("merged") : 0, 1) << " | "
        << num(r.allocated_s, 1) << " | " << num(r.final_loss, 4) << " |\n";
   }
-  md << "\nGoodput is merged compute ÷ allocated slot time, summed over the coordinator's incarnations (a killed "
-        "incarnation's last `status` ledger, read just before its kill; the last one's summary). The time between a "
-        "kill and the next incarnation's listening socket is in no ledger; the drill measures it and allocates it to "
-        "every slot as the part `coordinator_down` ("
+  md << "\nGoodput is merged compute ÷ allocated slot time, from the last coordinator's summary: its ledger goes on "
+        "from the carry of the committed version it resumed, so it covers the whole run, every earlier incarnation and "
+        "the time no coordinator ran (kill → the next one listening: "
      << num(diloco.coordinator_down_s, 2)
-     << " s in the DiLoCo run). The `ddp` run is the same DiLoCo cluster under the same schedule where every fault also "
+     << " s in the DiLoCo run), when the learners trained on and the next coordinator merged their work. The `ddp` run is the same DiLoCo cluster under the same schedule where every fault also "
         "stalls every other learner (console `pause`) until the victim has merged a contribution again, which is what a "
         "data-parallel job's barrier does; `ddp` across processes does not exist.\n\n"
         "![goodput](goodput.svg)\n\n![loss](loss.svg)\n\n## Invariants (DiLoCo run)\n\n| invariant | | evidence |\n|---|---|---|\n";
@@ -1919,6 +1965,13 @@ int run_drill(const DrillArguments& arguments) {
     if (v.empty()) continue;
     md << "| " << kind << " | " << v.size() << " | " << num(st["median"].get<double>()) << " | " << num(st["max"].get<double>())
        << " | " << num(bounds_of(c)[kind], 1) << " | " << (definitions.count(kind) ? definitions.at(kind) : "") << " |\n";
+  }
+  if (!rejoin_to_merged.empty() && line["fragment_round_s"].is_number()) {
+    const auto st = stats_of(rejoin_to_merged);
+    md << "\nA node's learners, from their rejoin (seen by the drill's 0.1 s polls) to each merged again: median "
+       << num(st["median"].get<double>()) << " s, max " << num(st["max"].get<double>()) << " s over " << rejoin_to_merged.size()
+       << " node faults, against one fragment round of " << num(line["fragment_round_s"].get<double>())
+       << " s (H × the mean step). The rest of a node's recovery is the process start, LibTorch and the join.\n";
   }
   md << "\n![recovery](recovery.svg)\n\n## Faults (DiLoCo run)\n\n| at s | fault | target | recovery s | evidence |\n|---|---|---|---|---|\n";
   for (const auto& r : diloco.recoveries) {

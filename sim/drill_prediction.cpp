@@ -172,8 +172,8 @@ DrillPrediction predict_drill(const json& result, const DrillOptions& options) {
   if (p.faults.site > 0)
     p.notes.push_back("site faults: " + std::to_string(p.faults.site) + " x " + fixed(nodes_per_site, 2) +
                       " nodes simulated as separate node faults, down " + fixed(site_down, 2) + " s");
-  // Freezes stall a node for freeze_s; a slowdown stops it slow_duty of slow_s.
-  const double freeze_s = read.optional("freeze_s"), slow_s = read.optional("slow_s"), slow_duty = read.optional("slow_duty");
+  // Freezes stall a node for freeze_s; slowdowns are not charged (below).
+  const double freeze_s = read.optional("freeze_s");
   double stall_seconds = 0;
   if (p.faults.freeze > 0) {
     if (std::isfinite(freeze_s)) {
@@ -183,19 +183,21 @@ DrillPrediction predict_drill(const json& result, const DrillOptions& options) {
       p.notes.push_back(std::to_string(p.faults.freeze) + " freezes not charged: the result has no freeze_s");
     }
   }
+  // A slowed node's steps take longer and are merged: the ledger counts their time as compute, and
+  // the run's throughput drops, not its goodput. A freeze past the staleness bound is lost instead:
+  // the frozen time sits in the step it stopped, whose update is refused as stale (`rejected`).
   if (p.faults.slow > 0) {
-    if (std::isfinite(slow_s) && std::isfinite(slow_duty)) {
-      c.node_stalls += p.faults.slow;
-      stall_seconds += p.faults.slow * slow_s * slow_duty;
-    } else {
-      p.notes.push_back(std::to_string(p.faults.slow) + " slowdowns not charged: the result has no slow_s and slow_duty");
-    }
+    p.notes.push_back(std::to_string(p.faults.slow) + " slowdowns not charged: slower steps are merged compute");
   }
   c.node_stall_s = c.node_stalls > 0 ? stall_seconds / c.node_stalls : 0;
   for (const auto& [kind, n] : result["fault_counts"].items()) {
     static const std::vector<std::string> modelled{"learner", "node", "site", "coordinator", "freeze", "slow"};
-    if (std::find(modelled.begin(), modelled.end(), kind) == modelled.end() && n.is_number() && n.get<double>() > 0)
+    if (kind == "slow_learner" && n.is_number() && n.get<double>() > 0) {
+      p.notes.push_back(n.dump() + " throttled learners not charged: slower steps are merged compute");
+    } else if (std::find(modelled.begin(), modelled.end(), kind) == modelled.end() && n.is_number() &&
+               n.get<double>() > 0) {
       p.notes.push_back(n.dump() + " " + kind + " faults not modelled (not charged)");
+    }
   }
   c.runs = options.runs;
   c.seed = options.seed;

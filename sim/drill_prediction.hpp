@@ -10,7 +10,7 @@
 //   fault_counts.{learner,node,site,coordinator,freeze,slow}   faults applied (absent: 0)
 //   down_s.{learner,node,site,coordinator}.mean                 seconds each kind kept its victims down
 //   sites                                  only with site faults: nodes / sites nodes per site
-//   freeze_s, slow_s, slow_duty            optional: without them freezes and slowdowns are not charged
+//   freeze_s                               optional: without it freezes are not charged
 //   (other kinds in fault_counts are not modelled: named in the notes, not charged)
 // and the fault-free efficiency: goodput.fault_free (the drill's fault-free run, or its
 // ledger_s.fault_free parts), or options.fault_free_goodput when given (a soak has no fault-free run).
@@ -21,7 +21,10 @@
 // window with the measured count; a learner fault stops one learner for down_s.learner.mean and
 // loses its unsent work; a node fault does that to every learner of the node for down_s.node.mean;
 // a site fault counts as nodes/sites node faults with down_s.site.mean; a freeze stalls a node for
-// freeze_s, a slowdown for slow_s x slow_duty. A coordinator outage (down_s.coordinator.mean) costs
+// freeze_s (the ledger finds the frozen time inside the step it stopped, in an update refused as
+// stale). A slowdown (a node stopped part of each second, a throttled learner) is not charged: its
+// steps take longer and are merged, so the ledger counts their time as merged compute; throughput
+// drops, goodput does not. A coordinator outage (down_s.coordinator.mean) costs
 // nothing by default: a node's learners train on while the coordinator is away, hold their updates
 // until they rejoin, and the next incarnation merges that work (the drill's goodput counts it as
 // merged). With outages_stop_learners it stops every learner instead and loses nothing. A computing
@@ -70,7 +73,7 @@ struct DrillPrediction {
   double lost_to_learner_faults = 0;       // E x learners' down time after learner faults
   double lost_to_node_faults = 0;          // E x learners' down time after node and site faults
   double lost_to_coordinator_outages = 0;  // outages_stop_learners: outage_share; else 0
-  double lost_to_stalls = 0;               // E x stalled learners' time (freezes, slowdowns)
+  double lost_to_stalls = 0;               // E x frozen learners' time
   double lost_unsent_work = 0;             // unsent work the failed learners lost
   std::vector<std::string> notes;          // approximations made and faults not charged
 };

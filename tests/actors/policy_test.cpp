@@ -263,6 +263,45 @@ TEST_CASE("goodput ledger from actor status: a resumed run's earlier merges are 
   CHECK(ledger.goodput() == doctest::Approx(7.0 / 20));
 }
 
+TEST_CASE("goodput ledger carry: a committed version's value round-trips, and a bad one is refused with its reason") {
+  LedgerCarry carry;
+  carry.run_started_unix_s = unix_seconds() - 100;
+  SlotCarry slot;
+  slot.total.lifetime_seconds = 90;
+  slot.total.compute_seconds = 70;
+  slot.raw.reporter = 0xfedcba9876543210ull;  // above 2^53: kept exactly
+  slot.raw.lifetime_seconds = 40;
+  slot.raw.incarnation = 3;
+  carry.slots["learner-0"] = slot;
+  auto back = ledger_carry_from_json(nlohmann::json::parse(to_json(carry).dump()));
+  REQUIRE_MESSAGE(back, back.error().reason);
+  CHECK(back->run_started_unix_s == carry.run_started_unix_s);
+  REQUIRE(back->slots.count("learner-0") == 1);
+  const auto& b = back->slots.at("learner-0");
+  CHECK(b.raw.reporter == 0xfedcba9876543210ull);
+  CHECK(b.raw.incarnation == 3);
+  CHECK(b.raw.lifetime_seconds == 40);
+  CHECK(b.total.lifetime_seconds == 90);
+  CHECK(b.total.compute_seconds == 70);
+
+  auto refused = [](nlohmann::json j, const std::string& why) {
+    auto r = ledger_carry_from_json(j);
+    REQUIRE_FALSE(r);
+    CHECK_MESSAGE(r.error().reason.find(why) != std::string::npos, r.error().reason);
+  };
+  auto j = to_json(carry);
+  refused(nlohmann::json::array(), "not an object");
+  auto future = j;
+  future["run_started_unix_s"] = unix_seconds() + 3600;
+  refused(future, "run_started_unix_s");
+  auto negative = j;
+  negative["slots"]["learner-0"]["total"]["compute_s"] = -1.0;
+  refused(negative, "compute_s");
+  auto no_reporter = j;
+  no_reporter["slots"]["learner-0"]["raw"].erase("reporter");
+  refused(no_reporter, "reporter");
+}
+
 TEST_CASE("policy: installing a global fragment replaces, mixes or carries the unsent steps") {
   const std::vector<float> global = {10, 20, 30};
   // The learner sent at θ_ref = {1, 2, 3} and has taken steps since: θ = {1.5, 2, 2}.

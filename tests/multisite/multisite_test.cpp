@@ -1,6 +1,7 @@
 // Coordinator and nodes as real processes on loopback: training, node and coordinator kills with
 // restarts, authentication, TLS. Every test bounds its waits, uses 127.0.0.1 and free ports, and
 // its Process objects kill what they started when a check fails.
+#include <chrono>
 #include <cstdlib>
 #include <map>
 #include <tuple>
@@ -125,6 +126,7 @@ TEST_CASE("a SIGKILLed node: the others keep committing and when restarted its l
 TEST_CASE("a SIGKILLed coordinator restarts from its store: nodes reconnect and committed versions never change") {
   Scratch s("coordinator-kill");
   const int port = free_port();
+  const auto run_started = std::chrono::steady_clock::now();
   auto first = std::make_unique<Process>("coordinator-1", coordinator_args(s, port, {"train.max_seconds=0"}), s.dir);
   await_listening(*first);
   Process a("node-a", node_args(s, port, "node-a"), s.dir);
@@ -133,6 +135,7 @@ TEST_CASE("a SIGKILLed coordinator restarts from its store: nodes reconnect and 
                                           first->last_value("version") >= 5; }, 60),
                   first->all());
   first->kill(SIGKILL);
+  const auto killed = std::chrono::steady_clock::now();
   const Hashes before = stored_hashes(s.dir / "run" / "store");
   REQUIRE(!before.empty());
   const uint64_t last_committed = before.rbegin()->first;
@@ -140,6 +143,7 @@ TEST_CASE("a SIGKILLed coordinator restarts from its store: nodes reconnect and 
                                           b.err().find("lost the coordinator") != std::string::npos; }, 15),
                   a.all() << b.all());
 
+  const double down_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count();
   Process second("coordinator-2", coordinator_args(s, port, {"train.max_seconds=0"}), s.dir);
   await_listening(second);
   REQUIRE_MESSAGE(wait_until([&] { return count_of(second.err(), "admitted node") >= 2; }, 30),
@@ -167,6 +171,25 @@ TEST_CASE("a SIGKILLed coordinator restarts from its store: nodes reconnect and 
     CHECK_MESSAGE(it->second == entries, "committed version " << version << " changed");
   }
   CHECK(after.rbegin()->first == summary["final_version"].get<uint64_t>());
+
+  // The goodput ledger went on from the resumed version's carry: the last coordinator's covers the
+  // run from the first one's start (4 slots), its downtime included, and no part is negative (work
+  // the nodes computed while no coordinator ran, merged by the second, was measured by the second).
+  const double cluster_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - run_started).count();
+  const auto& seconds = summary["goodput_seconds"];
+  double allocated = 0, smallest = 1e9;
+  std::string smallest_part;
+  for (const auto& [part, v] : seconds.items()) {
+    allocated += v.get<double>();
+    if (v.get<double>() < smallest) smallest = v.get<double>(), smallest_part = part;
+  }
+  CAPTURE(seconds.dump());
+  CHECK(allocated / 4 <= cluster_s);
+  CHECK(allocated / 4 >= cluster_s - 10);  // the first start's model build, the last one's final evaluation
+  // The second process's own clock is less by the first one's time and the time no coordinator ran.
+  CHECK(allocated / 4 - summary["wall_s"].get<double>() >= down_s);
+  CHECK_MESSAGE(smallest >= -0.01 * allocated, smallest_part << " = " << smallest);
+  CHECK(seconds["merged"].get<double>() > 0);
 }
 
 TEST_CASE("a wrong or missing token is refused with a clear error on both sides and counted") {

@@ -7,6 +7,7 @@
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <fstream>
 #include <iterator>
 #include <sstream>
@@ -173,26 +174,27 @@ TEST_CASE("without a fault-free run the efficiency must be given") {
   CHECK(ledger.efficiency_source.find("ledger_s.fault_free") != std::string::npos);
 }
 
-TEST_CASE("freezes and slowdowns are charged only when the result gives their lengths") {
+TEST_CASE("a freeze is charged when the result gives its length, and slowdowns are merged compute, not charged") {
   json r = with_faults(json::object(), 0);
-  r["fault_counts"] = {{"freeze", 1}, {"slow", 1}};
+  r["fault_counts"] = {{"freeze", 1}, {"slow", 1}, {"slow_learner", 1}};
   const DrillPrediction uncharged = predict_drill(r, quick());
   REQUIRE_MESSAGE(uncharged.error.empty(), uncharged.error);
   CHECK(uncharged.predicted == doctest::Approx(uncharged.efficiency).epsilon(1e-9));
-  CHECK(uncharged.notes.size() == 2);
+  CHECK(uncharged.notes.size() == 3);  // the freeze without its length, the slowdown, the throttle
   r["freeze_s"] = 3;
   r["slow_s"] = 8;
   r["slow_duty"] = 0.5;
   const DrillPrediction charged = predict_drill(r, quick());
   REQUIRE_MESSAGE(charged.error.empty(), charged.error);
-  CHECK(charged.notes.empty());
-  // Two learners stopped 3 s and 4 s, losing nothing else (less when both strike one node at once).
-  CHECK(charged.lost_to_stalls == doctest::Approx(charged.efficiency * 2 * 7 / (4 * 140.0)).epsilon(0.01));
+  CHECK(charged.notes.size() == 2);
+  // The frozen node's two learners stopped 3 s each; the slowdown costs nothing.
+  CHECK(charged.lost_to_stalls == doctest::Approx(charged.efficiency * 2 * 3 / (4 * 140.0)).epsilon(0.01));
   CHECK(charged.predicted == doctest::Approx(charged.efficiency - charged.lost_to_stalls).epsilon(1e-9));
   r["fault_counts"]["cut"] = 2;  // a kind the model does not know is named, not silently dropped
   const DrillPrediction unknown = predict_drill(r, quick());
-  REQUIRE(unknown.notes.size() == 1);
-  CHECK(unknown.notes[0].find("cut") != std::string::npos);
+  REQUIRE(unknown.notes.size() == 3);
+  CHECK(std::any_of(unknown.notes.begin(), unknown.notes.end(),
+                    [](const std::string& n) { return n.find("2 cut faults not modelled") != std::string::npos; }));
 }
 
 TEST_CASE("archipelago sim --from-drill --json: one line with predicted, measured, difference") {
