@@ -230,7 +230,7 @@ Expected<Config> to_config(const toml::table& table) {
            in_open_range("inner.min_lr_fraction", c.inner.min_lr_fraction, -1e-12, 1 + 1e-12),
            at_least("inner.clip_norm", c.inner.clip_norm, 0),
            at_least("inner.batch_size", c.inner.batch_size, 1),
-           one_of("inner.precision", c.inner.precision, {"fp32", "bf16"}),
+           one_of("inner.precision", c.inner.precision, {"auto", "fp32", "bf16"}),
            one_of("outer.optimizer", c.outer.optimizer, {"auto", "nesterov", "delayed_nesterov"}),
            at_least("outer.lr", c.outer.lr, 0),
            in_open_range("outer.momentum", c.outer.momentum, -1e-12, 1),

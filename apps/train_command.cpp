@@ -322,7 +322,9 @@ int run_train(const TrainArguments& arguments) {
         {"uplink_codec", config->outer.codec}, {"downlink_codec", config->outer.downlink_codec},
         {"learner_nonfinite_recoveries", r.learner_nonfinite_recoveries},
         {"blas", blas.library}, {"blas_gflops", blas.gflops},
-        {"device", config->run.device}, {"precision", config->inner.precision},
+        {"device", config->run.device},
+        {"precision", training::resolve_precision(config->inner.precision, config->run.device)},
+        {"precision_setting", config->inner.precision},
         {"versions_committed", r.versions_committed}, {"start_version", r.start_version},
         {"final_version", r.final_version}, {"goodput", r.goodput.goodput()},
         {"badput", ledger["badput"]}, {"goodput_seconds", ledger["seconds"]},
@@ -372,7 +374,8 @@ int run_train(const TrainArguments& arguments) {
       {"blas", blas.library},
       {"blas_gflops", blas.gflops},
       {"device", config->run.device},
-      {"precision", config->inner.precision},
+      {"precision", training::resolve_precision(config->inner.precision, config->run.device)},
+      {"precision_setting", config->inner.precision},
   };
   std::ofstream(run_dir / "summary.json") << summary.dump(2) << "\n";
   print_summary_table(summary);

@@ -7,6 +7,9 @@
 #include <thread>
 
 #include <ATen/autocast_mode.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
 
 #include "training/model.hpp"
 
@@ -38,6 +41,19 @@ class AutocastScope {
   bool enabled_;
   bool cuda_;
 };
+
+// AVX512-BF16 or AMX-BF16, from CPUID leaf 7 (sub-leaf 1: EAX bit 5; sub-leaf 0: EDX bit 22).
+bool cpu_has_bf16_matmul() {
+#if defined(__x86_64__) || defined(__i386__)
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
+  const bool amx_bf16 = (d >> 22) & 1u;
+  if (a < 1 || !__get_cpuid_count(7, 1, &a, &b, &c, &d)) return amx_bf16;
+  return amx_bf16 || ((a >> 5) & 1u);
+#else
+  return false;
+#endif
+}
 
 std::mutex creation_mutex;  // model initialization draws from torch's global generator
 
@@ -101,6 +117,12 @@ struct Replica::Impl {
   }
 };
 
+std::string resolve_precision(const std::string& precision, const std::string& device) {
+  if (precision != "auto") return precision;
+  const bool cpu = device.rfind("cuda", 0) != 0;
+  return cpu && cpu_has_bf16_matmul() ? "bf16" : "fp32";
+}
+
 Replica::Replica(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Replica::~Replica() = default;
 
@@ -112,6 +134,7 @@ Expected<std::unique_ptr<Replica>> Replica::create(const ModelConfig& model, con
   auto impl = std::make_unique<Impl>();
   impl->model_config = model;
   impl->inner = inner;
+  impl->inner.precision = resolve_precision(inner.precision, device);
   try {
     impl->device = torch::Device(device);
   } catch (const std::exception&) {
@@ -178,8 +201,7 @@ double Replica::evaluate(const std::vector<Batch>& batches) {
   impl_->model->eval();
   double sum = 0;
   for (const auto& batch : batches) {
-    auto [inputs, targets] = impl_->to_tensors(batch);
-    AutocastScope autocast(impl_->inner.precision == "bf16", impl_->device);
+    auto [inputs, targets] = impl_->to_tensors(batch);  // fp32: precisions compare on one measure
     sum += language_model_loss(impl_->model->forward(inputs), targets, 0.0).cross_entropy.item<double>();
   }
   return sum / static_cast<double>(batches.size());
