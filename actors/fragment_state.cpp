@@ -59,7 +59,8 @@ Expected<StagedFragment> stage_fragment(int fragment, const FragmentState& curre
     if (next.outer.accumulated.size() != static_cast<size_t>(next.numel)) next.outer.accumulated.assign(next.numel, 0.0f);
     for (size_t i : order) {  // N counts arrivals, not commits
       training::delayed_nesterov_arrival(next.outer, next.parameters.data(), pending[i].delta.data(), rules.lr,
-                                         rules.momentum, rules.delayed_every);
+                                         training::warmed_momentum(rules.momentum, rules.momentum_warmup, next.outer.steps),
+                                         rules.delayed_every);
     }
   } else {
     std::vector<training::Contribution> inputs;
@@ -72,7 +73,8 @@ Expected<StagedFragment> stage_fragment(int fragment, const FragmentState& curre
     if (rules.mode == "ddp") {
       for (int64_t i = 0; i < next.numel; ++i) next.parameters[i] -= (*merged)[i];  // θ ← θ_local (plain checkpoint)
     } else {
-      training::nesterov_step(next.outer, next.parameters.data(), merged->data(), rules.lr, rules.momentum);
+      training::nesterov_step(next.outer, next.parameters.data(), merged->data(), rules.lr,
+                              training::warmed_momentum(rules.momentum, rules.momentum_warmup, next.outer.steps));
     }
   }
   uint64_t highest_round = next.next_round;
@@ -114,7 +116,10 @@ nlohmann::json stored_entry(const FragmentState& state) {
   if (state.parameters != state.broadcast) layout.push_back("parameters");
   layout.push_back("momentum");
   if (!state.outer.accumulated.empty()) layout.push_back("accumulated");
-  return {{"layout", layout}, {"arrivals", state.outer.arrivals}, {"next_round", state.next_round}};
+  return {{"layout", layout},
+          {"arrivals", state.outer.arrivals},
+          {"outer_steps", state.outer.steps},
+          {"next_round", state.next_round}};
 }
 
 StoredFragment to_stored(const FragmentState& state) {
@@ -157,6 +162,7 @@ Expected<FragmentState> from_stored(std::vector<float> broadcast, std::vector<fl
   if (rules.delayed_nesterov && f.outer.accumulated.size() != n) f.outer.accumulated.assign(n, 0.0f);
   if (entry.is_object()) {
     f.outer.arrivals = entry.value("arrivals", int64_t{0});
+    f.outer.steps = entry.value("outer_steps", int64_t{0});  // stores before the warm-up: 0 (it only matters with one)
     f.next_round = entry.value("next_round", uint64_t{0});
   }
   f.broadcast = std::move(broadcast);

@@ -61,6 +61,7 @@ struct FragmentRules {
   training::MergeRule merge = training::MergeRule::token_weighted;
   double lr = 0.7;
   double momentum = 0.9;
+  int64_t momentum_warmup = 0;            // momentum ramps over this many momentum updates (training::warmed_momentum)
   bool delayed_nesterov = false;          // per-arrival Delayed Nesterov instead of one Nesterov step
   int delayed_every = 4;                  // its N
   messages::Codec downlink = messages::Codec::fp32;

@@ -410,7 +410,8 @@ void run_step(LearnerActor* self) {
   }
   // Slower hardware: the configured straggler (fault injection) and the operator's throttle. The
   // learner's thread is busy for (factor − 1) × its step time more.
-  const double slowdown = (faults.slow_learner == st.spec.index ? std::max(1.0, faults.slow_factor) : 1.0) * st.throttle;
+  const auto slow = faults.slowdowns.find(st.spec.index);
+  const double slowdown = (slow != faults.slowdowns.end() ? std::max(1.0, slow->second) : 1.0) * st.throttle;
   if (slowdown > 1) std::this_thread::sleep_for((Clock::now() - begin) * (slowdown - 1));
   const double elapsed = seconds(Clock::now() - begin);
   st.compute_s += elapsed;

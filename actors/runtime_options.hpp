@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -50,8 +51,8 @@ struct FaultOptions {
   double kill_learner_every_s = 0;  // kill a random live learner (exit reason kill) this often; 0 = never
   double kill_syncer_at_s = 0;      // kill the syncer once at this time; 0 = never
   int crash_learner_on_start = -1;  // this learner index fails at every start (restart-intensity demo)
-  int slow_learner = -1;            // this learner index runs `slow_factor` times slower (a straggler)
-  double slow_factor = 1.0;
+  std::map<int, double> slowdowns;  // learner index -> factor: its steps take that many times longer (stragglers)
+  double drop_outer_gradient = 0;   // reference engine, sync: a pseudo-gradient is lost from its round with this probability
   int nonfinite_learner = -1;       // this learner index gets a NaN in its weights once, at `nonfinite_at_step`
   int64_t nonfinite_at_step = 0;
   uint64_t seed = 7;                // of the kill schedule

@@ -73,6 +73,7 @@ SyncerCore::SyncerCore(RuntimeOptions options, std::vector<std::vector<float>> i
   if (auto rule = training::parse_merge_rule(outer.merge)) rules_.merge = *rule;
   rules_.lr = outer.lr;
   rules_.momentum = outer.momentum;
+  rules_.momentum_warmup = outer.momentum_warmup;
   rules_.delayed_nesterov = uses_delayed_nesterov(mode_, outer.optimizer);
   rules_.delayed_every = outer.delayed_every;
   if (auto codec = messages::parse_codec(outer.downlink_codec)) rules_.downlink = *codec;

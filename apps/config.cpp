@@ -1,6 +1,9 @@
 #include "apps/config.hpp"
 
+#include <cmath>
+#include <cstdlib>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include <toml++/toml.h>
@@ -115,6 +118,31 @@ Status in_open_range(const std::string& key, double value, double low, double hi
   return config_error(key, out.str());
 }
 
+// "INDEX:FACTOR[,INDEX:FACTOR...]" (e.g. "2:2,3:4"): learners that are that many times slower.
+Expected<std::map<int, double>> parse_slowdowns(const std::string& text, int learners) {
+  std::map<int, double> out;
+  if (text.empty()) return out;
+  auto bad = [&](const std::string& item, const std::string& why) {
+    return config_error("faults.slow_learners", "'" + item + "': " + why + " (expected INDEX:FACTOR[,INDEX:FACTOR...])");
+  };
+  std::istringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    const auto colon = item.find(':');
+    if (colon == std::string::npos) return bad(item, "no ':'");
+    const std::string index_text = item.substr(0, colon), factor_text = item.substr(colon + 1);
+    char* end = nullptr;
+    const long index = std::strtol(index_text.c_str(), &end, 10);
+    if (index_text.empty() || *end != '\0') return bad(item, "the index is not a whole number");
+    const double factor = std::strtod(factor_text.c_str(), &end);
+    if (factor_text.empty() || *end != '\0' || !std::isfinite(factor)) return bad(item, "the factor is not a number");
+    if (index < 0 || index >= learners) return bad(item, "no learner " + index_text + " (train.learners = " + std::to_string(learners) + ")");
+    if (factor < 1 || factor > 100) return bad(item, "the factor must be in [1, 100]");
+    if (!out.emplace(static_cast<int>(index), factor).second) return bad(item, "learner " + index_text + " is named twice");
+  }
+  return out;
+}
+
 Expected<Config> to_config(const toml::table& table) {
   Reader r{table};
   Config c;
@@ -150,6 +178,7 @@ Expected<Config> to_config(const toml::table& table) {
   c.outer.optimizer = r.get_string("outer.optimizer");
   c.outer.lr = r.get_double("outer.lr");
   c.outer.momentum = r.get_double("outer.momentum");
+  c.outer.momentum_warmup = static_cast<int>(r.get_int("outer.momentum_warmup"));
   c.outer.merge = r.get_string("outer.merge");
   c.outer.fragments = static_cast<int>(r.get_int("outer.fragments"));
   c.outer.fragment_layout = r.get_string("outer.fragment_layout");
@@ -183,8 +212,21 @@ Expected<Config> to_config(const toml::table& table) {
   c.faults.kill_learner_every_s = r.get_double("faults.kill_learner_every_s");
   c.faults.kill_syncer_at_s = r.get_double("faults.kill_syncer_at_s");
   c.faults.crash_learner_on_start = static_cast<int>(r.get_int("faults.crash_learner_on_start"));
-  c.faults.slow_learner = static_cast<int>(r.get_int("faults.slow_learner"));
-  c.faults.slow_factor = r.get_double("faults.slow_factor");
+  const int slow_learner = static_cast<int>(r.get_int("faults.slow_learner"));
+  const double slow_factor = r.get_double("faults.slow_factor");
+  auto slowdowns = parse_slowdowns(r.get_string("faults.slow_learners"), c.run.learners);
+  if (!slowdowns) return slowdowns.error();
+  c.faults.slowdowns = *slowdowns;
+  if (slow_learner >= 0) {
+    if (slow_learner >= c.run.learners) {
+      return config_error("faults.slow_learner", "learner " + std::to_string(slow_learner) + " does not exist (train.learners = " +
+                                                     std::to_string(c.run.learners) + ")");
+    }
+    if (!c.faults.slowdowns.emplace(slow_learner, slow_factor).second) {
+      return config_error("faults.slow_learner", "learner " + std::to_string(slow_learner) + " is also in faults.slow_learners");
+    }
+  }
+  c.faults.drop_outer_gradient = r.get_double("faults.drop_outer_gradient");
   c.faults.nonfinite_learner = static_cast<int>(r.get_int("faults.nonfinite_learner"));
   c.faults.nonfinite_at_step = r.get_int("faults.nonfinite_at_step");
   c.faults.seed = static_cast<uint64_t>(r.get_int("faults.seed"));
@@ -234,6 +276,7 @@ Expected<Config> to_config(const toml::table& table) {
            one_of("outer.optimizer", c.outer.optimizer, {"auto", "nesterov", "delayed_nesterov"}),
            at_least("outer.lr", c.outer.lr, 0),
            in_open_range("outer.momentum", c.outer.momentum, -1e-12, 1),
+           at_least("outer.momentum_warmup", c.outer.momentum_warmup, 0),
            one_of("outer.merge", c.outer.merge, {"mean", "token_weighted", "rda"}),
            at_least("outer.fragments", c.outer.fragments, 1),
            one_of("outer.fragment_layout", c.outer.fragment_layout, {"balanced", "strided"}),
@@ -263,8 +306,9 @@ Expected<Config> to_config(const toml::table& table) {
            at_least("faults.kill_learner_every_s", c.faults.kill_learner_every_s, 0),
            at_least("faults.kill_syncer_at_s", c.faults.kill_syncer_at_s, 0),
            at_least("faults.crash_learner_on_start", c.faults.crash_learner_on_start, -1),
-           at_least("faults.slow_learner", c.faults.slow_learner, -1),
-           at_least("faults.slow_factor", c.faults.slow_factor, 1),
+           at_least("faults.slow_learner", slow_learner, -1),
+           at_least("faults.slow_factor", slow_factor, 1),
+           in_open_range("faults.drop_outer_gradient", c.faults.drop_outer_gradient, -1e-12, 1),
            at_least("faults.nonfinite_learner", c.faults.nonfinite_learner, -1),
            at_least("faults.nonfinite_at_step", static_cast<double>(c.faults.nonfinite_at_step), 0),
            at_least("faults.seed", static_cast<double>(r.get_int("faults.seed")), 0),
@@ -283,6 +327,11 @@ Expected<Config> to_config(const toml::table& table) {
     if (!status) return status.error();
   }
   if (c.model.d_model % c.model.heads != 0) return config_error("model.preset", "d_model not divisible by heads");
+  if (c.faults.drop_outer_gradient > 0 && (c.engine != "reference" || c.run.mode != "sync")) {
+    return config_error("faults.drop_outer_gradient",
+                        "only the reference engine's sync mode drops pseudo-gradients (train.engine = reference, "
+                        "train.mode = sync); the actor runtime's learners fail for real (faults.kill_learner_every_s)");
+  }
   std::ostringstream out;
   out << table;
   c.toml = out.str();

@@ -342,6 +342,8 @@ int run_train(const TrainArguments& arguments) {
   }
   ProgressPrinter printer;
   training::ReferenceSetup setup{config->model, config->inner, config->outer, config->data, config->run};
+  setup.drop_outer_gradient = config->faults.drop_outer_gradient;
+  setup.drop_seed = config->faults.seed;
   auto result = training::run_reference(setup, shared_corpus, [&](const training::ProgressPoint& point) {
     printer.print(point);
     metrics << to_json(point).dump() << "\n" << std::flush;
@@ -376,6 +378,8 @@ int run_train(const TrainArguments& arguments) {
       {"device", config->run.device},
       {"precision", training::resolve_precision(config->inner.precision, config->run.device)},
       {"precision_setting", config->inner.precision},
+      {"dropped_outer_gradients", result->dropped_outer_gradients},
+      {"rounds_without_outer_step", result->rounds_without_outer_step},
   };
   std::ofstream(run_dir / "summary.json") << summary.dump(2) << "\n";
   print_summary_table(summary);

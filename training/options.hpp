@@ -43,6 +43,7 @@ struct OuterOptions {
   std::string optimizer = "auto";      // auto (async: delayed_nesterov, else nesterov) | nesterov | delayed_nesterov
   double lr = 0.7;
   double momentum = 0.9;
+  int momentum_warmup = 0;               // outer steps per fragment over which momentum ramps up to `momentum`
   std::string merge = "token_weighted";  // mean | token_weighted | rda
   int fragments = 1;                     // P
   std::string fragment_layout = "balanced";  // balanced | strided

@@ -73,6 +73,11 @@ OuterState zero_outer_state(int64_t n, bool delayed) {
   return state;
 }
 
+double warmed_momentum(double momentum, int64_t warmup, int64_t steps_taken) {
+  if (warmup <= 0 || steps_taken + 1 >= warmup) return momentum;
+  return momentum * static_cast<double>(steps_taken + 1) / static_cast<double>(warmup);
+}
+
 void nesterov_step(OuterState& state, float* params, const float* delta, double lr, double momentum) {
   float* m = state.momentum.data();
   const auto lr_f = static_cast<float>(lr), mu = static_cast<float>(momentum);
@@ -81,6 +86,7 @@ void nesterov_step(OuterState& state, float* params, const float* delta, double 
     m[i] = mu * m[i] + delta[i];
     params[i] -= lr_f * (delta[i] + mu * m[i]);
   }
+  ++state.steps;
 }
 
 void delayed_nesterov_arrival(OuterState& state, float* params, const float* delta, double lr, double momentum,
@@ -102,10 +108,11 @@ void delayed_nesterov_arrival(OuterState& state, float* params, const float* del
     acc[i] = 0.0f;
   }
   state.arrivals = 0;
+  ++state.steps;
 }
 
-NesterovOuter::NesterovOuter(int64_t n, double lr, double momentum)
-    : state_(zero_outer_state(n, false)), lr_(lr), momentum_(momentum) {}
+NesterovOuter::NesterovOuter(int64_t n, double lr, double momentum, int64_t warmup)
+    : state_(zero_outer_state(n, false)), lr_(lr), momentum_(momentum), warmup_(warmup) {}
 
 DelayedNesterovOuter::DelayedNesterovOuter(int64_t n, double lr, double momentum, int every)
     : state_(zero_outer_state(n, true)), lr_(lr), momentum_(momentum), every_(every < 1 ? 1 : every) {}

@@ -43,27 +43,38 @@ struct OuterState {
   std::vector<float> momentum;     // m (n values)
   std::vector<float> accumulated;  // Delayed Nesterov: Σ Δ since the last momentum update (n values)
   int64_t arrivals = 0;            // Delayed Nesterov: arrivals since the last momentum update
+  int64_t steps = 0;               // momentum updates so far (Nesterov: outer steps; Delayed: every N-th arrival)
 };
 // A zero state for `n` parameters; `delayed` also sizes the accumulator.
 OuterState zero_outer_state(int64_t n, bool delayed);
 
+// Outer-momentum warm-up: the momentum of the (steps_taken + 1)-th momentum update when it ramps
+// linearly over the first `warmup` updates, μ · min(1, (steps_taken + 1) / warmup); `warmup` 0 is μ.
+// Early pseudo-gradients point far from where later ones will, and full momentum amplifies them
+// up to 1 / (1 − μ) times (10× at 0.9) before the learners have settled.
+double warmed_momentum(double momentum, int64_t warmup, int64_t steps_taken);
+
 // Nesterov SGD, the same update as torch::optim::SGD(nesterov=true, dampening=0):
 //   m ← μ m + Δ;  θ ← θ − lr (Δ + μ m)
+// Counts the update in state.steps.
 void nesterov_step(OuterState& state, float* params, const float* delta, double lr, double momentum);
 
 // Delayed Nesterov (Liu et al., arXiv 2401.09135) for per-arrival asynchronous updates: each
 // arrival takes a plain step θ ← θ − lr·Δ/N; every N-th arrival also folds the mean of the last N
 // arrivals into the momentum and applies the look-ahead θ ← θ − lr·μ·m. Over N arrivals this is one
 // Nesterov step on their mean, and momentum is not amplified by consecutive stale updates.
-// `state.accumulated` must hold n values.
+// `state.accumulated` must hold n values. A momentum update counts in state.steps.
 void delayed_nesterov_arrival(OuterState& state, float* params, const float* delta, double lr, double momentum,
                               int every);
 
 // The same two rules as objects owning their state (the reference engine and the oracle tests).
 class NesterovOuter {
  public:
-  NesterovOuter(int64_t n, double lr, double momentum);
-  void step(float* params, const float* delta) { nesterov_step(state_, params, delta, lr_, momentum_); }
+  // `warmup`: momentum ramps over the first `warmup` steps (warmed_momentum); 0 = none.
+  NesterovOuter(int64_t n, double lr, double momentum, int64_t warmup = 0);
+  void step(float* params, const float* delta) {
+    nesterov_step(state_, params, delta, lr_, warmed_momentum(momentum_, warmup_, state_.steps));
+  }
 
   const std::vector<float>& momentum_buffer() const { return state_.momentum; }
   void set_momentum_buffer(std::vector<float> buffer) { state_.momentum = std::move(buffer); }
@@ -72,6 +83,7 @@ class NesterovOuter {
   OuterState state_;
   double lr_;
   double momentum_;
+  int64_t warmup_;
 };
 
 class DelayedNesterovOuter {

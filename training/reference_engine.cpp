@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <random>
 
 #include "common/log.hpp"
 #include "training/fragments.hpp"
@@ -102,8 +103,10 @@ Expected<ReferenceResult> run_reference(const ReferenceSetup& setup, std::shared
 
   std::vector<float> global = global_view.read_parameters();
   std::vector<NesterovOuter> outer;
-  for (const auto& fragment : plan->fragments) outer.emplace_back(fragment.numel, setup.outer.lr, setup.outer.momentum);
+  for (const auto& fragment : plan->fragments) outer.emplace_back(fragment.numel, setup.outer.lr, setup.outer.momentum, setup.outer.momentum_warmup);
 
+  std::mt19937_64 drop_rng(setup.drop_seed);
+  std::uniform_real_distribution<double> drop(0.0, 1.0);
   Budget budget(run);
   result.initial_heldout_loss = global_view.evaluate(data->heldout);
   result.heldout_loss = result.initial_heldout_loss;
@@ -168,14 +171,25 @@ Expected<ReferenceResult> run_reference(const ReferenceSetup& setup, std::shared
         deltas[m].resize(global.size());
         pseudo_gradient(global.data(), local.data(), static_cast<int64_t>(global.size()), deltas[m].data());
       }
+      // The pseudo-gradients that reach the outer step: all of them, unless the drop fault loses some.
+      std::vector<int> arrived;
+      for (int m = 0; m < run.learners; ++m) {
+        if (setup.drop_outer_gradient > 0 && drop(drop_rng) < setup.drop_outer_gradient) {
+          result.dropped_outer_gradients += 1;
+        } else {
+          arrived.push_back(m);
+        }
+      }
+      if (arrived.empty()) result.rounds_without_outer_step += 1;
       for (const auto& fragment : plan->fragments) {
+        if (arrived.empty()) break;
         std::vector<std::vector<float>> fragment_deltas;
         std::vector<Contribution> contributions;
-        for (int m = 0; m < run.learners; ++m) {
+        for (int m : arrived) {
           fragment_deltas.push_back(gather_fragment(*plan, parameters, fragment.id, deltas[m].data()));
         }
-        for (int m = 0; m < run.learners; ++m) {
-          contributions.push_back({fragment_deltas[m].data(), learner_tokens[m], run.inner_steps});
+        for (size_t k = 0; k < arrived.size(); ++k) {
+          contributions.push_back({fragment_deltas[k].data(), learner_tokens[arrived[k]], run.inner_steps});
         }
         auto merged = merge(contributions, fragment.numel, *merge_rule);
         if (!merged) return merged.error();

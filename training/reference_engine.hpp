@@ -26,6 +26,10 @@ struct ReferenceSetup {
   OuterOptions outer;
   DataOptions data;
   RunOptions run;
+  // Fault injection (sync mode): each learner's pseudo-gradient is lost from its round with this
+  // probability, drawn from `drop_seed`; a round that loses every one makes no outer step.
+  double drop_outer_gradient = 0;
+  uint64_t drop_seed = 7;
 };
 
 struct ProgressPoint {
@@ -52,6 +56,8 @@ struct ReferenceResult {
   double wall_s = 0;
   int64_t bytes_sent = 0;
   int64_t bytes_ddp_equivalent = 0;
+  int64_t dropped_outer_gradients = 0;  // learner-rounds lost to drop_outer_gradient
+  int64_t rounds_without_outer_step = 0;  // rounds that lost every learner's
   std::vector<float> final_parameters;
   std::vector<ProgressPoint> curve;
 };

@@ -71,8 +71,7 @@ TEST_CASE("decoupled rounds with a 3x straggler: at most one version per fragmen
     CAPTURE(quorum);
     auto options = testing::tiny_options("rounds-k" + std::to_string(quorum), "decoupled", 3, 14);
     options.setup.outer.quorum = quorum;
-    options.faults.slow_learner = 2;
-    options.faults.slow_factor = 3;
+    options.faults.slowdowns = {{2, 3.0}};
     const int H = options.setup.run.inner_steps, P = options.setup.outer.fragments;
     auto cluster = start_cluster(options);
     REQUIRE(cluster->wait_for([&] { return merged(*cluster, learner_id(2)) >= 3; }, 30));

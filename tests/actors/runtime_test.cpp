@@ -214,8 +214,7 @@ TEST_CASE("a learner that crashes on every start is given up after R restarts an
 TEST_CASE("async mode: a straggler runs fewer inner steps per period (dynamic local steps)") {
   auto options = testing::tiny_options("async-dylu", "async", 2, 25);
   options.setup.run.inner_steps = 12;
-  options.faults.slow_learner = 1;
-  options.faults.slow_factor = 4;  // learner 1's steps take 4 times as long
+  options.faults.slowdowns = {{1, 4.0}};  // learner 1's steps take 4 times as long
   auto started = LocalCluster::start(options, training::testing::kjv());
   REQUIRE_MESSAGE(started.ok(), (started.ok() ? "" : started.error().to_string()));
   auto& cluster = **started;

@@ -254,10 +254,11 @@ TEST_CASE("syncer core: restore brings back parameters, versions and counters") 
 namespace {
 
 // Async mode with Delayed Nesterov every `every` arrivals, lr 0.5, momentum 0.9, one fragment of 3.
-SyncerCore make_async_core(int every) {
+SyncerCore make_async_core(int every, int momentum_warmup = 0) {
   auto o = testing::tiny_options("core-async", "async", 2, 10);
   o.setup.outer.optimizer = "auto";
   o.setup.outer.delayed_every = every;
+  o.setup.outer.momentum_warmup = momentum_warmup;
   o.setup.outer.lr = 0.5;
   o.setup.outer.momentum = 0.9;
   SyncerCore core(o, {{1, 2, 3}});
@@ -280,6 +281,7 @@ void check_same_outer_state(const FragmentState& after, const FragmentState& bef
   CHECK(after.outer.momentum == before.outer.momentum);
   CHECK(after.outer.accumulated == before.outer.accumulated);
   CHECK(after.outer.arrivals == before.outer.arrivals);
+  CHECK(after.outer.steps == before.outer.steps);
 }
 
 }  // namespace
@@ -340,6 +342,44 @@ TEST_CASE("syncer core: a restarted syncer gets Delayed Nesterov's momentum, acc
   }
   CHECK(probe.fragment(0).outer.momentum == core.fragment(0).outer.momentum);
   CHECK(probe.fragment(0).parameters == core.fragment(0).parameters);
+}
+
+TEST_CASE("syncer core: an outer-momentum warm-up follows its ramp through commits and a restore in the middle of it") {
+  const std::vector<std::vector<float>> deltas = {
+      {0.1f, 0.2f, 0.3f}, {0.3f, -0.2f, 0.1f}, {0.2f, 0.2f, -0.1f}, {-0.1f, 0.3f, 0.2f}, {0.05f, 0.1f, 0.3f}};
+  // Delayed Nesterov with N = 1 is Nesterov per arrival (tests/training/outer_test.cpp): the oracle.
+  auto core = make_async_core(1, 4);
+  auto plain = make_async_core(1, 0);
+  training::NesterovOuter oracle(3, 0.5, 0.9, 4);
+  std::vector<float> theta = {1, 2, 3};
+  for (int k = 0; k < 2; ++k) {
+    for (auto* c : {&core, &plain}) {
+      arrive(*c, "learner-0", deltas[k], k + 1.0);
+      merge_and_commit(*c, {0}, k + 1.0);
+    }
+    oracle.step(theta.data(), deltas[k].data());
+  }
+  CHECK(core.fragment(0).outer.steps == 2);
+  for (int i = 0; i < 3; ++i) CHECK(core.fragment(0).parameters[i] == doctest::Approx(theta[i]).epsilon(1e-6));
+  CHECK(core.fragment(0).parameters != plain.fragment(0).parameters);  // the ramp took effect
+  // Restored from what the second commit persisted, the ramp goes on from its third step.
+  auto probe = make_async_core(1, 4);
+  std::vector<std::vector<float>> broadcast, outer;
+  stored_blobs(core, broadcast, outer);
+  const FragmentState before = core.fragment(0);
+  nlohmann::json manifest = {{"fragment_versions", {before.version}}, {"outer_state", {to_stored(before).entry}}};
+  REQUIRE(probe.restore(core.latest_version(), broadcast, outer, manifest).ok());
+  check_same_outer_state(probe.fragment(0), before);
+  for (int k = 2; k < 5; ++k) {
+    for (auto* c : {&core, &probe}) {
+      arrive(*c, "learner-1", deltas[k], k + 1.0);
+      merge_and_commit(*c, {0}, k + 1.0);
+    }
+    oracle.step(theta.data(), deltas[k].data());
+  }
+  CHECK(probe.fragment(0).parameters == core.fragment(0).parameters);
+  CHECK(probe.fragment(0).outer.momentum == core.fragment(0).outer.momentum);
+  for (int i = 0; i < 3; ++i) CHECK(core.fragment(0).parameters[i] == doctest::Approx(theta[i]).epsilon(1e-6));
 }
 
 TEST_CASE("syncer core: a failed commit leaves the fragment's whole state as it was") {

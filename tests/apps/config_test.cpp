@@ -1,4 +1,6 @@
 // Configuration: the embedded default, overlays, overrides, and rejection of bad keys and values.
+#include <map>
+
 #include <doctest/doctest.h>
 
 #include "apps/config.hpp"
@@ -78,4 +80,32 @@ TEST_CASE("unknown keys and invalid values are rejected with the key named") {
     CAPTURE(reason);
     CHECK(reason.find(c.names) != std::string::npos);
   }
+}
+
+TEST_CASE("stragglers, the drop fault and the outer-momentum warm-up: parsed, and refused with the reason") {
+  auto config = load_config(std::nullopt, "", {"faults.slow_learners=2:2,3:4.5", "faults.slow_learner=0",
+                                               "faults.slow_factor=3", "outer.momentum_warmup=8"});
+  REQUIRE_MESSAGE(config.ok(), (config.ok() ? "" : config.error().reason));
+  const std::map<int, double> expected = {{0, 3.0}, {2, 2.0}, {3, 4.5}};
+  CHECK(config->faults.slowdowns == expected);
+  CHECK(config->outer.momentum_warmup == 8);
+  CHECK(load_config(std::nullopt, "", {})->faults.slowdowns.empty());
+
+  CHECK(rejection(std::nullopt, {"faults.slow_learners=2"}).find("no ':'") != std::string::npos);
+  CHECK(rejection(std::nullopt, {"faults.slow_learners=x:2"}).find("not a whole number") != std::string::npos);
+  CHECK(rejection(std::nullopt, {"faults.slow_learners=1:fast"}).find("not a number") != std::string::npos);
+  CHECK(rejection(std::nullopt, {"faults.slow_learners=4:2"}).find("no learner 4") != std::string::npos);
+  CHECK(rejection(std::nullopt, {"faults.slow_learners=1:0.5"}).find("[1, 100]") != std::string::npos);
+  CHECK(rejection(std::nullopt, {"faults.slow_learners=1:2,1:3"}).find("named twice") != std::string::npos);
+  CHECK(rejection(std::nullopt, {"faults.slow_learners=1:2", "faults.slow_learner=1"}).find("also in") !=
+        std::string::npos);
+  CHECK(rejection(std::nullopt, {"faults.slow_learner=9"}).find("does not exist") != std::string::npos);
+  CHECK(rejection(std::nullopt, {"outer.momentum_warmup=-1"}).find("outer.momentum_warmup") != std::string::npos);
+
+  CHECK(rejection(std::nullopt, {"faults.drop_outer_gradient=0.5"}).find("reference engine's sync mode") !=
+        std::string::npos);  // the default: actor runtime, decoupled
+  CHECK(rejection(std::nullopt, {"faults.drop_outer_gradient=1", "train.engine=reference", "train.mode=sync"})
+            .find("faults.drop_outer_gradient") != std::string::npos);
+  CHECK(load_config(std::nullopt, "", {"faults.drop_outer_gradient=0.5", "train.engine=reference", "train.mode=sync"})
+            .ok());
 }

@@ -153,6 +153,31 @@ TEST_CASE("the reference engine is deterministic and counts the fp32 model up an
   CHECK(ddp->heldout_loss < ddp->initial_heldout_loss);
 }
 
+TEST_CASE("the drop fault: a round that loses every pseudo-gradient leaves theta as it was; losing some still trains") {
+  set_compute_threads(1);
+  auto setup = tiny_setup("sync", 2, 5, 20);  // 4 rounds of 2 learners
+  setup.drop_outer_gradient = 0.999999;
+  auto none = run_reference(setup, testing::kjv());
+  REQUIRE(none.ok());
+  CHECK(none->rounds == 4);
+  CHECK(none->dropped_outer_gradients == 8);
+  CHECK(none->rounds_without_outer_step == 4);
+  CHECK(none->heldout_loss == none->initial_heldout_loss);  // θ0 evaluated again: no outer step was made
+
+  setup.drop_outer_gradient = 0.5;
+  auto half = run_reference(setup, testing::kjv());
+  setup.drop_outer_gradient = 0;
+  auto all = run_reference(setup, testing::kjv());
+  REQUIRE(half.ok());
+  REQUIRE(all.ok());
+  CHECK(all->dropped_outer_gradients == 0);
+  CHECK(half->dropped_outer_gradients > 0);
+  CHECK(half->dropped_outer_gradients < 8);
+  CHECK(half->tokens == all->tokens);  // the lost work was computed all the same
+  CHECK(half->final_parameters != all->final_parameters);
+  CHECK(half->heldout_loss < half->initial_heldout_loss);
+}
+
 TEST_CASE("bad settings are refused with the key named") {
   auto setup = tiny_setup("decoupled", 1, 1, 1);
   auto result = run_reference(setup, testing::kjv());

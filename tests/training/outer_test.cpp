@@ -1,4 +1,5 @@
 // Merge rules and outer optimizers on hand-computed cases.
+#include <algorithm>
 #include <cmath>
 #include <random>
 
@@ -106,4 +107,36 @@ TEST_CASE("Delayed Nesterov with N=1 is Nesterov; with N arrivals it is one Nest
   }
   once.step(reference.data(), mean.data());
   for (int i = 0; i < n; ++i) CHECK(grouped[i] == doctest::Approx(reference[i]).epsilon(1e-5));
+}
+
+TEST_CASE("outer-momentum warm-up: mu ramps linearly over the first W momentum updates, then stays") {
+  CHECK(warmed_momentum(0.9, 0, 0) == 0.9);
+  CHECK(warmed_momentum(0.9, 4, 0) == doctest::Approx(0.225));
+  CHECK(warmed_momentum(0.9, 4, 1) == doctest::Approx(0.45));
+  CHECK(warmed_momentum(0.9, 4, 3) == 0.9);
+  CHECK(warmed_momentum(0.9, 4, 100) == 0.9);
+  CHECK(warmed_momentum(0.9, 1, 0) == 0.9);
+
+  // The optimizer against the rule written out in doubles: m <- mu_k m + d; theta <- theta - lr (d + mu_k m).
+  std::mt19937 rng(11);
+  std::normal_distribution<float> gauss;
+  const int n = 16, warmup = 3;
+  std::vector<float> params(n), plain(n);
+  for (auto& x : params) x = gauss(rng);
+  plain = params;
+  std::vector<double> theta(params.begin(), params.end()), m(n, 0.0);
+  NesterovOuter warmed(n, 0.7, 0.9, warmup), nesterov(n, 0.7, 0.9);
+  for (int k = 1; k <= 5; ++k) {
+    std::vector<float> delta(n);
+    for (auto& x : delta) x = gauss(rng);
+    warmed.step(params.data(), delta.data());
+    nesterov.step(plain.data(), delta.data());
+    const double mu = 0.9 * std::min(1.0, double(k) / warmup);
+    for (int i = 0; i < n; ++i) {
+      m[i] = mu * m[i] + delta[i];
+      theta[i] -= 0.7 * (delta[i] + mu * m[i]);
+    }
+    for (int i = 0; i < n; ++i) CHECK(params[i] == doctest::Approx(theta[i]).epsilon(1e-5));
+    if (k == 1) CHECK(params != plain);
+  }
 }
