@@ -46,6 +46,7 @@ ReferenceSetup crosscheck_setup(const std::string& mode) {
   setup.inner.clip_norm = 1.5;
   setup.outer.merge = "token_weighted";
   setup.outer.fragments = 2;  // the outer step per fragment: gather/scatter are part of what is checked
+  setup.outer.momentum_warmup = 2;  // momentum 0.45 in round 1, 0.9 from round 2: the warm-up is checked too
   setup.run.mode = mode;
   setup.run.learners = kLearners;
   setup.run.inner_steps = kInnerSteps;
@@ -68,7 +69,7 @@ json setup_json(const ReferenceSetup& s) {
                  {"min_lr_fraction", s.inner.min_lr_fraction}, {"clip_norm", s.inner.clip_norm},
                  {"batch_size", s.inner.batch_size}, {"precision", s.inner.precision}}},
       {"outer", {{"optimizer", "nesterov"}, {"lr", s.outer.lr}, {"momentum", s.outer.momentum},
-                 {"merge", s.outer.merge}, {"fragments", s.outer.fragments}}},
+                 {"momentum_warmup", s.outer.momentum_warmup}, {"merge", s.outer.merge}, {"fragments", s.outer.fragments}}},
       {"run", {{"mode", s.run.mode}, {"learners", s.run.learners}, {"inner_steps", s.run.inner_steps},
                {"max_tokens", s.run.max_tokens}, {"seed", s.run.seed}}},
   };

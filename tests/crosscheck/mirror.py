@@ -13,7 +13,8 @@ From the exported θ0 and batches it recomputes, in float32 on one CPU thread:
     corrected moments), every learner keeping its own AdamW state and schedule across rounds;
   - sync DiLoCo: each learner starts the round from θ, takes H steps, Δ_m = θ − θ_m; Δ is the
     token-weighted mean (w_m = tokens_m · tokens_m / steps_m); θ ← Nesterov(θ, Δ) with
-    b ← μ·b + Δ, θ ← θ − lr·(Δ + μ·b) (torch.optim.SGD(nesterov=True), no dampening). The rule is
+    b ← μ·b + Δ, θ ← θ − lr·(Δ + μ·b) (torch.optim.SGD(nesterov=True), no dampening), μ of the
+    r-th outer step warmed up as μ·min(1, r / W) when outer.momentum_warmup W > 0. The rule is
     elementwise, so the fragments the engine applies it by do not change the result;
   - ddp: one model; a step's M batches form one batch of M·B sequences (equal sizes: its mean loss
     is the mean of the per-batch losses), and one AdamW step per step.
@@ -386,11 +387,14 @@ class Replay:
                     deltas.append({name: theta[name] - local[name] for name in theta})  # Δ_m = θ − θ_m
                     weights.append(merge_weight(outer["merge"], tokens_seen, H))
                 total = sum(weights)
+                # Outer-momentum warm-up: round r (the r-th outer step) uses mu * min(1, r / W).
+                warmup = outer.get("momentum_warmup", 0)
+                mu = outer["momentum"] * (min(1.0, r / warmup) if warmup > 0 else 1.0)
                 with torch.no_grad():
                     for name in theta:
                         delta = sum(w / total * d[name] for w, d in zip(weights, deltas))
-                        momentum[name] = outer["momentum"] * momentum[name] + delta
-                        theta[name] = theta[name] - outer["lr"] * (delta + outer["momentum"] * momentum[name])
+                        momentum[name] = mu * momentum[name] + delta
+                        theta[name] = theta[name] - outer["lr"] * (delta + mu * momentum[name])
             worst_round.append(compare_round(r, theta, self.rounds[r - 1], self.theta0, self.layout))
         leftover = sum(1 for _ in self.steps)
         if leftover:
