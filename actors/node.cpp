@@ -450,12 +450,20 @@ Expected<nlohmann::json> Node::run(const std::function<bool()>& stop_requested,
       impl.log->info("the coordinator ended the run: learners finish their in-flight updates and leave");
       impl.stop_learners();
     }
+    // A session that ends after the coordinator ended the run is not rejoined: the run is over, and a
+    // rejoin would be admitted by a coordinator that is draining (a link closing as another node left
+    // made a clean run count a third join).
+    const bool run_ended = stopped_by == "coordinator";
     if (impl.flags && impl.flags->lost) {
       impl.end_session(caf::exit_reason::remote_link_unreachable);
-      impl.log->warn("lost the coordinator; learners train on, reconnecting");
+      if (run_ended) {
+        impl.log->info("the coordinator's link closed after it ended the run; not rejoining");
+      } else {
+        impl.log->warn("lost the coordinator; learners train on, reconnecting");
+      }
       disconnected_since = Clock::now();
       next_attempt = Clock::now() + backoff.next_delay();
-      probing = true;
+      probing = !run_ended;
     }
     // Backing off, probe the port: a coordinator restarted on it is joined at once instead of after
     // the rest of a delay that grew while it was down. One probe-started attempt per outage: if it
@@ -469,7 +477,7 @@ Expected<nlohmann::json> Node::run(const std::function<bool()>& stop_requested,
         probe_started = true;
       }
     }
-    if (!impl.watcher && Clock::now() >= next_attempt && (stopped_by.empty() || impl.learner_supervisor)) {
+    if (!impl.watcher && !run_ended && Clock::now() >= next_attempt && (stopped_by.empty() || impl.learner_supervisor)) {
       std::string why;
       auto attempt = impl.connect(why);
       if (attempt == Impl::Attempt::refused) {
