@@ -194,9 +194,6 @@ Expected<std::unique_ptr<LocalCluster>> LocalCluster::start(RuntimeOptions optio
   impl->options = std::make_shared<const RuntimeOptions>(options);
   impl->corpus = std::move(corpus);
   impl->layout = layout;
-  if (options.configure_system) {
-    if (Status configured = options.configure_system(impl->config); !configured) return configured.error();
-  }
   impl->system = std::make_unique<caf::actor_system>(impl->config);
   impl->started = Clock::now();
   impl->started_s = monotonic_seconds();

@@ -9,8 +9,6 @@
 #include <thread>
 
 #include <caf/all.hpp>
-#include <caf/io/all.hpp>
-#include <caf/openssl/all.hpp>
 
 #include "actors/evaluator.hpp"
 #include "actors/events.hpp"
@@ -25,6 +23,7 @@
 #include "actors/wire.hpp"
 #include "common/log.hpp"
 #include "net/link_stats.hpp"
+#include "remote/server.hpp"
 #include "storage/checkpoint_store.hpp"
 
 namespace archipelago::actors {
@@ -64,6 +63,7 @@ struct Coordinator::Impl {
   caf::actor_system_config config;
   std::unique_ptr<caf::actor_system> system;
   caf::actor root, gateway, admin;
+  std::unique_ptr<remote::Server> server;  // the cross-site plane's port
   uint16_t port = 0;
   Clock::time_point started;
   std::optional<uint64_t> resumed_from;
@@ -77,6 +77,7 @@ struct Coordinator::Impl {
   ~Impl() { shutdown(); }
 
   void shutdown() {
+    server.reset();  // no call reaches an actor once they stop
     if (!system) return;
     if (gateway) caf::anon_send_exit(gateway, caf::exit_reason::user_shutdown);
     if (admin) caf::anon_send_exit(admin, caf::exit_reason::user_shutdown);
@@ -117,7 +118,13 @@ Expected<std::unique_ptr<Coordinator>> Coordinator::start(CoordinatorOptions opt
   if (runtime.setup.run.max_tokens <= 0 && runtime.setup.run.max_seconds <= 0) {
     impl->log->info("no train.max_seconds / train.max_tokens: running until SIGTERM");
   }
-  runtime.syncer.auth_token = std::string(options.secret->bytes());
+  runtime.syncer.auth_token = kSessionJoinToken;  // the plane authenticated the node's session
+  if (auto status = validate_transport(options.transport); !status) return status.error();
+  if (auto allowed = remote::check_plaintext_allowed(options.listen.host, options.transport.tls,
+                                                     options.transport.insecure_plaintext, "listening on");
+      !allowed) {
+    return allowed.error();
+  }
   auto setup = prepare_run(runtime, *corpus);
   if (!setup) return setup.error();
   impl->setup = std::move(*setup);
@@ -161,7 +168,6 @@ Expected<std::unique_ptr<Coordinator>> Coordinator::start(CoordinatorOptions opt
   impl->config.set("scheduler.max-threads", std::min<size_t>(std::max(1u, std::thread::hardware_concurrency()), 2));
   impl->config.set("logger.file-verbosity", caf::atom("quiet"));
   impl->config.set("logger.console-verbosity", caf::atom("quiet"));
-  if (auto status = configure_transport(impl->config, options.transport); !status) return status.error();
   impl->system = std::make_unique<caf::actor_system>(impl->config);
   impl->started = Clock::now();
 
@@ -203,16 +209,22 @@ Expected<std::unique_ptr<Coordinator>> Coordinator::start(CoordinatorOptions opt
                       sessions};
   impl->gateway = spawn_gateway(*impl->system, std::move(gateway));
   Directory::put(*impl->system, caf::atom("gateway"), impl->gateway);
-  const char* host = options.listen.host.c_str();
-  auto port = options.transport.tls
-                  ? caf::openssl::publish(impl->gateway, options.listen.port, host, true)
-                  : impl->system->middleman().publish(impl->gateway, options.listen.port, host, true);
-  if (!port) {
-    return make_error(ErrorCode::unavailable, "cannot listen on " + options.listen.host + ":" +
-                                                  std::to_string(options.listen.port) + ": " +
-                                                  impl->system->render(port.error()));
-  }
-  impl->port = *port;
+  remote::ServerSpec plane;
+  plane.system = impl->system.get();
+  plane.gateway = impl->gateway;
+  plane.join_secret = options.secret;
+  plane.admin_secret = options.admin_secret;
+  plane.counters = impl->counters;
+  plane.host = options.listen.host;
+  plane.port = options.listen.port;
+  plane.tls = tls_files(options.transport);
+  plane.insecure_plaintext = options.transport.insecure_plaintext;
+  plane.limits = edge_limits(options.transport);
+  auto server = remote::Server::start(std::move(plane));
+  if (!server) return server.error();
+  impl->server = std::move(*server);
+  impl->counters->edge = impl->server->counters();
+  impl->port = impl->server->port();
   impl->options = std::move(options);
   impl->log->info("coordinator listening on {}:{}{} (site {}), {} learner slot(s), {} parameters, {}", impl->options.listen.host,
                   impl->port, impl->options.transport.tls ? " (TLS)" : "", impl->options.site,

@@ -1,7 +1,10 @@
 #include "actors/fragment_state.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <numeric>
+#include <string>
+#include <utility>
 
 namespace archipelago::actors {
 namespace {
@@ -11,6 +14,18 @@ bool same_contribution(const PendingContribution& a, const PendingContribution& 
 }
 
 void append(std::vector<float>& out, const std::vector<float>& values) { out.insert(out.end(), values.begin(), values.end()); }
+
+// non_finite naming `what` and its first NaN/Inf element, if `values` holds one.
+Status check_finite(int fragment, const char* what, const std::vector<float>& values) {
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (!std::isfinite(values[i])) {
+      return make_error(ErrorCode::non_finite, "fragment " + std::to_string(fragment) + ": the merge made " + what +
+                                                   " non-finite (element " + std::to_string(i) + " is " +
+                                                   std::to_string(values[i]) + ")");
+    }
+  }
+  return {};
+}
 
 }  // namespace
 
@@ -87,8 +102,19 @@ Expected<StagedFragment> stage_fragment(int fragment, const FragmentState& curre
     staged.merged.push_back(std::move(c));
   }
   if (rules.mode == "decoupled" && any_round) next.next_round = std::max(next.next_round, highest_round + 1);
+  // Finite updates can still overflow (Δ near FLT_MAX, or θ, momentum and Δ adding up): such a
+  // value must never be committed, broadcast or persisted.
+  for (const auto& [what, values] : {std::pair{"θ_p", &next.parameters}, std::pair{"the outer momentum", &next.outer.momentum},
+                                     std::pair{"Delayed Nesterov's accumulator", &next.outer.accumulated}}) {
+    if (Status finite = check_finite(fragment, what, *values); !finite) return finite.error();
+  }
   auto downlink = encode_broadcast(rules.downlink, next.parameters, next.broadcast, current.version);
+  if (!downlink && downlink.error().code == ErrorCode::non_finite) {
+    return make_error(ErrorCode::non_finite, "fragment " + std::to_string(fragment) +
+                                                 ": the merge made θ_p − B_p non-finite: " + downlink.error().reason);
+  }
   if (!downlink) return downlink.error();
+  if (Status finite = check_finite(fragment, "B_p", next.broadcast); !finite) return finite.error();
   staged.downlink = std::move(*downlink);
   return staged;
 }

@@ -6,7 +6,8 @@
 // θ_p changed (for staleness), the decoupled schedule's open round and the pending contributions.
 //
 // Life of a commit: stage_fragment() reads a state and returns a *new* value (merge, outer step,
-// downlink encoding) without touching the current one; once the checkpoint store committed it,
+// downlink encoding) without touching the current one, or non_finite if that value would hold
+// NaN/Inf anywhere (the caller then drops the stage); once the checkpoint store committed it,
 // commit_fragment() swaps it in, keeping the contributions that arrived meanwhile; a failed commit
 // drops the staged value and the current one is exactly as it was (its pending contributions too,
 // so they merge with the next attempt). to_stored()/from_stored() are what a committed version
@@ -34,8 +35,8 @@ struct PendingContribution {
   uint64_t base_version = 0;
   uint64_t round = 0;        // decoupled: the schedule slot the learner sent it in
   bool on_time = true;       // counts towards the quorum of the fragment's open round
-  int64_t steps = 0;
-  int64_t tokens = 0;
+  int64_t steps = 0;         // credited to it by the syncer (actors/policy.hpp, credit_work)
+  int64_t tokens = 0;        // ... steps × the configured tokens per step: the merge weight's inputs
   float train_loss = 0;
   double compute_s = 0;      // the learner's compute time behind it
   int64_t staleness = 0;
@@ -86,7 +87,10 @@ FragmentState without_pending(const FragmentState& state);
 
 // Merges every pending contribution of `current` and steps the outer optimizer. `share` scales the
 // merged Δ (decoupled: the round's contributors ÷ the learners expected). ddp: θ ← θ − merged Δ.
-// Async with Delayed Nesterov: one arrival per contribution, in arrival order.
+// Async with Delayed Nesterov: one arrival per contribution, in arrival order. The weights use each
+// contribution's `steps` and `tokens` (the syncer's credited figures, not the learner's claims).
+// non_finite when the staged θ_p, B_p, momentum or accumulator would hold NaN/Inf (finite but
+// enormous updates can overflow): such a value is never returned, so it is never committed.
 Expected<StagedFragment> stage_fragment(int fragment, const FragmentState& current, const FragmentRules& rules,
                                         double share);
 // The staged value with the contributions that arrived after staging (kept pending, their on-time

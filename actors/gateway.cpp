@@ -121,7 +121,8 @@ void on_up(LinkActor* self, caf::atom_value role, const caf::actor& learner, Wir
     return;
   }
   const int index = learner_index(envelope->sender_id);
-  if (index < st.spec.first || index >= st.spec.first + st.spec.count) {
+  // Canonical ids only ("learner-1", not "learner-01"), of the slot range this session was admitted with.
+  if (index < st.spec.first || index >= st.spec.first + st.spec.count || learner_id(index) != envelope->sender_id) {
     // Only learners of the slot range this session was admitted with may speak through it.
     st.spec.counters->rejected_foreign += 1;
     refusals.refuse(actor, message_name(envelope->body), Refusal::foreign_learner, *st.log,
@@ -265,14 +266,6 @@ JoinReply on_node_join(GatewayActor* self, WireBytes&& bytes, int32_t learners, 
     st.log->warn("refused node '{}': this run takes no nodes", join->node);
     return refuse(self, JoinRefusal::no_free_slots, "this run takes no nodes (a local run: archipelago train)");
   }
-  const auto decision = net::verify_join(*st.spec.secret, join->auth_token);
-  if (!decision.accepted()) {
-    (decision.outcome == net::JoinOutcome::missing_token ? st.spec.counters->joins_refused_missing_token
-                                                          : st.spec.counters->joins_refused_wrong_token) += 1;
-    st.log->error("refused node '{}' (site {}): {} ({} refused so far)", join->node, join->site, decision.reason,
-                  st.spec.counters->joins_refused_wrong_token + st.spec.counters->joins_refused_missing_token);
-    return refuse(self, JoinRefusal::unauthenticated, "unauthenticated: " + decision.reason);
-  }
   const int total = static_cast<int>(st.taken.size());
   if (learners < 1 || learners > total) {
     st.spec.counters->joins_refused_other += 1;
@@ -352,26 +345,29 @@ caf::behavior gateway_behavior(GatewayActor* self, GatewaySpec spec) {
   publish_sessions(self);
   refuse_unmatched(self, "gateway", refusals_of(st.spec.counters), st.log);
   return {
-      [=](nodejoin_atom, WireBytes& bytes, int32_t learners, int32_t preferred, caf::actor& watcher) -> JoinReply {
-        return on_node_join(self, std::move(bytes), learners, preferred, watcher);
+      [=](nodejoin_atom, const std::string& local, WireBytes& bytes, int32_t learners, int32_t preferred,
+          caf::actor& sink) -> JoinReply {
+        // From this process's plane, which checked the node's proof of the join token.
+        if (!keys_equal(local, process_key())) {
+          self->state.spec.counters->refusals.refuse("gateway", "nodejoin", Refusal::wrong_key, *self->state.log);
+          return refuse(self, JoinRefusal::unauthenticated, "refused");
+        }
+        return on_node_join(self, std::move(bytes), learners, preferred, sink);
       },
-      [=](adminjoin_atom, const std::string& token) -> std::tuple<bool, std::string, std::string, caf::actor> {
+      [=](adminjoin_atom, const std::string& local,
+          const std::string& peer) -> std::tuple<bool, std::string, std::string, caf::actor> {
+        // From this process's plane, which checked the console's proof of the admin token.
         auto& st = self->state;
+        if (!keys_equal(local, process_key())) {
+          st.spec.counters->refusals.refuse("gateway", "adminjoin", Refusal::wrong_key, *st.log);
+          return {false, "refused", "", caf::actor{}};
+        }
         if (!st.spec.admin_secret || !st.spec.admin || !st.spec.admin_sessions) {
           st.spec.counters->admin_sessions_refused += 1;
           st.log->warn("refused an admin session: this coordinator has no admin token (--admin-token-file)");
           return {false, "this coordinator has no admin token (--admin-token-file)", "", caf::actor{}};
         }
-        const auto decision = net::verify_join(*st.spec.admin_secret, token);  // constant time
-        if (!decision.accepted()) {
-          st.spec.counters->admin_sessions_refused += 1;
-          st.log->error("refused an admin session: {} ({} refused so far)", decision.reason,
-                        st.spec.counters->admin_sessions_refused.load());
-          return {false, "unauthenticated: " + decision.reason, "", caf::actor{}};
-        }
         std::string key = random_key();
-        const auto& sender = self->current_sender();
-        const std::string peer = "console@" + (sender ? caf::to_string(sender->node()) : std::string("?"));
         st.spec.admin_sessions->add(key, peer);
         st.spec.counters->admin_sessions_accepted += 1;
         st.log->info("opened an admin session for {}", peer);
@@ -431,7 +427,8 @@ nlohmann::json RemoteCounters::to_json() {
           {"nodes", nodes},
           {"learner_slots", learner_slots},
           {"learners_seen", learners_joined.size()},
-          {"link_messages", links}};
+          {"link_messages", links},
+          {"edge", edge ? edge->to_json() : nlohmann::json::object()}};
 }
 
 caf::actor spawn_gateway(caf::actor_system& system, GatewaySpec spec) {

@@ -1,29 +1,29 @@
-// The coordinator's published entry actor and its per-node links (coordinator side of
-// actors/remote_protocol.hpp).
+// The coordinator's gateway actor and its per-node links (coordinator side of
+// actors/remote_protocol.hpp). Only this process's plane (remote/server.hpp) talks to it, with the
+// process key, after it checked a node's proof of the join token or a console's proof of the admin
+// token; no peer can address it.
 //
-// gateway: answers a node's `nodejoin` request. It checks the node's token in constant time
-// (net::verify_join), refuses with a reason and a counter otherwise, and admits the node to a
-// contiguous range of learner slots (train.learners in all): the one the node asks for (the range
-// its running learners had before the coordinator restarted) if free, else the range this node name
-// held before if free, else the lowest free one. It spawns a `link` for the session and answers with the run's
-// configuration, the site topology and the link's handle. A slot range is free again when its
-// link ends.
+// gateway: answers `nodejoin` by admitting the node to a contiguous range of learner slots
+// (train.learners in all): the one the node asks for (the range its running learners had before
+// the coordinator restarted) if free, else the range this node name held before if free, else the
+// lowest free one. It spawns a `link` for the session and answers with the run's configuration,
+// the site topology and the link's handle. A slot range is free again when its link ends.
 //
-//   link (one per admitted node session; ends when the node's watcher is down, i.e. the node
-//   process died, froze past the connection timeout, or left):
+//   link (one per admitted node session; ends when the plane's sink proxy of the node is down, i.e.
+//   the node process died, froze past the connection timeout, or left):
 //     (up, session key, role, learner, bytes) -> counts the bytes on the node's link
 //        (net::LinkStats), refuses what actors/authorization.hpp does not allow (a wrong key, a kind
-//        the role does not take from a node, a sender outside the admitted range), then re-sends it
-//        to the role's current actor *as* that learner's downlink for the role
+//        the role does not take from a node, a sender outside the admitted range or not in
+//        canonical form), then re-sends it to the role's current actor *as* that learner's
+//        downlink for the role
 //     (stop, process key)        -> tells the node the run is over
 //   downlink (one per learner incarnation and role): every reply or broadcast of the role actor
-//     goes through the link's downlink ShapedLink to the node's watcher; it ends with its learner
+//     goes through the link's downlink ShapedLink to the node's sink; it ends with its learner
 //     (same exit reason, so the failure monitor sees a dead learner at once) or with its link.
 //
-// (adminjoin, admin token) -> (accepted, reason, session key, admin actor): an operator's console
-// session (actors/admin.hpp); a wrong or missing token is refused in constant time and counted.
-// (stop, process key) -> every link tells its node the run is over. Status: RemoteCounters (nodes,
-// slots, joins, refusals), read directly by the coordinator.
+// (adminjoin, process key, peer) -> (accepted, reason, session key, admin actor): an operator's
+// console session (actors/admin.hpp). (stop, process key) -> every link tells its node the run is
+// over. Status: RemoteCounters (nodes, slots, joins, refusals), read directly by the coordinator.
 #pragma once
 
 #include <atomic>
@@ -41,6 +41,7 @@
 #include "net/auth.hpp"
 #include "net/link_stats.hpp"
 #include "net/sites.hpp"
+#include "remote/edge.hpp"
 
 namespace archipelago::actors {
 
@@ -71,12 +72,13 @@ struct RemoteCounters {
   nlohmann::json nodes = nlohmann::json::array();  // the admitted sessions (guarded by mutex)
   int learner_slots = 0;
   Refusals refusals;                         // messages refused at the gateway and the links
+  std::shared_ptr<const remote::EdgeCounters> edge;  // the plane's limits hit (null: no plane yet)
 
   nlohmann::json to_json();
 };
 
 struct GatewaySpec {
-  std::shared_ptr<const net::Secret> secret;
+  std::shared_ptr<const net::Secret> secret;  // null: this gateway takes no nodes (a local run)
   std::string config_toml;     // the run's effective configuration, sent to every node
   std::string topology_toml;   // [sites]/[links] text ("" when none)
   std::shared_ptr<const net::SiteTopology> topology;  // null when none

@@ -440,8 +440,11 @@ void run_step(LearnerActor* self) {
     auto& slot = st.fragments[p];
     const bool due = slot.restored || (st.dynamic ? st.step >= slot.next_due : st.schedule.due(st.step, p));
     if (!due) continue;
-    // An update unanswered for 3 periods was lost (e.g. the syncer restarted): send again.
-    if (slot.outstanding && st.step - slot.outstanding_step >= 3 * st.schedule.period_at(st.step)) slot.outstanding = false;
+    // An update unanswered for kResendAfterPeriods periods was lost (e.g. the syncer restarted):
+    // send again (the syncer credits an update with at most kMaxPeriodsPerUpdate periods).
+    if (slot.outstanding && st.step - slot.outstanding_step >= kResendAfterPeriods * st.schedule.period_at(st.step)) {
+      slot.outstanding = false;
+    }
     if (slot.outstanding || !st.connected) continue;
     if (flat.empty()) flat = st.replica->read_parameters();
     send_update(self, p, flat);

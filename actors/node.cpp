@@ -16,8 +16,6 @@
 #include <thread>
 
 #include <caf/all.hpp>
-#include <caf/io/all.hpp>
-#include <caf/openssl/all.hpp>
 
 #include "actors/authorization.hpp"
 #include "actors/compute_threads.hpp"
@@ -29,6 +27,7 @@
 #include "net/backoff.hpp"
 #include "net/link_stats.hpp"
 #include "net/sites.hpp"
+#include "remote/client.hpp"
 
 namespace archipelago::actors {
 namespace {
@@ -45,7 +44,7 @@ caf::atom_value role_at(int i) { return i == 0 ? syncer_name() : i == 1 ? store_
 constexpr auto kProbeEvery = std::chrono::milliseconds(200);
 
 // Whether host:port accepts a TCP connection within `timeout` (a plain connect, closed at once: no
-// byte is sent, so the coordinator's middleman sees a connection that ends before its handshake).
+// byte is sent, so the coordinator's plane counts a connection that ended before it authenticated).
 bool port_accepts(const HostPort& target, std::chrono::milliseconds timeout) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
@@ -116,9 +115,9 @@ caf::behavior facade_behavior(caf::event_based_actor* self, FacadeSpec spec) {
 // ---- watcher: one per session ---------------------------------------------------------------------
 
 struct WatcherState {
-  std::string key;  // the session's, from the gateway's join answer
+  std::string key;  // the session's, from the plane's join answer
   std::shared_ptr<Refusals> refusals;
-  caf::actor gateway, link;
+  caf::actor link;
   std::map<caf::atom_value, caf::actor> facades;
   std::shared_ptr<SessionFlags> flags;
   std::shared_ptr<net::LinkStats> stats;
@@ -128,12 +127,12 @@ struct WatcherState {
 
 using WatcherActor = caf::stateful_actor<WatcherState>;
 
-caf::behavior watcher_behavior(WatcherActor* self, caf::actor gateway, std::shared_ptr<SessionFlags> flags,
+caf::behavior watcher_behavior(WatcherActor* self, std::shared_ptr<SessionFlags> flags,
                                std::shared_ptr<net::LinkStats> stats, std::shared_ptr<Refusals> refusals) {
   auto& st = self->state;
   st.refusals = refusals;
   auto log = component_logger("node");
-  // Its handle is sent to the coordinator: whatever else a peer sends it is refused and counted.
+  // Only the plane and this process's driver send to it: anything else is refused and counted.
   refuse_unmatched(self, "node watcher", refusals, log);
   auto keyed = [=](const std::string& key, const char* kind) {
     auto& st = self->state;
@@ -141,13 +140,11 @@ caf::behavior watcher_behavior(WatcherActor* self, caf::actor gateway, std::shar
     st.refusals->refuse("node watcher", kind, Refusal::wrong_key, *log);
     return false;
   };
-  st.gateway = gateway;
   st.flags = flags;
   st.stats = std::move(stats);
-  self->monitor(gateway);
   self->set_down_handler([=](caf::down_msg& down) {
     auto& st = self->state;
-    if (down.source != st.gateway.address() && (!st.link || down.source != st.link.address())) return;
+    if (!st.link || down.source != st.link.address()) return;
     st.flags->lost = true;
     // The facades are linked: they end too, and learners watching them rejoin later.
     self->quit(down.reason && down.reason != caf::exit_reason::normal
@@ -209,6 +206,7 @@ struct Node::Impl {
   NodeOptions options;
   caf::actor_system_config config;
   std::unique_ptr<caf::actor_system> system;
+  std::unique_ptr<remote::NodePlane> plane;  // the cross-site plane to the coordinator
   std::shared_ptr<net::LinkStats> stats;
   std::shared_ptr<Refusals> refusals = std::make_shared<Refusals>();
   Clock::time_point started = Clock::now();
@@ -236,6 +234,7 @@ struct Node::Impl {
       if (Directory::get(*system, role_at(i)) == facades[i]) Directory::erase(*system, role_at(i));
     }
     facades.clear();
+    if (plane) plane->leave();
     if (watcher) caf::anon_send_exit(watcher, reason);
     watcher = caf::actor{};
     if (uplink) uplink->stop();
@@ -246,6 +245,7 @@ struct Node::Impl {
   void shutdown() {
     if (!system) return;
     end_session(caf::exit_reason::user_shutdown);
+    plane.reset();
     if (learner_supervisor) caf::anon_send_exit(learner_supervisor, caf::exit_reason::user_shutdown);
     learner_supervisor = caf::actor{};
     system->await_all_actors_done();
@@ -282,28 +282,21 @@ struct Node::Impl {
 
   Attempt connect(std::string& why) {
     const auto& target = options.coordinator;
-    auto gateway = options.transport.tls ? caf::openssl::remote_actor(*system, target.host, target.port)
-                                         : system->middleman().remote_actor(target.host, target.port);
-    if (!gateway) {
-      why = "cannot reach the coordinator at " + target.host + ":" + std::to_string(target.port) + ": " +
-            system->render(gateway.error());
-      return Attempt::retry;
-    }
     auto session_flags = std::make_shared<SessionFlags>();
-    auto session_watcher = system->spawn(watcher_behavior, *gateway, session_flags, stats, refusals);
+    auto session_watcher = system->spawn(watcher_behavior, session_flags, stats, refusals);
     Outbox outbox(options.name);
-    auto join = outbox.wrap(Join{"", options.name, options.site, options.device,
-                                 0, std::string(options.secret->bytes())});
+    // The token stays here: the plane proves it to the coordinator's Gateway.
+    auto join = outbox.wrap(Join{"", options.name, options.site, options.device, 0, ""});
     if (!join) {
       why = join.error().to_string();
       return Attempt::retry;
     }
     Attempt outcome = Attempt::retry;
-    caf::scoped_actor self{*system};
-    self->request(*gateway, std::chrono::milliseconds(static_cast<int64_t>(options.transport.join_timeout_s * 1000)),
-                  nodejoin_atom::value, std::move(*join), static_cast<int32_t>(options.learners),
-                  static_cast<int32_t>(first_learner), session_watcher)
-        .receive(
+    auto opened = plane->join(*options.secret, remote::NodeJoin{std::move(*join), options.learners, first_learner},
+                              session_watcher, options.transport.join_timeout_s);
+    if (!opened) {
+      why = "cannot join the coordinator at " + target.host + ":" + std::to_string(target.port) + ": " + opened.error().reason;
+    } else {
             [&](WireBytes& welcome_bytes, std::string& config_toml, std::string& topology_toml,
                 std::string& coordinator, int32_t first, caf::actor& link, std::string& key) {
               auto envelope = unwrap(std::move(welcome_bytes));
@@ -335,9 +328,13 @@ struct Node::Impl {
               }
               open_session(session_watcher, session_flags, link, key);
               outcome = Attempt::joined;
-            },
-            [&](caf::error& error) { why = "join request failed: " + system->render(error); });
-    if (outcome != Attempt::joined) caf::anon_send_exit(session_watcher, caf::exit_reason::user_shutdown);
+            }(opened->welcome, opened->config_toml, opened->topology_toml, opened->coordinator_site,
+              opened->first_learner, opened->link, opened->key);
+    }
+    if (outcome != Attempt::joined) {
+      plane->leave();
+      caf::anon_send_exit(session_watcher, caf::exit_reason::user_shutdown);
+    }
     return outcome;
   }
 
@@ -346,7 +343,7 @@ struct Node::Impl {
     auto node_config = options.configure(config_toml);
     if (!node_config) return node_config.error();
     auto& runtime_options = node_config->runtime;
-    runtime_options.syncer.auth_token = std::string(options.secret->bytes());
+    runtime_options.syncer.auth_token = kSessionJoinToken;  // the plane proved the token for the session
     auto prepared = prepare_run(runtime_options, *node_config->corpus);
     if (!prepared) return prepared.error();
     setup = std::move(*prepared);
@@ -412,8 +409,13 @@ Expected<std::unique_ptr<Node>> Node::start(NodeOptions options) {
   impl->config.set("scheduler.max-threads", std::min<size_t>(std::max(1u, std::thread::hardware_concurrency()), 2));
   impl->config.set("logger.file-verbosity", caf::atom("quiet"));
   impl->config.set("logger.console-verbosity", caf::atom("quiet"));
-  if (auto status = configure_transport(impl->config, options.transport); !status) return status.error();
+  if (auto status = validate_transport(options.transport); !status) return status.error();
   impl->system = std::make_unique<caf::actor_system>(impl->config);
+  remote::Endpoint endpoint{options.coordinator.host, options.coordinator.port, tls_files(options.transport),
+                            options.transport.insecure_plaintext, edge_limits(options.transport)};
+  auto plane = remote::NodePlane::start(*impl->system, std::move(endpoint));
+  if (!plane) return plane.error();
+  impl->plane = std::move(*plane);
   impl->stats = std::make_shared<net::LinkStats>(options.site);
   impl->options = std::move(options);
   return std::unique_ptr<Node>(new Node(std::move(impl)));

@@ -1,10 +1,10 @@
 // A node process of a multi-site run: learners under a local supervisor, connected to a
-// coordinator (actors/coordinator.hpp) through CAF's io middleman (node side of
-// actors/remote_protocol.hpp).
+// coordinator (actors/coordinator.hpp) through the cross-site plane (remote/client.hpp; node side
+// of actors/remote_protocol.hpp).
 //
 //             ┌──────────────── backoff (net::Backoff: capped, exponential, jittered) ──────────┐
 //             v                                                                                 │
-//   disconnected ──remote_actor(gateway) + nodejoin accepted──> connected ──gateway/link down──┘
+//   disconnected ──dial + proof + Gateway.join accepted──> connected ──────────session ends──────┘
 //        │                                                          │
 //        └── refused: unauthenticated ──> run() fails               └── stop (coordinator) / SIGTERM:
 //                                                                       learners drain and leave ──> done
@@ -13,7 +13,7 @@
 // model layout from it and starts its learners (slots [first, first + learners)). Each session
 // registers three local facades under the names learners look up (syncer, store, monitor); a
 // facade sends what a learner gives it through the session's uplink ShapedLink (the [links]
-// bandwidth and latency from this site to the coordinator's) to the coordinator's link actor, and
+// bandwidth and latency from this site to the coordinator's) to the plane's link (the session's proxy), and
 // the session's watcher delivers the coordinator's replies as that facade. When a session ends,
 // its facades end: learners see their syncer down, keep training, and rejoin through the next
 // session's facades (which the node asks for the same learner slots). Learners never wait for the

@@ -1,14 +1,13 @@
 #include "actors/operator_endpoint.hpp"
 
 #include <caf/all.hpp>
-#include <caf/io/all.hpp>
-#include <caf/openssl/all.hpp>
 
 #include "actors/admin.hpp"
 #include "actors/cluster.hpp"
 #include "actors/directory.hpp"
 #include "actors/gateway.hpp"
 #include "common/log.hpp"
+#include "remote/server.hpp"
 
 namespace archipelago::actors {
 
@@ -16,22 +15,17 @@ struct OperatorEndpoint::Impl {
   caf::actor_system* system = nullptr;
   caf::actor admin, gateway;
   std::shared_ptr<RemoteCounters> counters = std::make_shared<RemoteCounters>();
+  std::unique_ptr<remote::Server> server;
   uint16_t port = 0;
 
   ~Impl() {
+    server.reset();
     if (!system) return;
-    if (gateway) {
-      (void)system->middleman().unpublish(gateway, port);
-      caf::anon_send_exit(gateway, caf::exit_reason::user_shutdown);
-    }
+    if (gateway) caf::anon_send_exit(gateway, caf::exit_reason::user_shutdown);
     if (admin) caf::anon_send_exit(admin, caf::exit_reason::user_shutdown);
     Directory::erase(*system, caf::atom("gateway"));
   }
 };
-
-void enable_operator_endpoint(RuntimeOptions& options, const TransportOptions& transport) {
-  options.configure_system = [transport](caf::actor_system_config& config) { return configure_transport(config, transport); };
-}
 
 OperatorEndpoint::OperatorEndpoint(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 OperatorEndpoint::~OperatorEndpoint() = default;
@@ -46,9 +40,7 @@ Expected<std::unique_ptr<OperatorEndpoint>> OperatorEndpoint::start(LocalCluster
                       "an admin console needs an admin token (--admin-token-file or $ARCHIPELAGO_ADMIN_TOKEN_FILE)");
   }
   auto& system = cluster.system();
-  if (!system.has_middleman()) {
-    return make_error(ErrorCode::invalid_argument, "the run was started without enable_operator_endpoint()");
-  }
+  if (auto status = validate_transport(transport); !status) return status.error();
   auto impl = std::make_unique<Impl>();
   impl->system = &system;
   const auto& options = cluster.options();
@@ -78,15 +70,24 @@ Expected<std::unique_ptr<OperatorEndpoint>> OperatorEndpoint::start(LocalCluster
   gateway.admin_secret = std::move(admin_secret);
   gateway.admin = impl->admin;
   gateway.admin_sessions = sessions;
+  auto admin_secret_of_plane = gateway.admin_secret;
   impl->gateway = spawn_gateway(system, std::move(gateway));
   Directory::put(system, caf::atom("gateway"), impl->gateway);
-  auto port = transport.tls ? caf::openssl::publish(impl->gateway, listen.port, listen.host.c_str(), true)
-                            : system.middleman().publish(impl->gateway, listen.port, listen.host.c_str(), true);
-  if (!port) {
-    return make_error(ErrorCode::unavailable, "cannot listen on " + listen.host + ":" + std::to_string(listen.port) +
-                                                  ": " + system.render(port.error()));
-  }
-  impl->port = *port;
+  remote::ServerSpec plane;
+  plane.system = &system;
+  plane.gateway = impl->gateway;
+  plane.admin_secret = admin_secret_of_plane;
+  plane.counters = impl->counters;
+  plane.host = listen.host;
+  plane.port = listen.port;
+  plane.tls = tls_files(transport);
+  plane.insecure_plaintext = transport.insecure_plaintext;
+  plane.limits = edge_limits(transport);
+  auto server = remote::Server::start(std::move(plane));
+  if (!server) return server.error();
+  impl->server = std::move(*server);
+  impl->counters->edge = impl->server->counters();
+  impl->port = impl->server->port();
   component_logger("admin")->info("admin console on {}:{}{}", listen.host, impl->port, transport.tls ? " (TLS)" : "");
   return std::unique_ptr<OperatorEndpoint>(new OperatorEndpoint(std::move(impl)));
 }

@@ -1,12 +1,10 @@
 // The admin console of a local run (`archipelago train --admin-listen HOST:PORT`): the same admin
 // actor and gateway as a coordinator's (actors/admin.hpp, actors/gateway.hpp), on the local
-// cluster's actor system, published over CAF's io middleman (TLS when [net] tls is set).
+// cluster's actor system, served by the cross-site plane (remote/server.hpp; TLS when [net] tls).
 //
-//   enable_operator_endpoint(options, transport)  before LocalCluster::start: the cluster's actor
-//                                                 system loads the middleman (RuntimeOptions::configure_system)
-//   OperatorEndpoint::start(cluster, ...)          after it: spawns the admin actor and a gateway with
-//                                                 no learner slots (every node join is refused) and
-//                                                 publishes the gateway on listen.host:listen.port
+//   OperatorEndpoint::start(cluster, ...)  after LocalCluster::start: spawns the admin actor and a
+//                                          gateway with no learner slots (the plane refuses every
+//                                          node join) and serves it on listen.host:listen.port
 //
 // Everything a coordinator's console does works here, with the same admin token rules and audit
 // log; learner control goes straight to the learners of this process, `kill node` is refused (a
@@ -24,8 +22,6 @@
 namespace archipelago::actors {
 
 class LocalCluster;
-
-void enable_operator_endpoint(RuntimeOptions& options, const TransportOptions& transport);
 
 class OperatorEndpoint {
  public:

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <string>
 
 namespace archipelago::actors {
 namespace {
@@ -101,6 +102,41 @@ int64_t FragmentSchedule::next_due(int64_t step, int fragment) const {
 
 int FragmentSchedule::period_at(int64_t step) const {
   return epochs_.empty() ? 1 : epochs_[epoch_of(step + 1)].inner_steps;
+}
+
+int FragmentSchedule::largest_period() const {
+  int largest = 1;
+  for (const auto& e : epochs_) largest = std::max(largest, e.inner_steps);
+  return largest;
+}
+
+int64_t configured_tokens_per_step(const training::ReferenceSetup& setup) {
+  const int64_t per_batch = static_cast<int64_t>(setup.inner.batch_size) * setup.model.seq_len;
+  return setup.run.mode == "ddp" ? per_batch * setup.run.learners : per_batch;
+}
+
+CreditedWork credit_work(uint64_t claimed_steps, uint64_t claimed_tokens, int largest_period,
+                         int64_t tokens_per_step) {
+  CreditedWork w;
+  if (claimed_steps == 0) {
+    w.reason = "it claims 0 inner steps";
+    return w;
+  }
+  const uint64_t bound = static_cast<uint64_t>(kMaxPeriodsPerUpdate) * static_cast<uint64_t>(std::max(1, largest_period));
+  w.accept = true;
+  w.steps = static_cast<int64_t>(std::min(claimed_steps, bound));
+  w.tokens = w.steps * tokens_per_step;
+  if (claimed_steps > bound) {
+    w.corrected = true;
+    w.reason = "it claims " + std::to_string(claimed_steps) + " inner steps, more than one update carries (" +
+               std::to_string(kMaxPeriodsPerUpdate) + " periods of at most " + std::to_string(largest_period) +
+               "): credited " + std::to_string(w.steps);
+  } else if (claimed_tokens != static_cast<uint64_t>(w.tokens)) {
+    w.corrected = true;
+    w.reason = "it claims " + std::to_string(claimed_tokens) + " tokens for " + std::to_string(w.steps) +
+               " inner steps of " + std::to_string(tokens_per_step) + " tokens: credited " + std::to_string(w.tokens);
+  }
+  return w;
 }
 
 int dynamic_inner_steps(int inner_steps, double own, double fastest) {

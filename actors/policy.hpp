@@ -1,9 +1,9 @@
 // Decisions of the actor runtime as pure functions of (now, state, options) -> decision + reason.
 //
 // Actors only gather the inputs and act on the answer; every rule lives here so that it is tested
-// without actors (tests/actors/policy_test.cpp): the staggered fragment schedule, the staleness
-// bound, the quorum + adaptive grace window, the restart policy (backoff, intensity) and the
-// failure detector's timeout. Times are seconds on a monotonic clock. Pure; any thread.
+// without actors (tests/actors/policy_test.cpp): the staggered fragment schedule, the work an
+// update is credited with (merge weights), the staleness bound, the quorum + adaptive grace
+// window, the restart policy (backoff, intensity) and the failure detector's timeout. Times are seconds on a monotonic clock. Pure; any thread.
 #pragma once
 
 #include <cstdint>
@@ -52,6 +52,7 @@ class FragmentSchedule {
   // Appends H from `from_step` on (after the last epoch's start); errors: H < 1, from_step too early.
   Status change(int64_t from_step, int inner_steps);
   const std::vector<ScheduleEpoch>& epochs() const { return epochs_; }
+  int largest_period() const;                          // the largest H of any epoch
 
  private:
   size_t epoch_of(int64_t step) const;
@@ -66,6 +67,37 @@ class FragmentSchedule {
 // together (rounded, not floored: the fastest learner's own rate drifts a little below the rate it
 // last reported); H when either rate is unknown (<= 0) or the learner is the fastest.
 int dynamic_inner_steps(int inner_steps, double own_tokens_per_s, double fastest_tokens_per_s);
+
+// ---- Credited work: merge weights from what the syncer knows, not from claims ---------------------
+// A learner re-sends an update left unanswered for this many of its periods (actors/learner.cpp);
+// until then a due fragment waits, so one update can carry that many periods of steps.
+inline constexpr int kResendAfterPeriods = 3;
+// The most periods one update of a connected learner carries: kResendAfterPeriods, plus one for a
+// send off the schedule's beat (a restored learner sends after its first step, a draining one when
+// its budget ends).
+inline constexpr int kMaxPeriodsPerUpdate = kResendAfterPeriods + 1;
+
+// Tokens a learner trains on per inner step, from the run's configuration (a node runs from the
+// coordinator's): batch × seq_len; ddp: × learners, as its one learner averages every shard's batch.
+int64_t configured_tokens_per_step(const training::ReferenceSetup& setup);
+
+struct CreditedWork {
+  bool accept = false;
+  int64_t steps = 0;     // what merge weights, step estimates and the ledger count
+  int64_t tokens = 0;
+  bool corrected = false;  // accepted, but the claim differed from these figures
+  std::string reason;      // why it was refused or corrected
+};
+// The work an update is credited with, from its claimed inner steps and tokens:
+//   steps  = min(claimed steps, kMaxPeriodsPerUpdate · largest_period)
+//   tokens = steps · tokens_per_step            (the claimed tokens only decide `corrected`)
+// so that no claim outweighs other learners by more than kMaxPeriodsPerUpdate periods of work (a
+// claim of 2^40 tokens counts as its steps' worth). A claim of 0 steps is refused: no learner sends
+// one, and an update of weight 0 alone would fail its merge. An honest learner's claims equal these
+// figures, so its merge weight is unchanged; one that kept training while cut off from the syncer
+// sends more periods than the bound and is merged as if it had made kMaxPeriodsPerUpdate.
+CreditedWork credit_work(uint64_t claimed_steps, uint64_t claimed_tokens, int largest_period,
+                         int64_t tokens_per_step);
 
 // ---- Staleness ------------------------------------------------------------------------------------
 struct StalenessDecision {

@@ -3,19 +3,10 @@
 #include <chrono>
 #include <filesystem>
 
-#include <caf/actor_system_config.hpp>
-#include <caf/io/middleman.hpp>
-#include <caf/openssl/manager.hpp>
 
 namespace archipelago::actors {
 
-Status configure_transport(caf::actor_system_config& config, const TransportOptions& options) {
-  auto span = [](double s) {
-    return caf::timespan{std::chrono::duration_cast<caf::timespan>(std::chrono::duration<double>(s))};
-  };
-  config.load<caf::io::middleman>();
-  config.set("middleman.heartbeat-interval", span(options.heartbeat_interval_s));
-  config.set("middleman.connection-timeout", span(options.connection_timeout_s));
+Status validate_transport(const TransportOptions& options) {
   if (!options.tls) return {};
   for (const auto& [key, path] : {std::pair{"net.tls_certificate", options.tls_certificate},
                                   std::pair{"net.tls_key", options.tls_key}, std::pair{"net.tls_ca", options.tls_ca}}) {
@@ -24,11 +15,19 @@ Status configure_transport(caf::actor_system_config& config, const TransportOpti
       return make_error(ErrorCode::not_found, std::string(key) + ": no such file: " + path);
     }
   }
-  config.load<caf::openssl::manager>();
-  config.openssl_certificate = options.tls_certificate;
-  config.openssl_key = options.tls_key;
-  config.openssl_cafile = options.tls_ca;
   return {};
+}
+
+remote::EdgeLimits edge_limits(const TransportOptions& options) {
+  auto limits = options.limits;
+  limits.ping_interval_s = options.heartbeat_interval_s;
+  limits.idle_timeout_s = options.connection_timeout_s;
+  return limits;
+}
+
+std::optional<remote::TlsFiles> tls_files(const TransportOptions& options) {
+  if (!options.tls) return std::nullopt;
+  return remote::TlsFiles{options.tls_certificate, options.tls_key, options.tls_ca};
 }
 
 Expected<HostPort> parse_host_port(const std::string& text) {

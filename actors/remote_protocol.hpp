@@ -1,40 +1,38 @@
-// What crosses a process boundary between a coordinator and its nodes, besides Envelope bytes.
+// What the coordinator's and a node's actors exchange through the cross-site plane (remote/), in
+// each process. The plane carries encoded messages::Envelope bytes as Cap'n Proto RPC calls
+// (remote/plane.capnp); in each process a bridge turns them into these CAF messages and back, so
+// the actors never see the network:
 //
-// Every payload is still one encoded messages::Envelope (WireBytes, a std::vector<char>, which CAF
-// 0.17.6 serializes natively); the shapes below only add routing, and use nothing but CAF's
-// built-in types (atoms, int32, strings, actor handles), so no process needs a type registration
-// and nothing can arrive empty.
-//
-//   node watcher -> gateway   (nodejoin, WireBytes Join{node, site, device, authToken},
-//                              int32 learners, int32 preferred_first, actor watcher)
+//   plane -> gateway          (nodejoin, process key, WireBytes Join{node, site, device},
+//                              int32 learners, int32 preferred_first, actor sink)
 //                             -> (WireBytes Welcome, string config_toml, string topology_toml,
 //                                 string coordinator_site, int32 first_learner, actor link,
 //                                 string session_key)
-//                             A refusal is the same tuple with Welcome{accepted=false, refusal,
+//                             The plane has checked the node's proof of the join token first. A
+//                             refusal is the same tuple with Welcome{accepted=false, refusal,
 //                             reason}, an empty link and an empty key.
+//   plane -> gateway          (adminjoin, process key, string peer) -> (bool, reason, key, admin actor)
 //   node facade  -> link      (up, key, atom role, actor learner, WireBytes)      learner -> coordinator
-//   downlink     -> watcher   (deliver, key, atom role, actor learner, WireBytes) coordinator -> learner
-//   link         -> watcher   (stop, key)   the run is over: learners finish their in-flight work, leave
+//   downlink     -> sink      (deliver, key, atom role, actor learner, WireBytes) coordinator -> learner
+//   link         -> sink      (stop, key)   the run is over: learners finish their in-flight work, leave
 //
-// `key` is the session key; actors/authorization.hpp says what each side accepts and refuses.
-// `role` is the directory name (actors/directory.hpp) of the actor a learner addressed (syncer, store, monitor). On the
-// coordinator, the link re-sends each message to that role's current actor *as* a per-learner
-// downlink actor, so replies and broadcasts come back through the link; on the node, the watcher
-// delivers them *as* the node's facade of that role, so the learner keeps talking to its facade.
-// Identity across processes is therefore: learner id (envelope) + the admitting session.
-//
-// Both processes set CAF's middleman heartbeat and connection timeout (they must match on both
-// sides, or healthy idle peers are dropped), so a frozen peer is detected in about
-// connection_timeout_s, a crashed one at once (its TCP connection closes).
+// On the coordinator `learner` is the plane's local proxy of one learner incarnation of the node
+// (it ends when the node says that incarnation ended, or with the session); `sink` is the plane's
+// proxy of the node's NodeSink. On the node `link` is the plane's proxy of the session; the
+// watcher delivers what arrives *as* the node's facade of the role, so the learner keeps talking
+// to its facade. Identity across processes is therefore: learner id (envelope, checked against the
+// session's slots by the plane and the link) + the admitting session.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include <caf/atom.hpp>
 #include <caf/fwd.hpp>
 
 #include "common/error.hpp"
+#include "remote/edge.hpp"
 
 namespace archipelago::actors {
 
@@ -45,20 +43,30 @@ using deliver_atom = caf::atom_constant<caf::atom("deliver")>;
 
 // How processes connect: shared by coordinator and node (config [net]).
 struct TransportOptions {
-  double heartbeat_interval_s = 0.5;   // CAF middleman heartbeat (both sides)
-  double connection_timeout_s = 3.0;   // a peer silent this long is cut off (both sides)
-  double join_timeout_s = 10.0;        // a node's join request, answered or failed
+  double heartbeat_interval_s = 0.5;   // a client's ping of its session
+  double connection_timeout_s = 3.0;   // a session silent this long is cut off (both sides)
+  double join_timeout_s = 10.0;        // a node's join, dialled, proved and answered, or failed
   double reconnect_initial_s = 0.2;    // node reconnect backoff (net::Backoff), first delay
   double reconnect_max_s = 5.0;        // ... cap
-  bool tls = false;                    // CAF's OpenSSL module between processes
-  std::string tls_certificate;         // PEM file of this process's certificate
+  bool tls = false;                    // mutual TLS with the run's CA (archipelago ca)
+  std::string tls_certificate;         // PEM file of this process's certificate chain
   std::string tls_key;                 // PEM file of its private key
   std::string tls_ca;                  // PEM file of the CA that signed every peer's certificate
+  bool insecure_plaintext = false;     // allow plaintext off loopback (--insecure-plaintext)
+  remote::EdgeLimits limits;           // [net] max_message_mib, max_connections, ... (heartbeat and timeout above)
 };
 
-// Loads the io middleman (and the OpenSSL manager when options.tls) into `config` and sets the
-// heartbeat and timeout. Errors: a TLS file that does not exist.
-Status configure_transport(caf::actor_system_config& config, const TransportOptions& options);
+// What a node's learners present in their Join to the syncer, and what the coordinator's syncer
+// expects: across processes the plane's session is the authentication (the node proved the join
+// token to the Gateway), so the token itself is never put in a message.
+inline constexpr const char* kSessionJoinToken = "authenticated-by-the-plane";
+
+// Errors: TLS on without its three files, or a file that does not exist.
+Status validate_transport(const TransportOptions& options);
+// The plane's limits (ping interval and idle timeout from the heartbeat and connection timeout).
+remote::EdgeLimits edge_limits(const TransportOptions& options);
+// The TLS files when tls is on.
+std::optional<remote::TlsFiles> tls_files(const TransportOptions& options);
 
 // "host:port" -> (host, port); the error names the text.
 struct HostPort {

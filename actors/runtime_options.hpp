@@ -79,9 +79,6 @@ struct RuntimeOptions {
   double run_started_unix_s = 0;
   std::shared_ptr<const LedgerCarry> ledger_at_start;
   std::shared_ptr<EventLog> events;  // recent events for operators (null: none kept); shared by copies
-  // Called on the actor system's configuration before the system starts (a local run with an admin
-  // console loads CAF's io middleman here: actors/operator_endpoint.hpp). Null: nothing to add.
-  std::function<Status(caf::actor_system_config&)> configure_system;
 };
 
 }  // namespace archipelago::actors

@@ -141,7 +141,8 @@ void try_merge(SyncerActor* self) {
   if (ready.empty()) return;
   auto staged = st.core->stage(ready, st.now());
   if (!staged) {
-    st.log->error("merge failed: {}", staged.error().to_string());
+    // A non-finite merge was logged (once) and dropped by the core; anything else is logged here.
+    if (staged.error().code != ErrorCode::non_finite) st.log->error("merge failed: {}", staged.error().to_string());
     return;
   }
   st.staged = std::move(*staged);

@@ -43,6 +43,8 @@ const char* to_string(RejectReason reason) {
     case RejectReason::non_finite: return "non_finite";
     case RejectReason::malformed: return "malformed";
     case RejectReason::unauthenticated: return "unauthenticated";
+    case RejectReason::implausible_claim: return "implausible_claim";
+    case RejectReason::non_finite_merge: return "non_finite_merge";
   }
   return "unknown";
 }
@@ -85,10 +87,8 @@ SyncerCore::SyncerCore(RuntimeOptions options, std::vector<std::vector<float>> i
   schedule_ = FragmentSchedule(options_.setup.run.inner_steps, static_cast<int>(fragments_.size()),
                                mode_ == "decoupled" || mode_ == "async");
   fragment_commits_.assign(fragments_.size(), 0);
-  for (const char* r : {"stale", "duplicate", "unknown_learner", "wrong_shape", "non_finite", "malformed",
-                        "unauthenticated"}) {
-    rejects_.by_reason[r] = 0;
-  }
+  tokens_per_step_ = configured_tokens_per_step(options_.setup);
+  for (RejectReason r : kRejectReasons) rejects_.by_reason[to_string(r)] = 0;
 }
 
 StagedCommit SyncerCore::stage_initial(double now_s) {
@@ -380,12 +380,19 @@ void SyncerCore::update_quorum(int p, double now_s) {
 std::optional<RejectReason> SyncerCore::accept(const UpdateHeader& h, std::vector<float> delta, double now_s) {
   auto& f = fragments_[h.fragment];
   const double share = static_cast<double>(f.numel) / static_cast<double>(std::max<int64_t>(1, total_numel_));
+  const CreditedWork work = credit_work(h.inner_steps, h.tokens, schedule_.largest_period(), tokens_per_step_);
+  if (!work.accept) {
+    component_logger("syncer")->warn("rejected update of fragment {} from {}: {}", h.fragment, h.learner_id,
+                                     work.reason);
+    count_reject(RejectReason::implausible_claim, h.learner_id, 0, h.compute_s);
+    return RejectReason::implausible_claim;
+  }
   auto& record = learners_[h.learner_id];
   record.received_until.resize(fragments_.size(), 0);
   auto duplicate = [&](const std::string& why) {
     component_logger("syncer")->warn("rejected update of fragment {} from {} (steps {}..{}, base {}): {}", h.fragment,
                                      h.learner_id, h.from_step, h.to_step, h.base_version, why);
-    count_reject(RejectReason::duplicate, h.learner_id, h.inner_steps * share, h.compute_s);
+    count_reject(RejectReason::duplicate, h.learner_id, work.steps * share, h.compute_s);
     return RejectReason::duplicate;
   };
   if (mode_ == "decoupled" || mode_ == "async") {
@@ -409,12 +416,19 @@ std::optional<RejectReason> SyncerCore::accept(const UpdateHeader& h, std::vecto
   if (!staleness.accept) {
     component_logger("syncer")->warn("rejected update of fragment {} from {}: {}", h.fragment, h.learner_id,
                                      staleness.reason);
-    count_reject(RejectReason::stale, h.learner_id, h.inner_steps * share, h.compute_s);
+    count_reject(RejectReason::stale, h.learner_id, work.steps * share, h.compute_s);
     return RejectReason::stale;
   }
+  if (work.corrected) {
+    claims_corrected_ += 1;
+    if (claims_logged_.insert(h.learner_id).second) {
+      component_logger("syncer")->warn("update of fragment {} from {}: {} (logged once per learner; counted in "
+                                       "claims_corrected)", h.fragment, h.learner_id, work.reason);
+    }
+  }
   const std::string key = h.learner_id + "/" + std::to_string(h.fragment);
-  if (auto last = last_arrival_.find(key); last != last_arrival_.end() && h.inner_steps > 0) {
-    ema(timings_.step_s, (now_s - last->second) / h.inner_steps);
+  if (auto last = last_arrival_.find(key); last != last_arrival_.end()) {
+    ema(timings_.step_s, (now_s - last->second) / static_cast<double>(work.steps));
   }
   last_arrival_[key] = now_s;
 
@@ -425,8 +439,8 @@ std::optional<RejectReason> SyncerCore::accept(const UpdateHeader& h, std::vecto
   c.base_version = h.base_version;
   c.round = h.round;
   c.on_time = mode_ != "decoupled" || h.round >= on_time_round(c.fragment);
-  c.steps = h.inner_steps;
-  c.tokens = static_cast<int64_t>(h.tokens);
+  c.steps = work.steps;
+  c.tokens = work.tokens;
   c.train_loss = h.train_loss;
   c.compute_s = h.compute_s;
   c.staleness = staleness.staleness;
@@ -479,6 +493,7 @@ Expected<StagedCommit> SyncerCore::stage(const std::vector<int>& fragment_ids, d
   nlohmann::json contributors = nlohmann::json::array();
   std::vector<uint64_t> fragment_versions;
   for (const auto& f : fragments_) fragment_versions.push_back(f.version);
+  int dropped = 0;
   for (int p : fragment_ids) {
     const auto& f = fragments_[p];
     if (f.pending.empty()) continue;
@@ -495,6 +510,11 @@ Expected<StagedCommit> SyncerCore::stage(const std::vector<int>& fragment_ids, d
       share = static_cast<double>(contributors_of_round.size()) / static_cast<double>(expected.size());
     }
     auto staged = stage_fragment(p, f, rules_, share);
+    if (!staged && staged.error().code == ErrorCode::non_finite) {
+      drop_non_finite_merge(p, staged.error().reason, now_s);
+      dropped += 1;
+      continue;
+    }
     if (!staged) return staged.error();
     fragment_versions[p] = commit.version;
     for (const auto& c : staged->merged) {
@@ -503,6 +523,9 @@ Expected<StagedCommit> SyncerCore::stage(const std::vector<int>& fragment_ids, d
                               {"steps", c.steps}, {"tokens", c.tokens}, {"train_loss", c.train_loss}});
     }
     commit.fragments.push_back(std::move(*staged));
+  }
+  if (commit.fragments.empty() && dropped > 0) {
+    return make_error(ErrorCode::non_finite, "every merge came out non-finite and was dropped");
   }
   if (commit.fragments.empty()) return make_error(ErrorCode::invalid_argument, "no fragment had pending updates");
   last_attempted_version_ = commit.version;
@@ -521,6 +544,23 @@ Expected<StagedCommit> SyncerCore::stage(const std::vector<int>& fragment_ids, d
   commit.manifest["accounting"] = accounting_json(credited);
   in_flight_ = true;
   return commit;
+}
+
+void SyncerCore::drop_non_finite_merge(int p, const std::string& why, double now_s) {
+  auto& f = fragments_[p];
+  const double share = static_cast<double>(f.numel) / static_cast<double>(std::max<int64_t>(1, total_numel_));
+  std::set<std::string> contributors;
+  for (const auto& c : f.pending) {
+    count_reject(RejectReason::non_finite_merge, c.learner_id, c.steps * share, c.compute_s);
+    contributors.insert(c.learner_id);
+  }
+  std::string names;
+  for (const auto& id : contributors) names += (names.empty() ? "" : ", ") + id;
+  component_logger("syncer")->error("{}: the merge of {} update(s) from {} is dropped (counted as non_finite_merge); "
+                                    "fragment {} stays at version {}", why, f.pending.size(), names, p, f.version);
+  // Kept pending, they would make the same merge again at every attempt.
+  f.pending.clear();
+  update_quorum(p, now_s);
 }
 
 void SyncerCore::commit_succeeded(StagedCommit& commit, double now_s) {
@@ -579,8 +619,9 @@ nlohmann::json SyncerCore::accounting_json(const std::map<std::string, LearnerRe
   for (const auto& [id, r] : learners_in) learners[id] = learner_accounting(r);
   nlohmann::json schedule = nlohmann::json::array();
   for (const auto& e : schedule_.epochs()) schedule.push_back({{"from_step", e.from_step}, {"inner_steps", e.inner_steps}});
-  return {{"learners", learners}, {"rejected", rejects_.by_reason}, {"bytes_from_learners", bytes_from_learners},
-          {"bytes_to_learners", bytes_to_learners}, {"schedule", schedule}};
+  return {{"learners", learners}, {"rejected", rejects_.by_reason}, {"claims_corrected", claims_corrected_},
+          {"bytes_from_learners", bytes_from_learners}, {"bytes_to_learners", bytes_to_learners},
+          {"schedule", schedule}};
 }
 
 std::vector<messages::InnerStepsFrom> SyncerCore::schedule_to_broadcast() const {
@@ -612,6 +653,7 @@ void SyncerCore::restore_accounting(const nlohmann::json& a) {
   for (const auto& [reason, n] : rejected.items()) {
     rejects_.by_reason[reason] = n.get<int64_t>();
   }
+  claims_corrected_ = a.value("claims_corrected", int64_t{0});
   bytes_from_learners = a.value("bytes_from_learners", int64_t{0});
   bytes_to_learners = a.value("bytes_to_learners", int64_t{0});
   // An operator's schedule changes survive a restart of the syncer or the coordinator.
@@ -668,6 +710,7 @@ nlohmann::json SyncerCore::status(double now_s) const {
           {"timings", {{"step_s", timings_.step_s}, {"quorum_s", timings_.quorum_s}, {"sync_s", timings_.sync_s}}},
           {"rejected", rejects_.by_reason},
           {"rejected_total", rejects_.total()},
+          {"claims_corrected", claims_corrected_},
           {"bytes_from_learners", bytes_from_learners},
           {"bytes_to_learners", bytes_to_learners},
           {"learners", learners},

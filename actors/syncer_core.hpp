@@ -10,16 +10,23 @@
 // In decoupled mode a merge of k of the n expected learners (active ∪ contributors) is scaled by
 // k/n, so a period merged in pieces moves θ as far as one merged at once.
 //
-// Invariants: a fragment's value only changes through stage() → commit_succeeded(), which swaps in
-// the staged value; commit_failed() drops it and leaves every value as it was; at most one commit is
-// in flight; committed versions are strictly increasing; a rejected update changes nothing but a
-// counter. Not thread-safe: owned by one syncer actor.
+// Merge weights come from the syncer's figures, not from the learner's claims: an update is credited
+// with min(claimed steps, kMaxPeriodsPerUpdate · H) steps of the configured tokens per step
+// (policy.hpp, credit_work); the tokens it claims are never used. Honest claims equal these figures.
+//
+// Invariants: a fragment's θ_p, B_p and outer state only change through stage() → commit_succeeded(),
+// which swaps in the staged value; commit_failed() drops it and leaves every value as it was; a
+// merge that would make any of them NaN/Inf is dropped in stage() (with the contributions it held,
+// counted as non_finite_merge) and the committed value stays; at most one commit is in flight;
+// committed versions are strictly increasing; a rejected update changes nothing but a counter.
+// Not thread-safe: owned by one syncer actor.
 #pragma once
 
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -34,8 +41,18 @@
 
 namespace archipelago::actors {
 
-// Why an update was refused; each class has its own counter.
-enum class RejectReason { stale, duplicate, unknown_learner, wrong_shape, non_finite, malformed, unauthenticated };
+// Why an update was refused; each class has its own counter. implausible_claim: it claims 0 inner
+// steps (policy.hpp, credit_work). non_finite_merge: the merge it was part of came out NaN/Inf and
+// was dropped with every contribution it held (SyncerCore::stage).
+enum class RejectReason {
+  stale, duplicate, unknown_learner, wrong_shape, non_finite, malformed, unauthenticated, implausible_claim,
+  non_finite_merge,
+};
+inline constexpr RejectReason kRejectReasons[] = {
+    RejectReason::stale,      RejectReason::duplicate,       RejectReason::unknown_learner,
+    RejectReason::wrong_shape, RejectReason::non_finite,     RejectReason::malformed,
+    RejectReason::unauthenticated, RejectReason::implausible_claim, RejectReason::non_finite_merge,
+};
 const char* to_string(RejectReason reason);
 
 struct RejectCounters {
@@ -134,7 +151,9 @@ class SyncerCore {
   // Returns the reject reason or nothing.
   std::optional<RejectReason> screen(const std::string& sender_id, uint64_t sequence,
                                      const messages::FragmentUpdate& update);
-  // A whole update. Rejects stale / duplicate (same learner and base already pending).
+  // A whole update. Rejects implausible claims (0 steps), stale and duplicate (same learner and base
+  // already pending) updates; an accepted one is credited with the syncer's figures (credit_work)
+  // and a claim that differed is counted in claims_corrected() and logged once per learner.
   std::optional<RejectReason> accept(const UpdateHeader& header, std::vector<float> delta, double now_s);
   // Counts a rejection (from screen, accept or decoding) for `learner_id` (may be unknown).
   void count_reject(RejectReason reason, const std::string& learner_id, double step_equivalents = 0,
@@ -144,7 +163,10 @@ class SyncerCore {
   // Fragments whose merge is due now; `next_deadline_s` (< 0: none) says when to look again.
   std::vector<int> ready_fragments(double now_s, double* next_deadline_s);
   // Stages new values of the fragments (merge, outer step, downlink) and returns the commit to
-  // persist; the current values do not change. Requires !commit_in_flight().
+  // persist; the current values do not change. Requires !commit_in_flight(). A fragment whose merge
+  // comes out non-finite is left out: its pending contributions are discarded (each counted as
+  // non_finite_merge and as rejected work of its learner), logged once, and its committed value
+  // stays; non_finite when that leaves nothing to commit.
   Expected<StagedCommit> stage(const std::vector<int>& fragments, double now_s);
   // Swaps the staged values in (the commit's broadcasts may go out now). Empties `commit.fragments`' values.
   void commit_succeeded(StagedCommit& commit, double now_s);
@@ -157,6 +179,8 @@ class SyncerCore {
   nlohmann::json broadcast_digests() const;
   const std::map<std::string, LearnerRecord>& learners() const { return learners_; }
   const RejectCounters& rejects() const { return rejects_; }
+  // Accepted updates whose claimed steps or tokens differed from what they were credited with.
+  int64_t claims_corrected() const { return claims_corrected_; }
   const SyncTimings& timings() const { return timings_; }
   double grace_s() const { return grace_window(timings_, options_.syncer); }
   int active_learners() const;
@@ -177,6 +201,8 @@ class SyncerCore {
   // Marks when fragment p's on-time contributors reached the quorum (and records the quorum time).
   void update_quorum(int p, double now_s);
   int effective_quorum() const;
+  // Discards fragment p's pending contributions after their merge came out non-finite (`why`).
+  void drop_non_finite_merge(int p, const std::string& why, double now_s);
   nlohmann::json accounting_json(const std::map<std::string, LearnerRecord>& learners) const;
   nlohmann::json accounting_json() const { return accounting_json(learners_); }
   void restore_accounting(const nlohmann::json& accounting);
@@ -192,6 +218,9 @@ class SyncerCore {
   std::map<std::string, LearnerRecord> learners_;
   std::map<std::string, double> last_arrival_;  // "learner/fragment" -> time, for step-time estimates
   RejectCounters rejects_;
+  int64_t tokens_per_step_ = 0;             // configured_tokens_per_step: what a credited step is worth
+  int64_t claims_corrected_ = 0;
+  std::set<std::string> claims_logged_;     // learners whose corrected claim was logged (once each)
   SyncTimings timings_;
   uint64_t latest_version_ = 0;
   uint64_t last_attempted_version_ = 0;  // a timed-out commit may still land: never reuse its number

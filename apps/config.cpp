@@ -249,6 +249,11 @@ Expected<Config> to_config(const toml::table& table) {
   c.net.tls_certificate = r.get_string("net.tls_certificate");
   c.net.tls_key = r.get_string("net.tls_key");
   c.net.tls_ca = r.get_string("net.tls_ca");
+  c.net.max_message_mib = r.get_int("net.max_message_mib");
+  c.net.max_connections = r.get_int("net.max_connections");
+  c.net.max_connections_per_address = r.get_int("net.max_connections_per_address");
+  c.net.handshake_timeout_s = r.get_double("net.handshake_timeout_s");
+  c.net.max_pending_mib = r.get_int("net.max_pending_mib");
 
   for (Status status : {
            one_of("model.mlp", c.model.mlp, {"swiglu", "gelu"}),
@@ -323,6 +328,11 @@ Expected<Config> to_config(const toml::table& table) {
            in_open_range("net.join_timeout_s", c.net.join_timeout_s, 0, 3600),
            in_open_range("net.reconnect_initial_s", c.net.reconnect_initial_s, 0, 3600),
            at_least("net.reconnect_max_s", c.net.reconnect_max_s, c.net.reconnect_initial_s),
+           in_open_range("net.max_message_mib", static_cast<double>(c.net.max_message_mib), 1, 4096),
+           at_least("net.max_connections", static_cast<double>(c.net.max_connections), 1),
+           at_least("net.max_connections_per_address", static_cast<double>(c.net.max_connections_per_address), 1),
+           in_open_range("net.handshake_timeout_s", c.net.handshake_timeout_s, 0, 3600),
+           at_least("net.max_pending_mib", static_cast<double>(c.net.max_pending_mib), c.net.max_message_mib),
        }) {
     if (!status) return status.error();
   }

@@ -24,6 +24,12 @@ struct NetOptions {
   double reconnect_max_s = 5.0;
   bool tls = false;
   std::string tls_certificate, tls_key, tls_ca;
+  // The limits at the edge of the cross-site plane (remote/edge.hpp).
+  int64_t max_message_mib = 16;
+  int64_t max_connections = 256;
+  int64_t max_connections_per_address = 16;
+  double handshake_timeout_s = 5.0;
+  int64_t max_pending_mib = 256;
 };
 
 struct Config {

@@ -10,9 +10,6 @@
 #include <map>
 #include <sstream>
 
-#include <caf/all.hpp>
-#include <caf/io/all.hpp>
-#include <caf/openssl/all.hpp>
 #include <nlohmann/json.hpp>
 
 #include "actors/remote_protocol.hpp"
@@ -21,6 +18,7 @@
 #include "apps/coordinator_command.hpp"
 #include "messages/envelope.hpp"
 #include "net/auth.hpp"
+#include "remote/client.hpp"
 
 namespace archipelago::apps {
 namespace {
@@ -196,29 +194,15 @@ int run_console(const ConsoleArguments& arguments) {
   if (!token) return fail(2, token.error().reason);
   const auto transport = transport_options(local->net);
 
-  caf::actor_system_config config;
-  Status configured = actors::configure_transport(config, transport);
-  if (!configured) return fail(2, configured.error().reason);
-  config.set("logger.console-verbosity", caf::atom("quiet"));
-  config.set("logger.file-verbosity", caf::atom("quiet"));
-  caf::actor_system system{config};
-  auto gateway = transport.tls ? caf::openssl::remote_actor(system, target->host, target->port)
-                               : system.middleman().remote_actor(target->host, target->port);
-  if (!gateway) return fail(1, "cannot reach the coordinator at " + arguments.target + ": " + system.render(gateway.error()));
-
-  caf::scoped_actor self{system};
-  std::string key, refusal;
-  caf::actor admin;
-  self->request(*gateway, std::chrono::seconds(10), actors::adminjoin_atom::value, std::string((*token)->bytes()))
-      .receive(
-          [&](bool accepted, std::string& reason, std::string& session_key, caf::actor& handle) {
-            if (!accepted) refusal = reason.empty() ? "refused" : reason;
-            key = std::move(session_key);
-            admin = std::move(handle);
-          },
-          [&](caf::error& error) { refusal = "admin session request failed: " + system.render(error); });
-  if (!refusal.empty() || !admin) {
-    return fail(3, "the coordinator refused the admin session: " + (refusal.empty() ? "no admin actor" : refusal));
+  if (auto status = actors::validate_transport(transport); !status) return fail(2, status.error().reason);
+  remote::Endpoint endpoint{target->host, target->port, actors::tls_files(transport), arguments.insecure_plaintext,
+                            actors::edge_limits(transport)};
+  auto session = remote::AdminClient::open(std::move(endpoint), **token, 10);
+  if (!session) {
+    if (session.error().code == ErrorCode::conflict) {
+      return fail(3, "the coordinator refused the admin session: " + session.error().reason);
+    }
+    return fail(session.error().code == ErrorCode::invalid_argument ? 2 : 1, session.error().reason);
   }
 
   actors::Outbox outbox("console");
@@ -238,8 +222,10 @@ int run_console(const ConsoleArguments& arguments) {
     auto bytes = outbox.wrap(*command);
     if (!bytes) return fail(1, bytes.error().to_string());
     int code = 1;
-    self->request(admin, std::chrono::seconds(30), actors::admin_atom::value, key, std::move(*bytes))
-        .receive(
+    auto answered = (*session)->request(*bytes, 30);
+    if (!answered) {
+      code = fail(1, name + ": " + answered.error().reason);
+    } else {
             [&](actors::WireBytes& answer) {
               auto envelope = actors::unwrap(std::move(answer));
               const auto* reply = envelope ? std::get_if<messages::AdminReply>(&envelope->body) : nullptr;
@@ -258,8 +244,8 @@ int run_console(const ConsoleArguments& arguments) {
               }
               std::printf("%s\n", arguments.json ? json.dump().c_str() : json.dump(2).c_str());
               code = 0;
-            },
-            [&](caf::error& error) { code = fail(1, name + ": " + system.render(error)); });
+            }(*answered);
+    }
     std::fflush(stdout);
     return code;
   };

@@ -14,6 +14,7 @@ struct ConsoleArguments {
   bool json = false;
   std::optional<std::string> admin_token_file;
   std::optional<std::string> config_file;      // [net]: TLS files, timeouts
+  bool insecure_plaintext = false;             // allow plaintext to a non-loopback coordinator
 };
 
 // 0: answered; 1: the coordinator is unreachable or a command failed; 2: bad arguments or an unknown

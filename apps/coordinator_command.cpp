@@ -49,6 +49,11 @@ actors::TransportOptions transport_options(const NetOptions& net) {
   t.tls_certificate = net.tls_certificate;
   t.tls_key = net.tls_key;
   t.tls_ca = net.tls_ca;
+  t.limits.max_message_bytes = static_cast<uint64_t>(net.max_message_mib) << 20;
+  t.limits.max_connections = static_cast<int>(net.max_connections);
+  t.limits.max_connections_per_address = static_cast<int>(net.max_connections_per_address);
+  t.limits.handshake_timeout_s = net.handshake_timeout_s;
+  t.limits.max_pending_bytes = static_cast<uint64_t>(net.max_pending_mib) << 20;
   return t;
 }
 
@@ -105,6 +110,7 @@ int run_coordinator(const CoordinatorArguments& arguments) {
   options.listen = *listen;
   options.site = site;
   options.transport = transport_options(config->net);
+  options.transport.insecure_plaintext = arguments.insecure_plaintext;
   options.config_toml = config->toml;
   if (*topology) {
     // Nodes get the topology tables only, never the rest of this file.

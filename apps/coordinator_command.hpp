@@ -23,6 +23,7 @@ struct CoordinatorArguments {
   std::optional<std::string> metrics_listen;    // HOST:PORT of /metrics and the status page (none: off)  // the console's secret (else $ARCHIPELAGO_ADMIN_TOKEN_FILE; none: no console)
   std::optional<std::string> site;     // default: the [sites] coordinator, else "local"
   bool json = false;
+  bool insecure_plaintext = false;  // allow plaintext off loopback (the proof and updates in clear)
 };
 
 // 0: stopped cleanly; 2: bad arguments or configuration; 1: the run failed.

@@ -26,8 +26,6 @@
 #include <thread>
 #include <vector>
 
-#include <caf/all.hpp>
-#include <caf/io/all.hpp>
 #include <nlohmann/json.hpp>
 #include <toml++/toml.h>
 
@@ -36,6 +34,8 @@
 #include "apps/config.hpp"
 #include "apps/coordinator_command.hpp"
 #include "messages/envelope.hpp"
+#include "net/auth.hpp"
+#include "remote/client.hpp"
 #include "storage/checkpoint_store.hpp"
 
 namespace archipelago::apps {
@@ -502,21 +502,17 @@ std::optional<double> field(const std::string& line, const std::string& key) {
 
 // ---- the admin console's client, in process ------------------------------------------------------
 
-// One admin session to the coordinator (the console's protocol: adminjoin with the admin secret,
-// then typed AdminCommands with the session key); reopened after the coordinator restarts.
+// One admin session to the coordinator (remote::AdminClient: the console's session, proved with
+// the admin token of `token_file`); reopened after the coordinator restarts.
 class AdminClient {
  public:
-  AdminClient(caf::actor_system& system, std::string host, std::string admin_secret)
-      : system_(system), host_(std::move(host)), secret_(std::move(admin_secret)) {}
+  AdminClient(std::string host, std::string token_file) : host_(std::move(host)), token_file_(std::move(token_file)) {}
 
-  void forget() {
-    admin_ = caf::actor{};
-    key_.clear();
-  }
+  void forget() { session_.reset(); }
 
   Expected<json> call(int port, messages::AdminVerb verb, const std::string& target = {}, double timeout_s = 5,
                       const std::string& value = {}) {
-    if (!admin_) {
+    if (!session_) {
       if (auto s = open(port); !s) return s.error();
     }
     messages::AdminCommand command{++request_id_, verb, 0, 0};
@@ -524,57 +520,34 @@ class AdminClient {
     command.value = value;
     auto bytes = outbox_.wrap(command);
     if (!bytes) return bytes.error();
-    caf::scoped_actor self{system_};
-    Expected<json> result = make_error(ErrorCode::unavailable, "no answer from the admin actor");
-    self->request(admin_, std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000)), actors::admin_atom::value,
-                  key_, std::move(*bytes))
-        .receive(
-            [&](actors::WireBytes& answer) {
-              auto envelope = actors::unwrap(std::move(answer));
-              const auto* reply = envelope ? std::get_if<messages::AdminReply>(&envelope->body) : nullptr;
-              if (!reply) {
-                result = make_error(ErrorCode::io, "malformed answer");
-              } else if (!reply->ok) {
-                result = make_error(ErrorCode::unavailable, reply->text);
-              } else {
-                auto parsed = json::parse(reply->json, nullptr, false);
-                result = parsed.is_discarded() ? Expected<json>(make_error(ErrorCode::io, "answer is not JSON"))
-                                               : Expected<json>(std::move(parsed));
-              }
-            },
-            [&](caf::error& error) {
-              result = make_error(ErrorCode::unavailable, system_.render(error));
-              forget();
-            });
-    return result;
+    auto answer = session_->request(*bytes, timeout_s);
+    if (!answer) {
+      forget();
+      return answer.error();
+    }
+    auto envelope = actors::unwrap(std::move(*answer));
+    const auto* reply = envelope ? std::get_if<messages::AdminReply>(&envelope->body) : nullptr;
+    if (!reply) return make_error(ErrorCode::io, "malformed answer");
+    if (!reply->ok) return make_error(ErrorCode::unavailable, reply->text);
+    auto parsed = json::parse(reply->json, nullptr, false);
+    if (parsed.is_discarded()) return make_error(ErrorCode::io, "answer is not JSON");
+    return parsed;
   }
 
  private:
   Status open(int port) {
-    auto gateway = system_.middleman().remote_actor(host_, static_cast<uint16_t>(port));
-    if (!gateway) return make_error(ErrorCode::unavailable, "cannot reach the coordinator: " + system_.render(gateway.error()));
-    caf::scoped_actor self{system_};
-    std::string refusal;
-    self->request(*gateway, std::chrono::seconds(5), actors::adminjoin_atom::value, secret_)
-        .receive(
-            [&](bool accepted, std::string& reason, std::string& session_key, caf::actor& handle) {
-              if (!accepted) refusal = reason.empty() ? "refused" : reason;
-              key_ = std::move(session_key);
-              admin_ = std::move(handle);
-            },
-            [&](caf::error& error) { refusal = "admin session request failed: " + system_.render(error); });
-    if (!refusal.empty() || !admin_) {
-      forget();
-      return make_error(ErrorCode::unavailable, refusal.empty() ? "no admin actor" : refusal);
-    }
+    auto secret = net::load_token_file(token_file_);
+    if (!secret) return secret.error();
+    remote::Endpoint endpoint{host_, static_cast<uint16_t>(port), std::nullopt, false, {}};
+    auto session = remote::AdminClient::open(std::move(endpoint), *secret, 5);
+    if (!session) return session.error();
+    session_ = std::move(*session);
     return Status::success();
   }
 
-  caf::actor_system& system_;
   std::string host_;
-  std::string secret_;
-  caf::actor admin_;
-  std::string key_;
+  std::string token_file_;
+  std::unique_ptr<remote::AdminClient> session_;
   actors::Outbox outbox_{"drill"};
   uint64_t request_id_ = 0;
 };
@@ -663,19 +636,7 @@ class Runner {
     std::ofstream(admin_token_) << admin_secret << "\n";
     chmod(token_.c_str(), 0600);
     chmod(admin_token_.c_str(), 0600);
-    // This run's own actor system for the admin session: destroyed before the coordinator is told to
-    // stop, so no connection of ours keeps an actor of it alive while it shuts down.
-    system_config_ = std::make_unique<caf::actor_system_config>();
-    actors::TransportOptions transport;
-    if (auto s = actors::configure_transport(*system_config_, transport); !s) {
-      result_.error = s.error().reason;
-      return;
-    }
-    system_config_->set("logger.console-verbosity", caf::atom("quiet"));
-    system_config_->set("logger.file-verbosity", caf::atom("quiet"));
-    system_config_->set("scheduler.max-threads", 1);
-    system_ = std::make_unique<caf::actor_system>(*system_config_);
-    admin_ = std::make_unique<AdminClient>(*system_, host_, admin_secret);
+    admin_ = std::make_unique<AdminClient>(host_, admin_token_.string());
     port_ = free_port();
     started_ = Clock::now();
     if (!drive()) {
@@ -1273,7 +1234,6 @@ class Runner {
     poll_status();
     result_.wall_s = now() - origin_s_;
     admin_.reset();
-    system_.reset();
     coordinator_->signal(SIGTERM);
     const int code = coordinator_->wait(120);
     for (auto& n : nodes_) n->wait(30);
@@ -1510,8 +1470,6 @@ class Runner {
   const DrillConfig& c_;
   std::vector<Fault> schedule_;
   fs::path dir_;
-  std::unique_ptr<caf::actor_system_config> system_config_;
-  std::unique_ptr<caf::actor_system> system_;
   std::string binary_;
   double duration_s_;
   std::optional<int> kill_limit_;

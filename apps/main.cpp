@@ -1,7 +1,10 @@
 // archipelago: fault-tolerant, low-communication training of language models across sites.
 // This file only parses arguments and hands over to one command.
+#include <csignal>
+
 #include <CLI/CLI.hpp>
 
+#include "apps/ca_command.hpp"
 #include "apps/console_command.hpp"
 #include "apps/coordinator_command.hpp"
 #include "apps/drill_command.hpp"
@@ -10,6 +13,8 @@
 #include "sim/sim_command.hpp"
 
 int main(int argc, char** argv) {
+  // A peer closing its socket mid-write must be an error on that write (EPIPE), never a killed process.
+  std::signal(SIGPIPE, SIG_IGN);
   CLI::App app{"Archipelago: fault-tolerant, low-communication training of language models across sites"};
   app.require_subcommand(1);
 
@@ -64,6 +69,8 @@ int main(int argc, char** argv) {
   coordinator_command->add_option_function<std::string>("--site", [&](const std::string& v) { coordinator.site = v; },
                                                         "this process's site (default: the [sites] coordinator, else local)");
   coordinator_command->add_flag("--json", coordinator.json, "print a one-line JSON summary as the last line of stdout");
+  coordinator_command->add_flag("--insecure-plaintext", coordinator.insecure_plaintext,
+                                "listen without TLS on a non-loopback address (join proofs and updates in clear)");
 
   archipelago::apps::NodeArguments node;
   auto* node_command = app.add_subcommand("node", "run a node: learners that join a coordinator and train");
@@ -90,6 +97,8 @@ int main(int argc, char** argv) {
   node_command->add_option("--give-up-after", node.give_up_after_s,
                            "exit with an error after this many seconds without the coordinator (default 0: never)");
   node_command->add_flag("--json", node.json, "print a one-line JSON summary as the last line of stdout");
+  node_command->add_flag("--insecure-plaintext", node.insecure_plaintext,
+                         "dial a non-loopback coordinator without TLS (the session in clear)");
   node_command->add_flag("--drill-hooks", node.drill_hooks,
                          "recovery drills only: let the coordinator's operator corrupt this node's next update "
                          "(console `corrupt`); never on a production node");
@@ -99,6 +108,8 @@ int main(int argc, char** argv) {
   console_command->add_option("target", console.target, "HOST:PORT of the coordinator")->required();
   console_command->add_option("-c,--command", console.command, "run one command, print its answer, exit (non-zero on error)");
   console_command->add_flag("--json", console.json, "print answers as one JSON line");
+  console_command->add_flag("--insecure-plaintext", console.insecure_plaintext,
+                            "dial a non-loopback coordinator without TLS (the session in clear)");
   console_command->add_option_function<std::string>("--admin-token-file", [&](const std::string& v) { console.admin_token_file = v; },
                                                     "file holding the admin secret (else $ARCHIPELAGO_ADMIN_TOKEN_FILE)");
   console_command->add_option_function<std::string>("--config", [&](const std::string& v) { console.config_file = v; },
@@ -122,7 +133,13 @@ int main(int argc, char** argv) {
       app.add_subcommand("sim", "simulate goodput under chip failures and the bandwidth DiLoCo needs (no training)");
   archipelago::sim::add_sim_options(*sim_command, sim);
 
+  archipelago::apps::CaArguments ca;
+  auto* ca_command = app.add_subcommand("ca", "the run's certificate authority for mutual TLS: `ca init DIR`, "
+                                              "`ca issue DIR NAME [--host H ...] [--days N]`");
+  archipelago::apps::add_ca_options(*ca_command, ca);
+
   CLI11_PARSE(app, argc, argv);
+  if (ca_command->parsed()) return archipelago::apps::run_ca(ca);
   if (sim_command->parsed()) return archipelago::sim::run_sim(sim);
   if (drill_command->parsed()) return archipelago::apps::run_drill(drill);
   if (console_command->parsed()) return archipelago::apps::run_console(console);

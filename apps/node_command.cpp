@@ -44,6 +44,7 @@ int run_node(const NodeArguments& arguments) {
   options.device = local->run.device;
   options.secret = std::make_shared<const net::Secret>(std::move(*secret));
   options.transport = transport_options(local->net);
+  options.transport.insecure_plaintext = arguments.insecure_plaintext;
   options.give_up_after_s = arguments.give_up_after_s;
   // The run's configuration comes from the coordinator; this node's --set / --device apply on top.
   const std::string state_dir = arguments.state_dir;

@@ -20,6 +20,7 @@ struct NodeArguments {
   std::string state_dir;              // learner checkpoints (empty: none)
   double give_up_after_s = 0;
   bool json = false;
+  bool insecure_plaintext = false;  // allow plaintext off loopback (the proof and updates in clear)
   bool drill_hooks = false;           // obey corrupt_update (recovery drills only)
 };
 

@@ -262,7 +262,6 @@ int run_train(const TrainArguments& arguments) {
   if (config->engine == "actors") {
     auto runtime = to_runtime_options(*config, run_dir.string(), resume);
     const auto transport = transport_options(config->net);
-    if (admin_at) actors::enable_operator_endpoint(runtime, transport);
     auto board = std::make_shared<MetricsBoard>();
     std::unique_ptr<MetricsServer> metrics_server;
     if (metrics_at) {

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <string>
@@ -28,13 +29,7 @@ inline float bits_float(uint32_t u) { float f; std::memcpy(&f, &u, 4); return f;
 
 uint64_t ceil_div(uint64_t a, uint64_t b) { return a / b + (a % b != 0); }
 
-// Largest |bits| of `count` floats stored at `bytes`; >= kExponentMask iff one is NaN/Inf.
-uint32_t max_abs_bits(const uint8_t* bytes, size_t count) {
-  uint32_t m = 0;
-  for (size_t i = 0; i < count; ++i) m = std::max(m, load_u32(bytes + 4 * i) & kAbsMask);
-  return m;
-}
-
+// Largest |bits| of `count` floats; >= kExponentMask iff one is NaN/Inf.
 uint32_t max_abs_bits(const float* values, size_t count) {
   uint32_t m = 0;
   for (size_t i = 0; i < count; ++i) m = std::max(m, float_bits(values[i]) & kAbsMask);
@@ -64,13 +59,87 @@ bool copy_fp32_checked(const uint8_t* src, size_t count, uint8_t* dst) {
 Error non_finite_input() { return make_error(ErrorCode::non_finite, "tensor to encode holds NaN/Inf"); }
 Error non_finite_bytes() { return make_error(ErrorCode::non_finite, "encoded tensor holds NaN/Inf"); }
 
+// ---- scale bounds of the quantized codecs ----
+
+// The largest |code| the wire format can hold, whatever the encoder writes: int8 codes are
+// -128..127, two's complement nibbles -8..7, E2M1 magnitudes up to 6.
+float largest_code(Codec codec) {
+  switch (codec) {
+    case Codec::int8: return 128.0f;
+    case Codec::int4_e2m1: return 6.0f;
+    case Codec::int4_uniform: return 8.0f;
+    default: return 0.0f;
+  }
+}
+
+// The largest scale s for which largest_code · s, in fp32 as decode computes it, is finite. Every
+// smaller code times s is then finite too (rounding is monotonic).
+float largest_scale_of(float code) {
+  float s = std::numeric_limits<float>::max() / code;
+  while (!std::isfinite(s * code)) s = std::nextafter(s, 0.0f);
+  return s;
+}
+float largest_scale(Codec codec) {
+  static const float int8 = largest_scale_of(largest_code(Codec::int8));
+  static const float e2m1 = largest_scale_of(largest_code(Codec::int4_e2m1));
+  static const float uniform4 = largest_scale_of(largest_code(Codec::int4_uniform));
+  switch (codec) {
+    case Codec::int8: return int8;
+    case Codec::int4_e2m1: return e2m1;
+    case Codec::int4_uniform: return uniform4;
+    default: return 0.0f;
+  }
+}
+
+// Largest raw bit pattern of `count` scales at `bytes`. A scale is valid iff its bits are at most
+// those of largest_scale: positive floats order like their bits, and NaN, Inf and every negative
+// value (sign bit set) compare above.
+uint32_t max_raw_bits(const uint8_t* bytes, size_t count) {
+  uint32_t m = 0;
+  for (size_t i = 0; i < count; ++i) m = std::max(m, load_u32(bytes + 4 * i));
+  return m;
+}
+
+std::string float_text(float f) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.9g", static_cast<double>(f));
+  return text;
+}
+
+// Checks the scales of blocks [first_block, first_block + count) stored at `bytes`, which came in
+// the chunk at byte 4·first_block (`in_chunk`) or are a whole tensor's. The error names the codec,
+// the chunk, the first bad block and why.
+Status check_scales(Codec codec, const uint8_t* bytes, size_t count, uint64_t first_block, bool in_chunk) {
+  const float bound = largest_scale(codec);
+  if (max_raw_bits(bytes, count) <= float_bits(bound)) return Status::success();
+  size_t i = 0;
+  while (load_u32(bytes + 4 * i) <= float_bits(bound)) ++i;
+  const float scale = load_f32(bytes + 4 * i);
+  const uint64_t block = first_block + i;
+  std::string reason = std::string(codec_name(codec)) + " tensor" +
+                       (in_chunk ? " (chunk at byte " + std::to_string(4 * first_block) + ")" : std::string()) +
+                       ": the scale of block " + std::to_string(block) + " (byte " + std::to_string(4 * block) +
+                       ") is " + float_text(scale);
+  if (!std::isnan(scale) && std::signbit(scale)) {
+    return make_error(ErrorCode::inconsistent, reason + ": no encoder writes a negative scale");
+  }
+  return make_error(ErrorCode::non_finite, reason + ": decoding would give NaN/Inf (a scale must be at most " +
+                                               float_text(bound) + ", so that the largest code, " +
+                                               float_text(largest_code(codec)) + ", times it stays finite)");
+}
+
 // Scale for a block whose largest magnitude is `absmax`, mapping it to `levels`. A zero (or
-// denormal, whose inverse would overflow) block gets scale 0 and decodes to zeros.
-struct BlockScale { float scale; float inverse; };
-BlockScale block_scale(float absmax, float levels) {
+// denormal, whose inverse would overflow) block gets scale 0 and decodes to zeros. A block whose
+// absmax/levels would exceed `largest` (magnitudes near FLT_MAX) gets `largest` and `saturate`: its
+// codes are clamped at ±levels, so encode never writes a scale that decode refuses. The clamp has a
+// loop of its own: in the loop every other block takes it would stop the vectorizer.
+struct BlockScale { float scale; float inverse; bool saturate; };
+BlockScale block_scale(float absmax, float levels, float largest) {
   const float inverse = levels / absmax;
-  if (!(absmax > 0.0f) || !(inverse < std::numeric_limits<float>::max())) return {0.0f, 0.0f};
-  return {absmax / levels, inverse};
+  if (!(absmax > 0.0f) || !(inverse < std::numeric_limits<float>::max())) return {0.0f, 0.0f, false};
+  const float scale = absmax / levels;
+  if (scale <= largest) return {scale, inverse, false};
+  return {largest, 1.0f / largest, true};
 }
 
 // ---- fp32 / bf16 ----
@@ -109,22 +178,28 @@ bool decode_bf16(const uint8_t* bytes, size_t count, float* out) {
 
 // ---- int8: per-block absmax scale, symmetric [-127, 127] ----
 
+template <bool kSaturate>
+void quantize_int8(const float* v, size_t len, float inverse, int8_t* q) {
+  for (size_t i = 0; i < len; ++i) {
+    const float x = kSaturate ? std::min(std::max(v[i] * inverse, -127.0f), 127.0f) : v[i] * inverse;
+    const float r = (x + kRoundMagic) - kRoundMagic;
+    q[i] = static_cast<int8_t>(static_cast<int32_t>(r));
+  }
+}
+
 bool encode_int8(const float* values, size_t count, uint8_t* out) {
   const size_t blocks = ceil_div(count, kInt8BlockSize);
   int8_t* codes = reinterpret_cast<int8_t*>(out + 4 * blocks);
+  const float largest = largest_scale(Codec::int8);
   for (size_t b = 0; b < blocks; ++b) {
     const size_t start = b * kInt8BlockSize;
     const size_t len = std::min(kInt8BlockSize, count - start);
     const uint32_t absmax_bits = max_abs_bits(values + start, len);
     if (absmax_bits >= kExponentMask) return false;
-    const BlockScale s = block_scale(bits_float(absmax_bits), 127.0f);
+    const BlockScale s = block_scale(bits_float(absmax_bits), 127.0f, largest);
     std::memcpy(out + 4 * b, &s.scale, 4);
-    const float* v = values + start;
-    int8_t* q = codes + start;
-    for (size_t i = 0; i < len; ++i) {
-      const float r = (v[i] * s.inverse + kRoundMagic) - kRoundMagic;
-      q[i] = static_cast<int8_t>(static_cast<int32_t>(r));
-    }
+    if (s.saturate) quantize_int8<true>(values + start, len, s.inverse, codes + start);
+    else quantize_int8<false>(values + start, len, s.inverse, codes + start);
   }
   return true;
 }
@@ -171,9 +246,11 @@ void quantize_e2m1(const float* v, size_t len, float inverse, uint8_t* nibbles) 
   }
 }
 
+template <bool kSaturate>
 void quantize_uniform4(const float* v, size_t len, float inverse, uint8_t* nibbles) {
   for (size_t i = 0; i < len; ++i) {
-    const float r = (v[i] * inverse + kRoundMagic) - kRoundMagic;
+    const float x = kSaturate ? std::min(std::max(v[i] * inverse, -7.0f), 7.0f) : v[i] * inverse;
+    const float r = (x + kRoundMagic) - kRoundMagic;
     nibbles[i] = static_cast<uint8_t>(static_cast<int32_t>(r) & 15);
   }
 }
@@ -182,16 +259,18 @@ bool encode_int4(bool e2m1, const float* values, size_t count, uint8_t* out) {
   const size_t blocks = ceil_div(count, kInt4BlockSize);
   uint8_t* packed = out + 4 * blocks;
   const float levels = e2m1 ? 6.0f : 7.0f;
+  const float largest = largest_scale(e2m1 ? Codec::int4_e2m1 : Codec::int4_uniform);
   for (size_t b = 0; b < blocks; ++b) {
     const size_t start = b * kInt4BlockSize;
     const size_t len = std::min(kInt4BlockSize, count - start);
     const uint32_t absmax_bits = max_abs_bits(values + start, len);
     if (absmax_bits >= kExponentMask) return false;
-    const BlockScale s = block_scale(bits_float(absmax_bits), levels);
+    const BlockScale s = block_scale(bits_float(absmax_bits), levels, largest);
     std::memcpy(out + 4 * b, &s.scale, 4);
     std::array<uint8_t, kInt4BlockSize> nibbles{};  // zero pad: an odd tail packs a 0 high nibble
     if (e2m1) quantize_e2m1(values + start, len, s.inverse, nibbles.data());
-    else quantize_uniform4(values + start, len, s.inverse, nibbles.data());
+    else if (s.saturate) quantize_uniform4<true>(values + start, len, s.inverse, nibbles.data());
+    else quantize_uniform4<false>(values + start, len, s.inverse, nibbles.data());
     uint8_t* dst = packed + start / 2;  // block size is even, so blocks start on a byte
     for (size_t j = 0; j < (len + 1) / 2; ++j) {
       dst[j] = static_cast<uint8_t>(nibbles[2 * j] | (nibbles[2 * j + 1] << 4));
@@ -307,12 +386,14 @@ Status decode_tensor(Codec codec, const uint8_t* bytes, size_t size, float* out,
       return decode_bf16(bytes, count, out) ? Status::success() : non_finite_bytes();
     case Codec::int8:
     case Codec::int4_e2m1:
-    case Codec::int4_uniform:
-      // Codes are bounded integers, so the output is finite iff every scale is.
-      if (max_abs_bits(bytes, scale_count(codec, count)) >= kExponentMask) return non_finite_bytes();
+    case Codec::int4_uniform: {
+      // Codes are bounded, so the output is finite iff every scale is within the codec's bound.
+      Status scales = check_scales(codec, bytes, scale_count(codec, count), 0, false);
+      if (!scales) return scales;
       if (codec == Codec::int8) decode_int8(bytes, count, out);
       else decode_int4(codec == Codec::int4_e2m1, bytes, count, out);
       return Status::success();
+    }
   }
   return make_error(ErrorCode::unknown_type, "unknown codec");
 }
@@ -347,8 +428,7 @@ Status check_finite_range(Codec codec, uint64_t element_count, uint64_t offset,
       const uint64_t scale_end = scale_count(codec, element_count) * 4;
       if (offset >= scale_end) return Status::success();
       const uint64_t end = std::min<uint64_t>(scale_end, offset + size);
-      return max_abs_bits(bytes, (end - offset) / 4) < kExponentMask ? Status::success()
-                                                                      : non_finite_bytes();
+      return check_scales(codec, bytes, (end - offset) / 4, offset / 4, true);
     }
   }
   return make_error(ErrorCode::unknown_type, "unknown codec");

@@ -7,10 +7,18 @@
 //   int4_e2m1     ceil(n/64) x float scale, then ceil(n/2) bytes      x = e2m1(nibble) * scale
 //   int4_uniform  ceil(n/64) x float scale, then ceil(n/2) bytes      x = int4(nibble) * scale
 // (element 2i in the low nibble, 2i+1 in the high one). Scales come first so that a receiver can
-// check them for NaN/Inf from any chunk without the rest of the tensor.
+// check them from any chunk without the rest of the tensor.
 //
-// Invariant: encode never emits NaN/Inf (non-finite input is refused with non_finite), and decode
-// refuses bytes that would produce NaN/Inf (non_finite) so that the syncer can quarantine them.
+// A scale is valid when it is +0 or a positive fp32 no larger than the codec's bound: the largest
+// scale whose product with the largest code the layout can hold (int8: 128, int4_uniform: 8,
+// int4_e2m1: 6) is still finite. Codes are bounded, so valid scales are exactly what keeps every
+// decoded value finite; a finite but huge scale (3e38) would otherwise decode to ±Inf.
+//
+// Invariant: encode never emits NaN/Inf or an invalid scale for finite input (a block near FLT_MAX
+// gets the bound as its scale and saturates its codes; non-finite input is refused with non_finite),
+// and decode refuses bytes that would produce NaN/Inf (non_finite: NaN/Inf values, NaN/Inf or
+// too-large scales) or that no encoder writes (inconsistent: a negative scale, -0 included), naming
+// the codec, the chunk and the block, so that the syncer can quarantine them.
 // Pure functions, no state: any thread may call them.
 #pragma once
 
@@ -54,14 +62,17 @@ Expected<uint64_t> encoded_size(Codec codec, uint64_t element_count);
 Status encode_tensor(Codec codec, const float* values, size_t count, std::vector<uint8_t>& out);
 
 // Decodes `size` bytes holding `count` elements into `out[0..count)`. inconsistent if `size` is not
-// encoded_size(codec, count); non_finite if the bytes hold NaN/Inf (values or scales).
+// encoded_size(codec, count) or a scale is negative; non_finite if the bytes hold NaN/Inf values or
+// a scale beyond the codec's bound (see above). On an error `out` is unspecified (fp32 and bf16 check
+// what they copied; the quantized codecs check every scale before writing a value).
 Status decode_tensor(Codec codec, const uint8_t* bytes, size_t size, float* out, size_t count);
 Expected<std::vector<float>> decode_tensor(Codec codec, const uint8_t* bytes, size_t size,
                                            size_t count);
 
-// Checks one piece of an encoded tensor for NaN/Inf without decoding it: `bytes[0..size)` sits at
-// byte `offset` of a tensor of `element_count` elements; `offset` must be a multiple of
-// kChunkAlignment. Lets a receiver reject a poisoned chunk before reassembling the tensor.
+// Checks one piece of an encoded tensor without decoding it, by the same rules as decode_tensor (NaN/Inf
+// values; NaN/Inf, too-large or negative scales): `bytes[0..size)` sits at byte `offset` of a tensor
+// of `element_count` elements; `offset` must be a multiple of kChunkAlignment. Lets a receiver reject
+// a poisoned chunk before reassembling the tensor.
 Status check_finite_range(Codec codec, uint64_t element_count, uint64_t offset,
                           const uint8_t* bytes, size_t size);
 

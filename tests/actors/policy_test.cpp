@@ -341,3 +341,40 @@ TEST_CASE("policy: next due step agrees with the schedule; dynamic local steps s
   CHECK(dynamic_inner_steps(24, 800, 0) == 24);
   CHECK(dynamic_inner_steps(24, 1200, 1000) == 24);
 }
+
+TEST_CASE("policy: an update is credited with at most kMaxPeriodsPerUpdate periods of configured tokens") {
+  constexpr int64_t T = 1024;  // tokens per step
+  struct Row { uint64_t steps, tokens; int largest_period; bool accept; int64_t credited_steps; bool corrected; };
+  const Row rows[] = {
+      {10, 10 * T, 10, true, 10, false},                // honest: as claimed
+      {30, 30 * T, 10, true, 30, false},                // three periods waiting for an answer: as claimed
+      {10, uint64_t{1} << 40, 10, true, 10, true},      // a token claim is never believed
+      {10, 7, 10, true, 10, true},                      // nor one below the steps' worth
+      {uint64_t{1} << 40, uint64_t{1} << 50, 10, true, kMaxPeriodsPerUpdate * 10, true},
+      {45, 45 * T, 50, true, 45, false},                // the largest H of the schedule bounds it
+      {0, 0, 10, false, 0, false},                      // nobody sends 0 steps
+  };
+  for (const Row& row : rows) {
+    CAPTURE(row.steps);
+    CAPTURE(row.tokens);
+    const CreditedWork w = credit_work(row.steps, row.tokens, row.largest_period, T);
+    CHECK(w.accept == row.accept);
+    CHECK(w.steps == row.credited_steps);
+    CHECK(w.tokens == row.credited_steps * T);
+    CHECK(w.corrected == row.corrected);
+    CHECK(w.reason.empty() == (row.accept && !row.corrected));
+  }
+  FragmentSchedule schedule(10, 2, true);
+  CHECK(schedule.largest_period() == 10);
+  REQUIRE(schedule.change(100, 50).ok());
+  REQUIRE(schedule.change(200, 5).ok());
+  CHECK(schedule.largest_period() == 50);
+  archipelago::training::ReferenceSetup setup;
+  setup.inner.batch_size = 8;
+  setup.model.seq_len = 32;
+  setup.run.learners = 4;
+  setup.run.mode = "decoupled";
+  CHECK(configured_tokens_per_step(setup) == 256);
+  setup.run.mode = "ddp";  // one learner averaging the batches of every shard
+  CHECK(configured_tokens_per_step(setup) == 1024);
+}

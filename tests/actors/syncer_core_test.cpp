@@ -520,3 +520,156 @@ TEST_CASE("syncer core: the downlink moves B exactly as a receiver applies it, a
   CHECK(apply_broadcast(behind, 9, 3, std::vector<float>(initial.size())) == ApplyResult::gap);
   CHECK(behind.values == initial);
 }
+
+namespace {
+
+// Two learners on one fragment of 3 values, token-weighted merge, lr 1, momentum 0: θ ← θ − merged Δ.
+SyncerCore make_weighted_core(const std::string& name) {
+  auto o = testing::tiny_options(name, "decoupled", 2, 10);
+  o.setup.outer.merge = "token_weighted";
+  o.setup.outer.lr = 1.0;
+  o.setup.outer.momentum = 0.0;
+  SyncerCore core(o, {{0, 0, 0}});
+  auto initial = core.stage_initial(0);
+  core.commit_succeeded(initial, 0);
+  REQUIRE(core.join(join_of("learner-0"), 0).accepted);
+  REQUIRE(core.join(join_of("learner-1"), 0).accepted);
+  return core;
+}
+
+}  // namespace
+
+TEST_CASE("syncer core: a claim of 2^40 tokens does not outweigh an honest learner") {
+  auto core = make_weighted_core("core-claims");
+  const int64_t T = configured_tokens_per_step(testing::tiny_options("core-claims-t", "decoupled", 2, 10).setup);
+  REQUIRE(T > 0);
+  const std::vector<float> liar = {1.0f, -2.0f, 4.0f}, honest = {0.1f, 0.2f, 0.3f};
+  UpdateHeader lie{"learner-0", 0, 1, 10, uint64_t{1} << 40, 1.0f};
+  UpdateHeader fair{"learner-1", 0, 1, 10, static_cast<uint64_t>(10 * T), 1.0f};
+  REQUIRE_FALSE(core.accept(lie, liar, 1).has_value());
+  REQUIRE_FALSE(core.accept(fair, honest, 1).has_value());
+  auto staged = core.stage({0}, 1);
+  REQUIRE(staged.ok());
+  // The same steps, so the same weight: the merged Δ is the plain mean of what they sent.
+  for (size_t i = 0; i < 3; ++i) {
+    CAPTURE(i);
+    CHECK(staged->find(0)->next.parameters[i] == doctest::Approx(-(liar[i] + honest[i]) / 2).epsilon(1e-6));
+  }
+  CHECK(core.claims_corrected() == 1);
+  core.commit_succeeded(*staged, 1);
+  // The token ledger (and so train.max_tokens) counts the credited tokens, not the claim.
+  CHECK(core.learners().at("learner-0").tokens_merged == 10 * T);
+  CHECK(core.status(1)["claims_corrected"] == 1);
+  CHECK(core.status(1)["accounting"]["claims_corrected"] == 1);
+
+  // A claim of 2^40 steps counts as kMaxPeriodsPerUpdate periods (H = 10): weight 4 : 1.
+  UpdateHeader many{"learner-0", 0, 2, static_cast<uint32_t>(1u << 31), uint64_t{1} << 40, 1.0f, 1, 10, 20};
+  UpdateHeader next{"learner-1", 0, 2, 10, static_cast<uint64_t>(10 * T), 1.0f, 1, 10, 20};
+  REQUIRE_FALSE(core.accept(many, liar, 2).has_value());
+  REQUIRE_FALSE(core.accept(next, honest, 2).has_value());
+  const std::vector<float> before = core.fragment(0).parameters;
+  auto second = core.stage({0}, 2);
+  REQUIRE(second.ok());
+  const double k = kMaxPeriodsPerUpdate;
+  for (size_t i = 0; i < 3; ++i) {
+    CAPTURE(i);
+    CHECK(second->find(0)->next.parameters[i] ==
+          doctest::Approx(before[i] - (k * liar[i] + honest[i]) / (k + 1)).epsilon(1e-6));
+  }
+  core.commit_succeeded(*second, 2);
+
+  // No learner sends 0 steps; an update of weight 0 alone would make its merge fail.
+  UpdateHeader none{"learner-1", 0, 3, 0, 0, 1.0f, 2, 20, 30};
+  CHECK(core.accept(none, honest, 3) == RejectReason::implausible_claim);
+  CHECK(core.rejects().by_reason.at("implausible_claim") == 1);
+  CHECK(core.fragment(0).pending.empty());
+}
+
+TEST_CASE("syncer core: honest claims merge bit for bit as the claims themselves would") {
+  auto core = make_weighted_core("core-honest");
+  const int64_t T = configured_tokens_per_step(testing::tiny_options("core-honest-t", "decoupled", 2, 10).setup);
+  const std::vector<float> a = {0.3f, -0.7f, 0.11f}, b = {0.05f, 0.2f, -0.9f};
+  // Different steps (a straggler's shorter period): weights tokens²/steps = 10T² and 4T².
+  REQUIRE_FALSE(core.accept({"learner-0", 0, 1, 10, static_cast<uint64_t>(10 * T), 1.0f}, a, 1).has_value());
+  REQUIRE_FALSE(core.accept({"learner-1", 0, 1, 4, static_cast<uint64_t>(4 * T), 1.0f}, b, 1).has_value());
+  auto staged = core.stage({0}, 1);
+  REQUIRE(staged.ok());
+  CHECK(core.claims_corrected() == 0);
+  auto merged = archipelago::training::merge({{a.data(), 10 * T, 10}, {b.data(), 4 * T, 4}}, 3,
+                                             archipelago::training::MergeRule::token_weighted);
+  REQUIRE(merged.ok());
+  auto state = archipelago::training::zero_outer_state(3, false);
+  std::vector<float> expected = {0, 0, 0};
+  archipelago::training::nesterov_step(state, expected.data(), merged->data(), 1.0, 0.0);
+  CHECK(staged->find(0)->next.parameters == expected);
+}
+
+TEST_CASE("syncer core: a merge that comes out non-finite is dropped, counted, and the committed value stays") {
+  auto core = make_core("decoupled", 1);  // fragments {1, 1, 1} and {2, 2}; mean, lr 1, momentum 0
+  REQUIRE(core.join(join_of("learner-0"), 0).accepted);
+  const float huge = 3e38f;  // finite, as every check on the way in sees it
+  const std::vector<float> push = {-huge, -huge, -huge};
+  REQUIRE_FALSE(core.accept({"learner-0", 0, 1, 10, 100, 1.0f, 0, 0, 10}, push, 1).has_value());
+  merge_and_commit(core, {0}, 1);  // θ = 1 + 3e38: still finite
+  REQUIRE(core.fragment(0).version == 2);
+  const FragmentState before = without_pending(core.fragment(0));
+  // The same push again overflows θ_p; fragment 1's honest update is merged all the same.
+  REQUIRE_FALSE(core.accept({"learner-0", 0, 2, 10, 100, 1.0f, 1, 10, 20}, push, 2).has_value());
+  REQUIRE_FALSE(core.accept({"learner-0", 1, 1, 10, 100, 1.0f, 0, 0, 20}, {0.5f, 0.5f}, 2).has_value());
+  auto staged = core.stage({0, 1}, 2);
+  REQUIRE_MESSAGE(staged.ok(), (staged.ok() ? "" : staged.error().to_string()));
+  CHECK(staged->fragment_ids() == std::vector<int>{1});
+  CHECK(staged->manifest["fragment_versions"][0] == 2);
+  core.commit_succeeded(*staged, 2);
+  CHECK(core.fragment(1).parameters[0] == doctest::Approx(1.5));
+  check_same_outer_state(core.fragment(0), before);
+  CHECK(core.fragment(0).version == 2);
+  CHECK(core.fragment(0).pending.empty());  // not merged again and again
+  CHECK(core.rejects().by_reason.at("non_finite_merge") == 1);
+  CHECK(core.status(3)["rejected"]["non_finite_merge"] == 1);
+  CHECK(core.learners().at("learner-0").contributions_rejected == 1);
+  // Alone in a commit, the dropped merge leaves nothing to commit, and no commit in flight.
+  REQUIRE_FALSE(core.accept({"learner-0", 0, 2, 10, 100, 1.0f, 2, 20, 30}, push, 3).has_value());
+  auto alone = core.stage({0}, 3);
+  REQUIRE_FALSE(alone.ok());
+  CHECK(alone.error().code == archipelago::ErrorCode::non_finite);
+  CHECK_FALSE(core.commit_in_flight());
+  check_same_outer_state(core.fragment(0), before);
+  CHECK(core.rejects().by_reason.at("non_finite_merge") == 2);
+}
+
+TEST_CASE("fragment state: a stage whose θ_p − B_p or B_p is not finite is refused, whatever made it so") {
+  FragmentRules rules;
+  rules.mode = "decoupled";
+  rules.merge = archipelago::training::MergeRule::mean;
+  rules.lr = 1.0;
+  rules.momentum = 0.0;
+  rules.downlink = messages::Codec::int8;
+  const float huge = 3e38f;
+  // θ_p and B_p finite but far apart (any path that gets there): the downlink cannot carry θ − B.
+  FragmentState apart = initial_fragment({huge, 0, 0}, rules);
+  apart.broadcast = {-huge, 0, 0};
+  apart.version = 2;
+  PendingContribution c;
+  c.learner_id = "learner-0";
+  c.steps = 10;
+  c.tokens = 100;
+  c.delta = {0, 0, 0};
+  apart.pending.push_back(c);
+  auto staged = stage_fragment(0, apart, rules, 1.0);
+  REQUIRE_FALSE(staged.ok());
+  CHECK(staged.error().code == archipelago::ErrorCode::non_finite);
+  CHECK(staged.error().reason.find("θ_p − B_p") != std::string::npos);
+  // Momentum that overflows while θ_p stays finite (μ m + Δ with m near FLT_MAX).
+  rules.momentum = 0.5;
+  rules.downlink = messages::Codec::fp32;
+  FragmentState fast = initial_fragment({0, 0, 0}, rules);
+  fast.outer.momentum = {-huge, 0, 0};
+  fast.version = 2;
+  c.delta = {-huge, 0, 0};
+  fast.pending.push_back(c);
+  rules.lr = 1e-30;
+  auto momentum = stage_fragment(0, fast, rules, 1.0);
+  REQUIRE_FALSE(momentum.ok());
+  CHECK(momentum.error().reason.find("momentum") != std::string::npos);
+}

@@ -1,8 +1,11 @@
 // Writes the seed corpus of the fuzz targets: a few valid encoded messages of every kind
-// (envelope/) and chunk streams separated by the "CHNK" marker (reassembler/).
+// (envelope/), chunk streams separated by the "CHNK" marker (reassembler/) and encoded tensors of
+// every codec behind tensor_codec_fuzz's header (tensor_codec/).
 // Usage: messages_fuzz_corpus <repo>/tests/fuzz/corpus   (rerun only when the schema changes)
 #include <cstdio>
+#include <cstring>
 #include <fstream>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -32,6 +35,42 @@ std::vector<std::vector<uint8_t>> chunk_envelopes(Codec codec, size_t elements) 
   std::vector<std::vector<uint8_t>> out;
   for (auto& chunk : chunks) out.push_back(envelope_bytes(GlobalFragment{1, 2, chunk}));
   return out;
+}
+
+// A tensor_codec_fuzz input: codec, flags (bit 0: explicit count), [count], chunk cut, payload.
+std::vector<uint8_t> codec_seed(Codec codec, const std::vector<uint8_t>& payload, uint8_t cut,
+                                const uint32_t* count = nullptr) {
+  std::vector<uint8_t> out = {static_cast<uint8_t>(codec), static_cast<uint8_t>(count ? 1 : 0)};
+  if (count) {
+    for (int i = 0; i < 4; ++i) out.push_back(static_cast<uint8_t>(*count >> (8 * i)));
+  }
+  out.push_back(cut);
+  out.insert(out.end(), payload.begin(), payload.end());
+  return out;
+}
+
+void write_codec_seeds(const std::string& dir) {
+  const float big = std::numeric_limits<float>::max();
+  std::vector<float> values(300);
+  for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i % 23) * 0.25f - 2.5f;
+  std::vector<float> extreme = values;
+  extreme[0] = big;  // near FLT_MAX the quantized codecs saturate at their largest scale
+  extreme[299] = -big;
+  for (Codec codec : {Codec::fp32, Codec::bf16, Codec::int8, Codec::int4_e2m1, Codec::int4_uniform}) {
+    const std::string name = codec_name(codec);
+    std::vector<uint8_t> bytes;
+    (void)encode_tensor(codec, values.data(), values.size(), bytes);
+    write(dir + "/tensor_codec/" + name, codec_seed(codec, bytes, 3));
+    const uint32_t count = static_cast<uint32_t>(values.size());
+    write(dir + "/tensor_codec/" + name + "_counted", codec_seed(codec, bytes, 1, &count));
+    (void)encode_tensor(codec, extreme.data(), extreme.size(), bytes);
+    write(dir + "/tensor_codec/" + name + "_extreme", codec_seed(codec, bytes, 2));
+    if (codec == Codec::fp32 || codec == Codec::bf16) continue;
+    // A finite scale so large that codes times it overflow: decode must refuse it.
+    const float huge = 3e38f;
+    std::memcpy(bytes.data() + 4, &huge, 4);
+    write(dir + "/tensor_codec/" + name + "_huge_scale", codec_seed(codec, bytes, 0));
+  }
 }
 
 }  // namespace
@@ -86,5 +125,6 @@ int main(int argc, char** argv) {
     write(dir + "/reassembler/stream" + std::to_string(stream++), in_order);
     write(dir + "/reassembler/stream" + std::to_string(stream++), reversed);
   }
+  write_codec_seeds(dir);
   return 0;
 }

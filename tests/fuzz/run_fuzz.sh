@@ -9,7 +9,7 @@ set -euo pipefail
 seconds="${1:-30}"
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 build="${ARCHIPELAGO_FUZZ_BUILD:-$repo/build-fuzz}"
-targets=(envelope_fuzz reassembler_fuzz)
+targets=(envelope_fuzz reassembler_fuzz tensor_codec_fuzz)
 
 CC=clang CXX=clang++ cmake -S "$repo" -B "$build" -G Ninja -DARCHIPELAGO_FUZZ=ON >/dev/null
 ninja -C "$build" -j2 "${targets[@]}"

@@ -2,9 +2,10 @@
 // and NaN/Inf refusal on both sides.
 #include "messages/tensor_codec.hpp"
 
+#include <cmath>
 #include <cstring>
-#include <string>
 #include <limits>
+#include <string>
 
 #include <doctest/doctest.h>
 
@@ -114,6 +115,98 @@ TEST_CASE("decode reports NaN/Inf hidden in values or scales as non_finite") {
     CHECK(decoded.error().code == ErrorCode::non_finite);
     CHECK(check_finite_range(codec, values.size(), 0, bytes.data(), bytes.size()).error().code ==
           ErrorCode::non_finite);
+  }
+}
+
+constexpr Codec kScaledCodecs[] = {Codec::int8, Codec::int4_e2m1, Codec::int4_uniform};
+
+TEST_CASE("a finite but huge scale is refused on decode, naming the codec, the chunk and the block") {
+  const auto values = test::gaussian(600, 11);
+  for (Codec codec : kScaledCodecs) {
+    const std::string name = codec_name(codec);
+    CAPTURE(name);
+    std::vector<uint8_t> bytes;
+    REQUIRE(encode_tensor(codec, values.data(), values.size(), bytes).ok());
+    // Every code is 127 (int8) or nibble 7 (4-bit) and the scale of block 1 is 3e38: 7 · 3e38 = Inf.
+    const size_t scales = 4 * (codec == Codec::int8 ? 3 : 10);
+    std::memset(bytes.data() + scales, codec == Codec::int8 ? 0x7f : 0x77, bytes.size() - scales);
+    const float huge = 3e38f;
+    std::memcpy(bytes.data() + 4, &huge, 4);
+    auto decoded = decode_tensor(codec, bytes.data(), bytes.size(), values.size());
+    REQUIRE_FALSE(decoded.ok());
+    CHECK(decoded.error().code == ErrorCode::non_finite);
+    CHECK(decoded.error().reason.find(name) != std::string::npos);
+    CHECK(decoded.error().reason.find("block 1") != std::string::npos);
+    // The same rule on the chunk that carries the scales, before the tensor is reassembled.
+    Status chunk = check_finite_range(codec, values.size(), 0, bytes.data(), 8);
+    REQUIRE_FALSE(chunk.ok());
+    CHECK(chunk.error().code == ErrorCode::non_finite);
+    CHECK(chunk.error().reason.find("chunk at byte 0") != std::string::npos);
+    CHECK(check_finite_range(codec, values.size(), 8, bytes.data() + 8, bytes.size() - 8).ok());
+    // A negative scale decodes to finite values, but no encoder writes one.
+    const float negative = -1.0f;
+    std::memcpy(bytes.data() + 4, &negative, 4);
+    auto flipped = decode_tensor(codec, bytes.data(), bytes.size(), values.size());
+    REQUIRE_FALSE(flipped.ok());
+    CHECK(flipped.error().code == ErrorCode::inconsistent);
+  }
+}
+
+TEST_CASE("the bound on scales is exact: the largest code times the largest accepted scale is finite") {
+  for (Codec codec : kScaledCodecs) {
+    const std::string name = codec_name(codec);
+    CAPTURE(name);
+    const size_t n = 256;
+    std::vector<uint8_t> bytes(*encoded_size(codec, n));
+    const size_t scales = 4 * (codec == Codec::int8 ? 1 : 4);
+    // int8 -128, E2M1 -6 (nibble 0xf), two's complement -8 (nibble 0x8): the largest magnitudes.
+    const uint8_t code = codec == Codec::int8 ? 0x80 : codec == Codec::int4_e2m1 ? 0xff : 0x88;
+    const float largest_code = codec == Codec::int8 ? 128.0f : codec == Codec::int4_e2m1 ? 6.0f : 8.0f;
+    std::memset(bytes.data() + scales, code, bytes.size() - scales);
+    auto accepts = [&](uint32_t bits) {
+      for (size_t b = 0; b < scales; b += 4) std::memcpy(bytes.data() + b, &bits, 4);
+      return decode_tensor(codec, bytes.data(), bytes.size(), n).ok();
+    };
+    // Positive floats order like their bits, so acceptance is a threshold: find it by bisection.
+    uint32_t low = 0, high = 0x7f800000u;  // +0 is accepted, +Inf is not
+    REQUIRE(accepts(low));
+    REQUIRE_FALSE(accepts(high));
+    while (high - low > 1) {
+      const uint32_t mid = low + (high - low) / 2;
+      (accepts(mid) ? low : high) = mid;
+    }
+    float bound, above;
+    std::memcpy(&bound, &low, 4);
+    std::memcpy(&above, &high, 4);
+    CHECK(std::isfinite(largest_code * bound));
+    CHECK_FALSE(std::isfinite(largest_code * above));
+    REQUIRE(accepts(low));
+    for (float x : *decode_tensor(codec, bytes.data(), bytes.size(), n)) CHECK(std::isfinite(x));
+  }
+}
+
+TEST_CASE("encode never writes a scale decode refuses: blocks near FLT_MAX saturate") {
+  const float big = std::numeric_limits<float>::max();
+  for (Codec codec : kScaledCodecs) {
+    const std::string name = codec_name(codec);
+    CAPTURE(name);
+    for (float top : {big, -big, 0.999f * big, 0.9f * big, 0.5f * big}) {
+      CAPTURE(top);
+      auto values = test::gaussian(300, 12);
+      for (auto& v : values) v *= 1e37f;
+      values[3] = top;
+      values[290] = -top;  // the last, partial block too
+      std::vector<uint8_t> bytes;
+      REQUIRE(encode_tensor(codec, values.data(), values.size(), bytes).ok());
+      CHECK(check_finite_range(codec, values.size(), 0, bytes.data(), bytes.size()).ok());
+      auto decoded = decode_tensor(codec, bytes.data(), bytes.size(), values.size());
+      REQUIRE_MESSAGE(decoded.ok(), (decoded.ok() ? "" : decoded.error().to_string()));
+      for (float x : *decoded) REQUIRE(std::isfinite(x));
+      // Saturating costs at most one level of the block's grid (int4_uniform: 1/8 of the top).
+      CHECK(std::fabs((*decoded)[3] - top) <= std::fabs(top) / 7.0f);
+      CHECK(((*decoded)[3] > 0) == (top > 0));
+      CHECK(((*decoded)[290] > 0) == (top < 0));
+    }
   }
 }
 
