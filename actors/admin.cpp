@@ -192,7 +192,7 @@ Expected<nlohmann::json> execute(caf::actor_system& system, const AdminSpec& spe
       auto remote = spec.counters->to_json();
       return nlohmann::json{{"nodes", remote["nodes"]}, {"learner_slots", remote["learner_slots"]},
                             {"joins_accepted", remote["joins_accepted"]}, {"joins_refused", remote["joins_refused"]},
-                            {"refused", remote["refused"]}};
+                            {"refused", remote["refused"]}, {"edge", remote["edge"]}};
     }
     case AdminVerb::versions: {
       auto versions = ask_admin(system, store_name(), "admin", "versions", {}, 10);

@@ -365,7 +365,7 @@ Expected<nlohmann::json> Coordinator::run(const std::function<bool()>& stop_requ
       {"bytes_cross_site", bytes_cross_site}, {"bytes_links_total", snapshot.total().bytes_sent + snapshot.total().bytes_received},
       {"links", links}, {"cross_site_vs_data_parallel", efficiency},
       {"joins_accepted", remote["joins_accepted"]}, {"joins_refused", remote["joins_refused"]},
-      {"admin_sessions", remote["admin_sessions"]},
+      {"admin_sessions", remote["admin_sessions"]}, {"edge", remote["edge"]},
       {"rejected_foreign", remote["rejected_foreign"]}, {"refused", remote["refused"]}, {"rejected_updates", syncer.value("rejected_total", int64_t{0})},
       {"rejected_by_reason", field(syncer, "rejected")}, {"stopped_by", stopped_by},
       {"first_commit_s", first_commit_s},

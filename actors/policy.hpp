@@ -3,7 +3,8 @@
 // Actors only gather the inputs and act on the answer; every rule lives here so that it is tested
 // without actors (tests/actors/policy_test.cpp): the staggered fragment schedule, the work an
 // update is credited with (merge weights), the staleness bound, the quorum + adaptive grace
-// window, the restart policy (backoff, intensity) and the failure detector's timeout. Times are seconds on a monotonic clock. Pure; any thread.
+// window, the restart policy (backoff, intensity) and the failure detector's timeout. Times are
+// seconds on a monotonic clock. Pure; any thread.
 #pragma once
 
 #include <cstdint>

@@ -1,15 +1,11 @@
 #include "remote/event_loop.hpp"
 
-#include <sys/eventfd.h>
-#include <unistd.h>
-
 #include <atomic>
 #include <deque>
 #include <mutex>
 #include <thread>
 
 #include <kj/async-io.h>
-#include <kj/async-unix.h>
 #include <kj/debug.h>
 
 #include "common/log.hpp"
@@ -32,16 +28,16 @@ struct EventLoop::Impl {
   std::string name;
   std::thread thread;
   std::thread::id thread_id;
-  int wake_fd = -1;
   std::mutex mutex;
+  kj::Own<kj::CrossThreadPromiseFulfiller<void>> wake_up;  // guarded by mutex; the loop's current wait
   std::deque<std::function<void(Context&)>> queue;  // guarded by mutex
   std::vector<std::function<void()>> stoppers;      // guarded by mutex
   bool stopping = false;                            // guarded by mutex
   std::promise<Status> started;
 
+  // Under `mutex`: ends the loop's current wait (if it waits).
   void wake() {
-    const uint64_t one = 1;
-    (void)!::write(wake_fd, &one, sizeof one);
+    if (wake_up && wake_up->isWaiting()) wake_up->fulfill();
   }
 
   void run() {
@@ -51,18 +47,25 @@ struct EventLoop::Impl {
       LogErrors errors;
       kj::TaskSet tasks(errors);
       Context context{io, tasks};
-      kj::UnixEventPort::FdObserver observer(io.unixEventPort, wake_fd, kj::UnixEventPort::FdObserver::OBSERVE_READ);
       started.set_value(Status::success());
       while (true) {
-        observer.whenBecomesReadable().wait(io.waitScope);
-        uint64_t count = 0;
-        (void)!::read(wake_fd, &count, sizeof count);
         std::deque<std::function<void(Context&)>> batch;
         bool stop = false;
+        kj::Maybe<kj::Promise<void>> waiting;
         {
           std::lock_guard lock(mutex);
           batch.swap(queue);
           stop = stopping;
+          if (batch.empty() && !stop) {
+            // Armed under the lock that post() takes: no wake-up can fall between the check and the wait.
+            auto pair = kj::newPromiseAndCrossThreadFulfiller<void>();
+            wake_up = kj::mv(pair.fulfiller);
+            waiting = kj::mv(pair.promise);
+          }
+        }
+        KJ_IF_MAYBE(promise, waiting) {
+          promise->wait(io.waitScope);
+          continue;
         }
         for (auto& work : batch) {
           try {
@@ -73,7 +76,7 @@ struct EventLoop::Impl {
             component_logger("remote")->warn("{}: {}", name, e.getDescription().cStr());
           }
         }
-        // Let the work's promises run before the next wait on the wake-up descriptor.
+        // Let the work's promises run before the next wait for work.
         io.waitScope.poll();
         if (stop) break;
       }
@@ -81,6 +84,7 @@ struct EventLoop::Impl {
       {
         std::lock_guard lock(mutex);
         done.swap(stoppers);
+        wake_up = nullptr;
       }
       for (auto& d : done) d();
       io.waitScope.poll();
@@ -97,15 +101,12 @@ struct EventLoop::Impl {
 Expected<std::unique_ptr<EventLoop>> EventLoop::start(std::string name) {
   auto impl = std::make_unique<Impl>();
   impl->name = std::move(name);
-  impl->wake_fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  if (impl->wake_fd < 0) return make_error(ErrorCode::unavailable, "eventfd failed");
   auto started = impl->started.get_future();
   Impl* raw = impl.get();
   impl->thread = std::thread([raw] { raw->run(); });
   auto status = started.get();
   if (!status) {
     raw->thread.join();
-    ::close(raw->wake_fd);
     return status.error();
   }
   return std::unique_ptr<EventLoop>(new EventLoop(std::move(impl)));
@@ -117,10 +118,9 @@ EventLoop::~EventLoop() {
   {
     std::lock_guard lock(impl_->mutex);
     impl_->stopping = true;
+    impl_->wake();
   }
-  impl_->wake();
   if (impl_->thread.joinable()) impl_->thread.join();
-  ::close(impl_->wake_fd);
 }
 
 bool EventLoop::post(std::function<void(Context&)> work) {
@@ -128,8 +128,8 @@ bool EventLoop::post(std::function<void(Context&)> work) {
     std::lock_guard lock(impl_->mutex);
     if (impl_->stopping) return false;
     impl_->queue.push_back(std::move(work));
+    impl_->wake();
   }
-  impl_->wake();
   return true;
 }
 

@@ -48,6 +48,8 @@ wire::Role wire_role(caf::atom_value role) {
 
 struct Connection;
 
+kj::Promise<void> ended() { return KJ_EXCEPTION(DISCONNECTED, "this connection has been closed"); }
+
 }  // namespace
 
 struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
@@ -242,10 +244,10 @@ class SessionImpl final : public wire::Session::Server {
     return kj::READY_NOW;
   }
   kj::Promise<void> learnerGone(LearnerGoneContext context) override {
-    if (auto c = connection_.lock(); c && !c->closed) {
-      c->heard();
-      c->end_learner(context.getParams().getLearner(), context.getParams().getAbnormal());
-    }
+    auto c = connection_.lock();
+    if (!c || c->closed) return ended();
+    c->heard();
+    c->end_learner(context.getParams().getLearner(), context.getParams().getAbnormal());
     return kj::READY_NOW;
   }
   kj::Promise<void> ping(PingContext) override {
@@ -294,7 +296,7 @@ class AdminImpl final : public wire::Admin::Server {
 
   kj::Promise<void> request(RequestContext context) override {
     auto c = connection_.lock();
-    if (!c || c->closed) return kj::READY_NOW;
+    if (!c || c->closed) return ended();
     c->heard();
     if (c->admin_requests >= 8) {
       c->server->counters->calls_refused += 1;
@@ -338,7 +340,7 @@ class GatewayImpl final : public wire::Gateway::Server {
 
   kj::Promise<void> challenge(ChallengeContext context) override {
     auto c = connection_.lock();
-    if (!c || c->closed) return kj::READY_NOW;
+    if (!c || c->closed) return ended();
     c->nonce = random_nonce();
     context.getResults().setNonce(kj::arrayPtr(reinterpret_cast<const kj::byte*>(c->nonce.data()), c->nonce.size()));
     return kj::READY_NOW;
@@ -346,7 +348,7 @@ class GatewayImpl final : public wire::Gateway::Server {
 
   kj::Promise<void> join(JoinContext context) override {
     auto c = connection_.lock();
-    if (!c || c->closed) return kj::READY_NOW;
+    if (!c || c->closed) return ended();
     auto& server = *c->server;
     auto request = context.getParams().getRequest();
     auto refuse = [&](messages::JoinRefusal code, const std::string& reason) {
@@ -438,7 +440,7 @@ class GatewayImpl final : public wire::Gateway::Server {
 
   kj::Promise<void> openAdmin(OpenAdminContext context) override {
     auto c = connection_.lock();
-    if (!c || c->closed) return kj::READY_NOW;
+    if (!c || c->closed) return ended();
     auto& server = *c->server;
     if (!proved(*c, server.spec.admin_secret.get(), kAdminPurpose, context.getParams().getProof(), "admin")) {
       server.spec.counters->admin_sessions_refused += 1;
@@ -552,7 +554,7 @@ void Server::Impl::admit(EventLoop::Context& context, kj::AuthenticatedStream ac
   *watch_holder = [this, weak, &timer, check_s, watch_holder_weak = std::weak_ptr<std::function<kj::Promise<void>()>>(watch_holder)]() -> kj::Promise<void> {
     return timer.afterDelay(seconds(check_s)).then([this, weak, watch_holder_weak]() -> kj::Promise<void> {
       auto c = weak.lock();
-      if (!c || c->closed) return kj::READY_NOW;
+      if (!c || c->closed) return ended();
       const double now = now_s();
       if (!c->authenticated && now - c->opened_s > spec.limits.handshake_timeout_s) {
         counters->handshake_timeouts += 1;
@@ -615,9 +617,10 @@ void Server::Impl::close(const std::shared_ptr<Connection>& connection, const st
   connection->outgoing.clear();
   connections.erase(connection->id);
   counters->connections_open = static_cast<int64_t>(connections.size());
-  // Dropped after the current callbacks: the RPC system may be inside one of its own.
+  // Dropped a moment later: the RPC system may be inside one of its own callbacks, and the answer
+  // that caused the cut (a refusal) should still reach the peer.
   std::shared_ptr<Connection> keep = connection;
-  connection->context->tasks.add(kj::evalLater([keep]() mutable {
+  connection->context->tasks.add(connection->context->io.provider->getTimer().afterDelay(50 * kj::MILLISECONDS).then([keep]() mutable {
     keep->watchdog = nullptr;
     keep->sink = nullptr;
     keep->rpc = nullptr;

@@ -48,6 +48,9 @@ TEST_CASE("sync mode reproduces the reference engine's held-out loss") {
   CHECK(result->heldout_loss < result->initial_heldout_loss);
   CHECK(result->versions_committed >= 4);
   CHECK(result->rejected_updates == 0);
+  // Honest learners' claims are what the syncer credits (actors/policy.hpp, credit_work), so the
+  // merge weights are the reference engine's exactly.
+  CHECK(result->details["syncer"]["claims_corrected"] == 0);
   CHECK(result->restarts == 0);
   CHECK(result->goodput.goodput() > 0.3);
   CHECK(result->goodput.goodput() <= 1.0);
@@ -66,6 +69,7 @@ TEST_CASE("a decoupled run without faults has goodput of at least 0.95 by the le
   CAPTURE(to_json(ledger).dump());
   CHECK(result->restarts == 0);
   CHECK(result->rejected_updates == 0);
+  CHECK(result->details["syncer"]["claims_corrected"] == 0);  // no honest claim exceeds the schedule's bound
   // Every part measured; the learners computed almost all the time and every update was merged.
   CHECK(ledger.goodput() >= 0.95);
   CHECK(ledger.seconds.sum() == doctest::Approx(ledger.allocated_s).epsilon(1e-9));

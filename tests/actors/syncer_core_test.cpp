@@ -660,16 +660,18 @@ TEST_CASE("fragment state: a stage whose θ_p − B_p or B_p is not finite is re
   REQUIRE_FALSE(staged.ok());
   CHECK(staged.error().code == archipelago::ErrorCode::non_finite);
   CHECK(staged.error().reason.find("θ_p − B_p") != std::string::npos);
-  // Momentum that overflows while θ_p stays finite (μ m + Δ with m near FLT_MAX).
-  rules.momentum = 0.5;
+  // Delayed Nesterov's accumulator overflowing between momentum updates, while θ_p stays finite.
+  rules.mode = "async";
+  rules.delayed_nesterov = true;
+  rules.delayed_every = 4;
+  rules.lr = 1e-3;
   rules.downlink = messages::Codec::fp32;
-  FragmentState fast = initial_fragment({0, 0, 0}, rules);
-  fast.outer.momentum = {-huge, 0, 0};
-  fast.version = 2;
+  FragmentState accumulating = initial_fragment({0, 0, 0}, rules);
+  accumulating.outer.accumulated = {-huge, 0, 0};
+  accumulating.version = 2;
   c.delta = {-huge, 0, 0};
-  fast.pending.push_back(c);
-  rules.lr = 1e-30;
-  auto momentum = stage_fragment(0, fast, rules, 1.0);
-  REQUIRE_FALSE(momentum.ok());
-  CHECK(momentum.error().reason.find("momentum") != std::string::npos);
+  accumulating.pending.push_back(c);
+  auto accumulated = stage_fragment(0, accumulating, rules, 1.0);
+  REQUIRE_FALSE(accumulated.ok());
+  CHECK(accumulated.error().reason.find("accumulator") != std::string::npos);
 }

@@ -222,19 +222,10 @@ TEST_CASE("a wrong or missing token is refused with a clear error on both sides 
   CHECK(summary["joins_accepted"].get<int>() == 0);
 }
 
-TEST_CASE("a TLS cluster: coordinator and nodes over CAF's OpenSSL transport with test certificates") {
+TEST_CASE("a TLS cluster: coordinator and nodes over mutual TLS with the run CA's certificates") {
   Scratch s("tls");
-  // A CA and one certificate it signed, made with the openssl CLI for this test only.
-  const std::string d = s.dir.string();
-  const std::string make_certs =
-      "cd " + d + " && openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.pem -days 1 -subj /CN=test-ca"
-      " && openssl req -newkey rsa:2048 -nodes -keyout node.key -out node.csr -subj /CN=127.0.0.1"
-      " && openssl x509 -req -in node.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out node.pem -days 1"
-      " > openssl.log 2>&1";
-  REQUIRE_MESSAGE(std::system(make_certs.c_str()) == 0, read_file(s.dir / "openssl.log"));
-  std::ofstream(s.dir / "tls.toml") << "[net]\ntls = true\ntls_certificate = \"" << d << "/node.pem\"\ntls_key = \"" << d
-                                    << "/node.key\"\ntls_ca = \"" << d << "/ca.pem\"\n";
-  const std::vector<std::string> tls{"--config", (s.dir / "tls.toml").string()};
+  make_ca_and_certificate(s.dir, "");  // archipelago ca init + issue, for 127.0.0.1
+  const std::vector<std::string> tls{"--config", tls_config(s.dir, "", "").string()};
   const int port = free_port();
   Process coordinator("coordinator", coordinator_args(s, port, {"train.max_seconds=10"}, tls), s.dir);
   await_listening(coordinator);

@@ -111,6 +111,7 @@ class Process {
     }
     return exit_code_;
   }
+  pid_t pid() const { return pid_; }
   std::string out() const { return read_file(out_); }
   std::string err() const { return read_file(err_); }
   std::string all() const { return "--- " + name_ + " stdout:\n" + out() + "--- " + name_ + " stderr:\n" + err(); }

@@ -76,4 +76,22 @@ inline TwoLearnerRun start_two_learner_run(const Scratch& s, int port, const std
   return run;
 }
 
+// A run CA (archipelago ca) under dir/<prefix>ca and a certificate for 127.0.0.1 it signed.
+inline void make_ca_and_certificate(const fs::path& dir, const std::string& prefix) {
+  const auto ca = (dir / (prefix + "ca")).string();
+  Process init("ca-init-" + prefix, {"ca", "init", ca}, dir);
+  REQUIRE_MESSAGE(init.wait(30) == 0, init.all());
+  Process issue("ca-issue-" + prefix, {"ca", "issue", ca, "node", "--host", "127.0.0.1"}, dir);
+  REQUIRE_MESSAGE(issue.wait(30) == 0, issue.all());
+}
+
+inline fs::path tls_config(const fs::path& dir, const std::string& prefix, const std::string& ca_prefix) {
+  const auto path = dir / (prefix + "tls.toml");
+  const std::string d = dir.string();
+  std::ofstream(path) << "[net]\ntls = true\ntls_certificate = \"" << d << "/" << prefix << "ca/node.pem\"\ntls_key = \"" << d
+                      << "/" << prefix << "ca/node.key\"\ntls_ca = \"" << d << "/" << ca_prefix << "ca/ca.pem\"\n";
+  return path;
+}
+
+
 }  // namespace multisite
