@@ -53,6 +53,30 @@ int64_t tokens_merged(const nlohmann::json& syncer) {
   return total;
 }
 
+// The newest intact version's record, without its blobs (nullopt: none committed).
+std::optional<storage::VersionInfo> latest_version_record(const storage::CheckpointStore& store) {
+  auto version = store.latest_committed_version();
+  if (!version) return std::nullopt;
+  auto list = store.list();
+  if (!list) return std::nullopt;
+  for (auto it = list->rbegin(); it != list->rend(); ++it) {
+    if (it->version == *version) return *it;
+  }
+  return std::nullopt;
+}
+
+// A stored version's parameters must have this configuration's fragment sizes.
+Status check_shape(const storage::VersionInfo& version, const ModelLayout& layout) {
+  for (const auto& entry : version.entries) {
+    if (entry.role != storage::BlobRole::parameters) continue;
+    if (entry.fragment >= layout.plan.fragments.size() ||
+        entry.size != layout.plan.fragments[entry.fragment].numel * sizeof(float)) {
+      return make_error(ErrorCode::inconsistent, "the stored model does not match this configuration");
+    }
+  }
+  return Status::success();
+}
+
 }  // namespace
 
 struct Coordinator::Impl {
@@ -132,8 +156,13 @@ Expected<std::unique_ptr<Coordinator>> Coordinator::start(CoordinatorOptions opt
   auto store = open_run_store(runtime);
   if (!store) return store.error();
   impl->store = std::move(*store);
-  auto latest = impl->store->latest_committed();
+  // Only the newest intact version's record (its manifest and blob sizes) before listening: the
+  // syncer restores the blobs, and the resumed version is scored once the port answers.
+  auto latest = latest_version_record(*impl->store);
   if (latest) {
+    if (auto shape = check_shape(*latest, *impl->setup.layout); !shape) {
+      return make_error(shape.error().code, "run directory " + runtime.run_dir + ": " + shape.error().reason);
+    }
     impl->resumed_from = latest->version;
     runtime.resume = true;
     auto manifest = nlohmann::json::parse(latest->manifest_json, nullptr, false);
@@ -152,10 +181,6 @@ Expected<std::unique_ptr<Coordinator>> Coordinator::start(CoordinatorOptions opt
                       *impl->resumed_from, carry.error().reason);
     }
   }
-  auto loss = heldout_loss(runtime, impl->setup, latest ? &*latest : nullptr);
-  if (!loss) return make_error(loss.error().code, "run directory " + runtime.run_dir + ": " + loss.error().reason);
-  impl->initial_heldout_loss = *loss;
-
   runtime.events = std::make_shared<EventLog>();
   const double now_unix = unix_seconds();
   if (runtime.run_started_unix_s > 0) {
@@ -245,6 +270,19 @@ Expected<nlohmann::json> Coordinator::run(const std::function<bool()>& stop_requ
   std::optional<uint64_t> start_version;
   int64_t start_tokens = 0;
   double first_commit_s = -1;  // monotonic_seconds() when this process first saw a new committed version
+  // The held-out loss the run resumed from (or of θ0), scored now that the port answers and the
+  // syncer restores: a restarted coordinator is back to nodes before this evaluation ends.
+  {
+    std::optional<storage::VersionData> resumed;
+    if (impl.resumed_from) {
+      auto version = impl.store->get(*impl.resumed_from);
+      if (version) resumed = std::move(*version);
+      else impl.log->warn("committed version {}: {}", *impl.resumed_from, version.error().reason);
+    }
+    auto loss = heldout_loss(*impl.runtime, impl.setup, resumed ? &*resumed : nullptr);
+    if (loss) impl.initial_heldout_loss = *loss;
+    else impl.log->warn("held-out loss at start: {}", loss.error().reason);
+  }
   const auto slot_ids = learner_ids(run.learners);
   while (true) {
     const double now = impl.elapsed_s();

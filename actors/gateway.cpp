@@ -1,6 +1,7 @@
 #include "actors/gateway.hpp"
 #include "actors/directory.hpp"
 
+#include <algorithm>
 #include <set>
 #include <tuple>
 #include <vector>
@@ -153,6 +154,7 @@ void on_up(LinkActor* self, caf::atom_value role, const caf::actor& learner, Wir
                                                                 st.spec.counters});
     it = st.downlinks.emplace(key, downlink).first;
     st.live->push_back(downlink);
+    self->monitor(downlink);  // dropped from both when it ends with its learner incarnation
   }
   auto target = Directory::get(self->system(), role);
   if (!target) return;  // restarting (root supervisor): the learner retries
@@ -173,7 +175,19 @@ caf::behavior link_behavior(LinkActor* self, LinkSpec spec) {
   });
   self->set_down_handler([=](caf::down_msg& down) {
     auto& st = self->state;
-    if (down.source != st.spec.watcher.address()) return;
+    if (down.source != st.spec.watcher.address()) {
+      // A downlink ended with its learner: forget it, so a long session's maps stay its live learners'.
+      for (auto it = st.downlinks.begin(); it != st.downlinks.end(); ++it) {
+        if (it->second.address() == down.source) {
+          st.downlinks.erase(it);
+          break;
+        }
+      }
+      auto& live = *st.live;
+      live.erase(std::remove_if(live.begin(), live.end(), [&](const caf::actor& d) { return d.address() == down.source; }),
+                 live.end());
+      return;
+    }
     st.log->warn("node {} (site {}) is gone: {}", st.spec.node, st.spec.site, self->system().render(down.reason));
     self->quit(down.reason ? down.reason : caf::error{caf::exit_reason::remote_link_unreachable});
   });

@@ -114,6 +114,11 @@ Expected<nlohmann::json> read_admin_reply(WireBytes&& bytes) {
 
 Expected<TensorInbox::Result> TensorInbox::add(const std::string& key, const TensorChunk& chunk) {
   auto it = streams_.find(key);
+  if (it != streams_.end() && chunk.chunk_index == 0) {
+    streams_.erase(it);
+    streams_cut_ += 1;
+    it = streams_.end();
+  }
   if (it == streams_.end()) it = streams_.emplace(key, Reassembler(kMaxTensorBytes)).first;
   Status status = it->second.add(chunk);
   if (!status) {

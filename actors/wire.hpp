@@ -114,12 +114,16 @@ class TensorInbox {
     std::vector<float> values;
   };
   // Errors: whatever the reassembler or decoder says (inconsistent, corrupt, non_finite, ...); the
-  // stream is reset on error so that a later retransmission starts clean.
+  // stream is reset on error so that a later retransmission starts clean. Chunks of one sender
+  // arrive in order, so a chunk 0 always starts a new tensor: a partial stream of the same key (a
+  // sender cut off mid-tensor) is dropped then, and can never splice into the next tensor.
   Expected<Result> add(const std::string& key, const messages::TensorChunk& chunk);
   void clear() { streams_.clear(); }
+  int64_t streams_cut() const { return streams_cut_; }  // partial streams dropped by a new chunk 0
 
  private:
   std::map<std::string, messages::Reassembler> streams_;
+  int64_t streams_cut_ = 0;
 };
 
 // Raw fp32 bytes <-> floats (store blobs are fp32, little-endian).

@@ -538,7 +538,7 @@ class AdminClient {
   Status open(int port) {
     auto secret = net::load_token_file(token_file_);
     if (!secret) return secret.error();
-    remote::Endpoint endpoint{host_, static_cast<uint16_t>(port), std::nullopt, false, {}};
+    remote::Endpoint endpoint{host_, static_cast<uint16_t>(port), std::nullopt, !remote::is_loopback(host_), {}};
     auto session = remote::AdminClient::open(std::move(endpoint), *secret, 5);
     if (!session) return session.error();
     session_ = std::move(*session);
@@ -666,6 +666,9 @@ class Runner {
     std::vector<std::string> a{"coordinator", "--json", "--listen", host_ + ":" + std::to_string(port_), "--run-dir",
                                (dir_ / "run").string(), "--token-file", token_.string(), "--admin-token-file",
                                admin_token_.string()};
+    // The drill's own network namespaces are not loopback, and the drill tests recovery, not the
+    // edge: plaintext there is allowed explicitly (the multisite and sites tests cover TLS).
+    if (!remote::is_loopback(host_)) a.push_back("--insecure-plaintext");
     // Run until the drill stops it (a restarted coordinator would count train.max_seconds again);
     // every version kept for the checks afterwards; progress often enough to see each commit.
     std::vector<std::string> sets{"train.max_seconds=0", "train.max_tokens=0", "runtime.keep_versions=0",
@@ -681,10 +684,12 @@ class Runner {
 
   // Every node obeys the drill's corrupt_update (--drill-hooks): these nodes exist for the drill.
   std::vector<std::string> node_args(int i) const {
-    return {"node", "--json", "--drill-hooks", "--coordinator", host_ + ":" + std::to_string(port_), "--learners",
-            std::to_string(c_.learners_per_node), "--name", "node-" + std::to_string(i), "--token-file",
-            token_.string(), "--state-dir", (dir_ / ("node-" + std::to_string(i) + "-state")).string(), "--set",
-            "train.threads=1"};
+    std::vector<std::string> a{"node", "--json", "--drill-hooks", "--coordinator", host_ + ":" + std::to_string(port_),
+                               "--learners", std::to_string(c_.learners_per_node), "--name", "node-" + std::to_string(i),
+                               "--token-file", token_.string(), "--state-dir",
+                               (dir_ / ("node-" + std::to_string(i) + "-state")).string(), "--set", "train.threads=1"};
+    if (!remote::is_loopback(host_)) a.push_back("--insecure-plaintext");
+    return a;
   }
 
   void start_coordinator() {

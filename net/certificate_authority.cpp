@@ -215,25 +215,31 @@ Status add_extension(X509* certificate, X509V3_CTX* context, int nid, const char
 }
 
 // Built entry by entry, not through the configuration syntax, so no host text is ever parsed as syntax.
+// An address is written twice: as an IP entry, and as a DNS entry of the same text, because kj-tls
+// checks the host a client dialled as a DNS name (X509_check_host), even when it is an address.
 Status add_subject_alt_names(X509* certificate, const std::vector<std::string>& entries) {
   GeneralNames names(sk_GENERAL_NAME_new_null());
   if (!names) return openssl_error(ErrorCode::io, "cannot create subjectAltName");
+  auto push = [&](int type, const void* bytes, int size) -> Status {
+    GeneralName name(GENERAL_NAME_new());
+    Asn1String value(type == GEN_IPADD ? ASN1_OCTET_STRING_new() : ASN1_IA5STRING_new());
+    if (!name || !value) return openssl_error(ErrorCode::io, "cannot create a subjectAltName entry");
+    if (ASN1_STRING_set(value.get(), bytes, size) != 1) return openssl_error(ErrorCode::io, "cannot fill a subjectAltName entry");
+    GENERAL_NAME_set0_value(name.get(), type, value.release());
+    if (sk_GENERAL_NAME_push(names.get(), name.get()) == 0)
+      return openssl_error(ErrorCode::io, "cannot add a subjectAltName entry");
+    name.release();
+    return Status::success();
+  };
   for (const std::string& entry : entries) {
     unsigned char address[16];
     int address_bytes = 0;
     if (::inet_pton(AF_INET, entry.c_str(), address) == 1) address_bytes = 4;
     else if (::inet_pton(AF_INET6, entry.c_str(), address) == 1) address_bytes = 16;
-
-    GeneralName name(GENERAL_NAME_new());
-    Asn1String value(address_bytes ? ASN1_OCTET_STRING_new() : ASN1_IA5STRING_new());
-    if (!name || !value) return openssl_error(ErrorCode::io, "cannot create a subjectAltName entry");
-    const bool filled = address_bytes ? ASN1_OCTET_STRING_set(value.get(), address, address_bytes) == 1
-                                      : ASN1_STRING_set(value.get(), entry.data(), int(entry.size())) == 1;
-    if (!filled) return openssl_error(ErrorCode::io, "cannot fill a subjectAltName entry");
-    GENERAL_NAME_set0_value(name.get(), address_bytes ? GEN_IPADD : GEN_DNS, value.release());
-    if (sk_GENERAL_NAME_push(names.get(), name.get()) == 0)
-      return openssl_error(ErrorCode::io, "cannot add a subjectAltName entry");
-    name.release();
+    if (address_bytes) {
+      if (auto s = push(GEN_IPADD, address, address_bytes); !s) return s;
+    }
+    if (auto s = push(GEN_DNS, entry.data(), static_cast<int>(entry.size())); !s) return s;
   }
   if (X509_add1_ext_i2d(certificate, NID_subject_alt_name, names.get(), 0, X509V3_ADD_DEFAULT) != 1)
     return openssl_error(ErrorCode::io, "cannot add subjectAltName");

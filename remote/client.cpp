@@ -361,6 +361,7 @@ struct NodePlane::Impl {
   // Loop thread only:
   TlsHandle tls;
   std::shared_ptr<NodeConnection> current;
+  ~Impl() { loop.reset(); }  // first: the loop drops its objects on its own thread
 };
 
 NodePlane::NodePlane(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -476,6 +477,7 @@ struct AdminClient::Impl {
   std::unique_ptr<EventLoop> loop;
   TlsHandle tls;  // loop thread only
   std::shared_ptr<AdminConnection> connection;  // loop thread only
+  ~Impl() { loop.reset(); }  // first: the loop drops its objects on its own thread
 };
 
 AdminClient::AdminClient(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}

@@ -65,6 +65,7 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
   std::map<uint64_t, std::shared_ptr<Connection>> connections;
   std::map<std::string, int> per_address;
   uint64_t next_id = 1;
+  ~Impl() { loop.reset(); }  // first: the loop drops its objects on its own thread
 
   kj::Promise<void> accept_loop(EventLoop::Context& context);
   void admit(EventLoop::Context& context, kj::AuthenticatedStream stream);

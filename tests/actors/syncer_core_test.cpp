@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 
 #include "actors/syncer_core.hpp"
+#include "actors/wire.hpp"
 #include "test_support.hpp"
 
 using namespace archipelago::actors;
@@ -674,4 +675,33 @@ TEST_CASE("fragment state: a stage whose θ_p − B_p or B_p is not finite is re
   auto accumulated = stage_fragment(0, accumulating, rules, 1.0);
   REQUIRE_FALSE(accumulated.ok());
   CHECK(accumulated.error().reason.find("accumulator") != std::string::npos);
+}
+
+TEST_CASE("a stream cut mid-tensor never splices into the next tensor of the same key") {
+  using namespace archipelago::messages;
+  auto chunks_of = [](float value, std::shared_ptr<std::vector<uint8_t>>& keep) {
+    const std::vector<float> values(4096, value);
+    keep = std::make_shared<std::vector<uint8_t>>();
+    REQUIRE(encode_tensor(Codec::fp32, values.data(), values.size(), *keep).ok());
+    auto chunks = split_tensor(Codec::fp32, values.size(), ByteView{keep->data(), keep->size(), keep}, 4096);
+    REQUIRE(chunks.ok());
+    REQUIRE(chunks->size() == 4);
+    return *chunks;
+  };
+  std::shared_ptr<std::vector<uint8_t>> first_bytes, second_bytes;
+  const auto first = chunks_of(1.0f, first_bytes);
+  const auto second = chunks_of(2.0f, second_bytes);
+  archipelago::actors::TensorInbox inbox;
+  // The first tensor's sender is cut after two chunks; the next tensor of the key starts at chunk 0.
+  REQUIRE(inbox.add("learner-1/0", first[0]).ok());
+  REQUIRE(inbox.add("learner-1/0", first[1]).ok());
+  archipelago::actors::TensorInbox::Result last;
+  for (const auto& chunk : second) {
+    auto r = inbox.add("learner-1/0", chunk);
+    REQUIRE(r.ok());
+    last = *r;
+  }
+  REQUIRE(last.complete);
+  CHECK(inbox.streams_cut() == 1);
+  for (float v : last.values) REQUIRE(v == 2.0f);  // nothing of the cut tensor
 }

@@ -135,7 +135,7 @@ TEST_CASE("outsiders without the token: bytes, a 4 GiB frame, 2000 idle sockets,
   {
     const auto before = counters();
     auto outsider = std::make_unique<PlaneClient>(port);
-    auto& ws = outsider->io.waitScope;
+    auto& ws = outsider->io().waitScope;
     const std::string wrong_proof(32, '\0');
     {
       auto call = outsider->gateway().joinRequest();
@@ -176,7 +176,7 @@ TEST_CASE("outsiders without the token: bytes, a 4 GiB frame, 2000 idle sockets,
     // holds, are unimplemented there and reach nothing.
     {
       PlaneClient guesser(port);
-      auto& gs = guesser.io.waitScope;
+      auto& gs = guesser.io().waitScope;
       auto bytes = Outbox("learner-0").wrap(messages::Join{"learner-0", "n", "s", "cpu", 0, ""});
       REQUIRE(bytes.ok());
       auto as_session = guesser.client->bootstrap().castAs<wire::Session>();
@@ -225,12 +225,12 @@ TEST_CASE("a node holding the token may send only its own learners' messages, ea
     call.getRequest().setPreferredFirst(-1);
     call.getRequest().setProof(bytes_of(remote::prove(token, remote::kJoinPurpose, client.nonce())));
     call.setSink(kj::heap<QuietSink>(stall));
-    auto response = call.send().wait(client.io.waitScope);
+    auto response = call.send().wait(client.io().waitScope);
     REQUIRE(response.hasSession());
     return std::make_pair(response.getSession(), response.getAnswer().getFirstLearner());
   };
   PlaneClient forger(port);
-  auto& ws = forger.io.waitScope;
+  auto& ws = forger.io().waitScope;
   auto [session, first] = open_session(forger, "forger", false);
   REQUIRE(first == 2);
   const std::string own = learner_id(first);
@@ -304,7 +304,7 @@ TEST_CASE("a node holding the token may send only its own learners' messages, ea
 
   // 4. A second token holder asks for the whole state 1000 times and never reads a byte of it:
   //    its session is cut when what waits for it passes net.max_pending_mib.
-  PlaneClient hoarder(port);
+  PlaneClient hoarder(port, &forger.io());
   auto [hoard, hoard_first] = open_session(hoarder, "hoarder", true);
   REQUIRE(hoard_first == 3);
   for (int i = 0; i < 1000; ++i) {
@@ -316,7 +316,7 @@ TEST_CASE("a node holding the token may send only its own learners' messages, ea
     r.send().detach([](kj::Exception&&) {});
   }
   CHECK_MESSAGE(wait_until([&] {
-                  hoarder.io.waitScope.poll();
+                  hoarder.io().waitScope.poll();
                   return coordinator.err().find("node 'hoarder' released") != std::string::npos;
                 }, 60),
                 coordinator.all());

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <fstream>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -59,29 +60,33 @@ inline bool closed_by_peer(int fd, double timeout_s) {
   }
 }
 
-// An RPC client of the plane.
+// An RPC client of the plane, on its own kj event loop or on one it shares with other clients of
+// this thread (there is one kj loop per thread).
 struct PlaneClient {
-  kj::AsyncIoContext io = kj::setupAsyncIo();
+  std::unique_ptr<kj::AsyncIoContext> own_io;
+  kj::AsyncIoContext* shared_io = nullptr;
   kj::Own<kj::AsyncIoStream> stream;
   kj::Own<capnp::TwoPartyClient> client;
   kj::Maybe<wire::Gateway::Client> gateway_cap;
 
-  explicit PlaneClient(int port) {
-    auto address = io.provider->getNetwork().parseAddress("127.0.0.1", static_cast<uint16_t>(port)).wait(io.waitScope);
-    stream = address->connect().wait(io.waitScope);
+  explicit PlaneClient(int port, kj::AsyncIoContext* on = nullptr) : shared_io(on) {
+    if (!shared_io) own_io = std::make_unique<kj::AsyncIoContext>(kj::setupAsyncIo());
+    auto address = io().provider->getNetwork().parseAddress("127.0.0.1", static_cast<uint16_t>(port)).wait(io().waitScope);
+    stream = address->connect().wait(io().waitScope);
     client = kj::heap<capnp::TwoPartyClient>(*stream);
     gateway_cap = client->bootstrap().castAs<wire::Gateway>();
   }
+  kj::AsyncIoContext& io() { return shared_io ? *shared_io : *own_io; }
   wire::Gateway::Client& gateway() { return KJ_ASSERT_NONNULL(gateway_cap); }
   std::string nonce() {
-    auto response = gateway().challengeRequest().send().wait(io.waitScope);
+    auto response = gateway().challengeRequest().send().wait(io().waitScope);
     auto n = response.getNonce();
     return std::string(reinterpret_cast<const char*>(n.begin()), n.size());
   }
   // Whether the coordinator has closed this connection (a call fails as disconnected).
   bool disconnected() {
     try {
-      gateway().challengeRequest().send().wait(io.waitScope);
+      gateway().challengeRequest().send().wait(io().waitScope);
       return false;
     } catch (kj::Exception&) {
       return true;

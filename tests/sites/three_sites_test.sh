@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The three-site run: a coordinator in namespace <prefix>-hub and a node of two learners in each of
 # <prefix>-east and <prefix>-west (tests/sites/netns.sh: tbf-limited veths), with the [links] of
-# config/sites/three-sites.toml emulated by the transport. Checks that the run trains, that both
+# config/sites/three-sites.toml emulated by the transport, over mutual TLS with certificates of a run
+# CA made by `archipelago ca`. Checks that the run trains over TLS, that both
 # sides of every link counted the same bytes, and that the cross-site bytes match what the model
 # size, the codec and the number of syncs predict, within 10%.
 #
@@ -25,14 +26,26 @@ readonly SETS=(--set model.preset=tiny --set train.learners=4 --set inner.batch_
   --set train.inner_steps=20 --set runtime.store_sync=false --set train.threads=1 --set "data.cache_dir=$DATA"
   --set runtime.drain_timeout_s=5 --set inner.warmup_steps=10 --set train.max_seconds=20 --set outer.codec=fp32 --set outer.downlink_codec=fp32)
 
+# The run's CA: the hub's certificate names its address (the nodes verify it), every node's is signed.
+"$BIN" ca init "$WORK/ca" >/dev/null
+"$BIN" ca issue "$WORK/ca" hub --host 10.77.0.1 >/dev/null
+tls_config() {  # NAME -> a [net] table with NAME's certificate
+  printf '[net]\ntls = true\ntls_certificate = "%s"\ntls_key = "%s"\ntls_ca = "%s"\n' \
+    "$WORK/ca/$1.pem" "$WORK/ca/$1.key" "$WORK/ca/ca.pem" >"$WORK/$1-tls.toml"
+}
+readonly HUB_TLS=(--set net.tls=true --set "net.tls_certificate=$WORK/ca/hub.pem" --set "net.tls_key=$WORK/ca/hub.key"
+  --set "net.tls_ca=$WORK/ca/ca.pem")
+
 # One script per site; netns.sh runs each in its namespace.
 {
   echo "exec timeout 150 $(printf '%q ' "$BIN" coordinator --json --config "$ROOT/config/sites/three-sites.toml" \
-    --listen 10.77.0.1:4242 --run-dir "$WORK/run" --token-file "$WORK/token" "${SETS[@]}") >'$WORK/hub.out' 2>'$WORK/hub.err'"
+    --listen 10.77.0.1:4242 --run-dir "$WORK/run" --token-file "$WORK/token" "${SETS[@]}" "${HUB_TLS[@]}") >'$WORK/hub.out' 2>'$WORK/hub.err'"
 } >"$WORK/hub.sh"
 for site in east west; do
+  "$BIN" ca issue "$WORK/ca" "$site" >/dev/null
+  tls_config "$site"
   echo "exec timeout 150 $(printf '%q ' "$BIN" node --json --coordinator 10.77.0.1:4242 --site "$site" --name "$site" \
-    --learners 2 --token-file "$WORK/token" --set train.threads=1) >'$WORK/$site.out' 2>'$WORK/$site.err'" >"$WORK/$site.sh"
+    --learners 2 --token-file "$WORK/token" --config "$WORK/$site-tls.toml" --set train.threads=1) >'$WORK/$site.out' 2>'$WORK/$site.err'" >"$WORK/$site.sh"
 done
 
 status=0
@@ -53,6 +66,7 @@ perl -MJSON::PP -e '
   my ($hub, $east, $west) = map { summary($_) } qw(hub east west);
   my $fail = 0;
   sub check { my ($ok, $what) = @_; printf "%s %s\n", $ok ? "ok  " : "FAIL", $what; $fail ||= !$ok; }
+  check($hub->{tls}, "the coordinator served mutual TLS");
   check($hub->{versions_committed} > 0, "versions committed: $hub->{versions_committed}");
   check($hub->{heldout_loss} < $hub->{initial_heldout_loss},
         "held-out loss $hub->{initial_heldout_loss} -> $hub->{heldout_loss}");
