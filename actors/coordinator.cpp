@@ -142,6 +142,7 @@ Expected<std::unique_ptr<Coordinator>> Coordinator::start(CoordinatorOptions opt
   if (runtime.setup.run.max_tokens <= 0 && runtime.setup.run.max_seconds <= 0) {
     impl->log->info("no train.max_seconds / train.max_tokens: running until SIGTERM");
   }
+  const double began_s = monotonic_seconds();
   runtime.syncer.auth_token = kSessionJoinToken;  // the plane authenticated the node's session
   if (auto status = validate_transport(options.transport); !status) return status.error();
   if (auto allowed = remote::check_plaintext_allowed(options.listen.host, options.transport.tls,
@@ -152,6 +153,7 @@ Expected<std::unique_ptr<Coordinator>> Coordinator::start(CoordinatorOptions opt
   auto setup = prepare_run(runtime, *corpus);
   if (!setup) return setup.error();
   impl->setup = std::move(*setup);
+  const double prepared_s = monotonic_seconds();
 
   auto store = open_run_store(runtime);
   if (!store) return store.error();
@@ -250,6 +252,8 @@ Expected<std::unique_ptr<Coordinator>> Coordinator::start(CoordinatorOptions opt
   impl->server = std::move(*server);
   impl->counters->edge = impl->server->counters();
   impl->port = impl->server->port();
+  impl->log->info("ready in {:.3f} s: data and model {:.3f} s, store and actors {:.3f} s", monotonic_seconds() - began_s,
+                  prepared_s - began_s, monotonic_seconds() - prepared_s);
   impl->options = std::move(options);
   impl->log->info("coordinator listening on {}:{}{} (site {}), {} learner slot(s), {} parameters, {}", impl->options.listen.host,
                   impl->port, impl->options.transport.tls ? " (TLS)" : "", impl->options.site,

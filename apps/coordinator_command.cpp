@@ -100,8 +100,10 @@ int run_coordinator(const CoordinatorArguments& arguments) {
   if (!fs::exists(fs::path(arguments.run_dir) / "config.toml")) {
     std::ofstream(fs::path(arguments.run_dir) / "config.toml") << config->toml;
   }
+  const auto corpus_began = std::chrono::steady_clock::now();
   auto corpus = training::load_corpus(config->data);
   if (!corpus) return fail(1, "corpus: " + corpus.error().reason);
+  log->info("corpus loaded in {:.3f} s", std::chrono::duration<double>(std::chrono::steady_clock::now() - corpus_began).count());
 
   actors::CoordinatorOptions options;
   options.runtime = to_runtime_options(*config, arguments.run_dir, false);
@@ -132,7 +134,10 @@ int run_coordinator(const CoordinatorArguments& arguments) {
   auto board = std::make_shared<MetricsBoard>();
   std::unique_ptr<MetricsServer> metrics;
   if (metrics_at) {
-    auto started = MetricsServer::start(metrics_at->host, metrics_at->port, board, options.admin_secret);
+    auto reader = net::load_metrics_token(arguments.metrics_token_file, false);
+    if (!reader) return fail(2, reader.error().reason);
+    auto reader_secret = *reader ? std::make_shared<const net::Secret>(std::move(**reader)) : nullptr;
+    auto started = MetricsServer::start(metrics_at->host, metrics_at->port, board, reader_secret, options.admin_secret);
     if (!started) return fail(2, started.error().reason);
     metrics = std::move(*started);
   }

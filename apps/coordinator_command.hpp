@@ -20,6 +20,7 @@ struct CoordinatorArguments {
   std::string run_dir;                 // required; the same directory resumes
   std::optional<std::string> token_file;
   std::optional<std::string> admin_token_file;
+  std::optional<std::string> metrics_token_file;  // the read-only credential of /metrics off loopback
   std::optional<std::string> metrics_listen;    // HOST:PORT of /metrics and the status page (none: off)  // the console's secret (else $ARCHIPELAGO_ADMIN_TOKEN_FILE; none: no console)
   std::optional<std::string> site;     // default: the [sites] coordinator, else "local"
   bool json = false;

@@ -43,7 +43,9 @@ int main(int argc, char** argv) {
                                                   "file holding the admin console's secret (else $ARCHIPELAGO_ADMIN_TOKEN_FILE)");
   train_command->add_option_function<std::string>("--metrics-listen", [&](const std::string& v) { train.metrics_listen = v; },
                                                   "HOST:PORT for Prometheus /metrics and the status page / "
-                                                  "(off a loopback address: bearer admin token required)");
+                                                  "(off a loopback address: bearer metrics token required)");
+  train_command->add_option_function<std::string>("--metrics-token-file", [&](const std::string& v) { train.metrics_token_file = v; },
+                                                  "file holding /metrics' read-only token (else $ARCHIPELAGO_METRICS_TOKEN_FILE)");
 
   archipelago::apps::CoordinatorArguments coordinator;
   auto* coordinator_command =
@@ -65,7 +67,10 @@ int main(int argc, char** argv) {
   coordinator_command->add_option_function<std::string>("--metrics-listen",
                                                         [&](const std::string& v) { coordinator.metrics_listen = v; },
                                                         "HOST:PORT for Prometheus /metrics and the status page / "
-                                                        "(off a loopback address: bearer admin token required)");
+                                                        "(off a loopback address: bearer metrics token required)");
+  coordinator_command->add_option_function<std::string>("--metrics-token-file",
+                                                        [&](const std::string& v) { coordinator.metrics_token_file = v; },
+                                                        "file holding /metrics' read-only token (else $ARCHIPELAGO_METRICS_TOKEN_FILE)");
   coordinator_command->add_option_function<std::string>("--site", [&](const std::string& v) { coordinator.site = v; },
                                                         "this process's site (default: the [sites] coordinator, else local)");
   coordinator_command->add_flag("--json", coordinator.json, "print a one-line JSON summary as the last line of stdout");

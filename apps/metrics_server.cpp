@@ -245,23 +245,28 @@ struct MetricsServer::Impl {
 
 Expected<std::unique_ptr<MetricsServer>> MetricsServer::start(const std::string& host, uint16_t port,
                                                               std::shared_ptr<MetricsBoard> board,
+                                                              std::shared_ptr<const net::Secret> reader,
                                                               std::shared_ptr<const net::Secret> admin) {
   const bool open = !is_loopback(host);
-  if (open && !admin) {
+  if (open && !reader) {
     return make_error(ErrorCode::invalid_argument, "--metrics-listen " + host +
-                                                       " is not a loopback address: it needs an admin token "
-                                                       "(--admin-token-file), sent as a bearer token");
+                                                       " is not a loopback address: it needs a metrics token "
+                                                       "(--metrics-token-file), sent as a bearer token");
+  }
+  if (reader && admin && net::tokens_equal(reader->bytes(), admin->bytes())) {
+    // A scraper's credential travels to every Prometheus; it must never open a console.
+    return make_error(ErrorCode::invalid_argument, "the metrics token must differ from the admin token");
   }
   auto impl = std::make_unique<Impl>();
-  auto authorized = [open, admin](const httplib::Request& request, httplib::Response& response) {
+  auto authorized = [open, reader](const httplib::Request& request, httplib::Response& response) {
     if (!open) return true;
     const std::string header = request.get_header_value("Authorization");
     const std::string prefix = "Bearer ";
-    const bool ok = header.rfind(prefix, 0) == 0 && net::verify_join(*admin, header.substr(prefix.size())).accepted();
+    const bool ok = header.rfind(prefix, 0) == 0 && net::verify_join(*reader, header.substr(prefix.size())).accepted();
     if (!ok) {
       response.status = 401;
       response.set_header("WWW-Authenticate", "Bearer");
-      response.set_content("unauthorized: send the admin token as a bearer token\n", "text/plain");
+      response.set_content("unauthorized: send the metrics token as a bearer token\n", "text/plain");
     }
     return ok;
   };

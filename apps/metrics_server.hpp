@@ -13,8 +13,10 @@
 //                 and committed versions over time as inline SVG, recent events (learner state changes).
 //
 // Every figure comes from the coordinator's last progress sample (runtime.progress_interval_s).
-// Off a loopback address every request needs `Authorization: Bearer <admin token>` (Prometheus'
-// `authorization` setting sends it); without an admin token such an address is refused at start.
+// Off a loopback address every request needs `Authorization: Bearer <metrics token>`, a read-only
+// credential of its own (--metrics-token-file; Prometheus' `authorization` setting sends it), never
+// the admin token; without one such an address is refused at start, and so is a metrics token equal
+// to the admin token.
 #pragma once
 
 #include <deque>
@@ -58,9 +60,11 @@ bool is_loopback(const std::string& host);
 
 class MetricsServer {
  public:
-  // Listens on host:port (0: any free port) in a thread of its own. `admin` is required off loopback.
+  // Listens on host:port (0: any free port) in a thread of its own. `reader` (the metrics token) is
+  // required off loopback; `admin` (may be null) is only compared with it.
   static Expected<std::unique_ptr<MetricsServer>> start(const std::string& host, uint16_t port,
                                                         std::shared_ptr<MetricsBoard> board,
+                                                        std::shared_ptr<const net::Secret> reader,
                                                         std::shared_ptr<const net::Secret> admin);
   ~MetricsServer();
   uint16_t port() const { return port_; }

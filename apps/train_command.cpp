@@ -265,7 +265,13 @@ int run_train(const TrainArguments& arguments) {
     auto board = std::make_shared<MetricsBoard>();
     std::unique_ptr<MetricsServer> metrics_server;
     if (metrics_at) {
-      auto started = MetricsServer::start(metrics_at->host, metrics_at->port, board, admin_secret);
+      auto reader = net::load_metrics_token(arguments.metrics_token_file, false);
+      if (!reader) {
+        std::fprintf(stderr, "archipelago: %s\n", reader.error().reason.c_str());
+        return 2;
+      }
+      auto reader_secret = *reader ? std::make_shared<const net::Secret>(std::move(**reader)) : nullptr;
+      auto started = MetricsServer::start(metrics_at->host, metrics_at->port, board, reader_secret, admin_secret);
       if (!started) {
         std::fprintf(stderr, "archipelago: --metrics-listen: %s\n", started.error().reason.c_str());
         return 2;

@@ -18,6 +18,7 @@ struct TrainArguments {
   bool json = false;                   // print the JSON summary as the last line of stdout
   std::optional<std::string> admin_listen;      // HOST:PORT of the admin console (actors engine; none: off)
   std::optional<std::string> admin_token_file;  // its secret (else $ARCHIPELAGO_ADMIN_TOKEN_FILE)
+  std::optional<std::string> metrics_token_file;  // the read-only credential of /metrics off loopback
   std::optional<std::string> metrics_listen;    // HOST:PORT of /metrics and the status page (none: off)
 };
 

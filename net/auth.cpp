@@ -110,22 +110,35 @@ Expected<Secret> load_token(const std::optional<std::string>& flag_path) {
   return load_token(flag_path, env ? std::optional<std::string>(env) : std::nullopt);
 }
 
-Expected<std::optional<Secret>> load_admin_token(const std::optional<std::string>& flag_path, bool required) {
+namespace {
+
+Expected<std::optional<Secret>> load_optional_token(const std::optional<std::string>& flag_path, const char* env_name,
+                                                    const char* what, const char* flag, bool required) {
   std::optional<std::string> path = flag_path;
   if (!path) {
-    if (const char* env = std::getenv(kAdminTokenFileEnv)) {
-      if (!*env) return make_error(ErrorCode::invalid_argument, std::string(kAdminTokenFileEnv) + " is set but empty");
+    if (const char* env = std::getenv(env_name)) {
+      if (!*env) return make_error(ErrorCode::invalid_argument, std::string(env_name) + " is set but empty");
       path = env;
     }
   }
   if (!path) {
     if (!required) return std::optional<Secret>{};
-    return make_error(ErrorCode::invalid_argument, std::string("no admin token: pass --admin-token-file FILE or set ") +
-                                                       kAdminTokenFileEnv);
+    return make_error(ErrorCode::invalid_argument,
+                      std::string("no ") + what + ": pass " + flag + " FILE or set " + env_name);
   }
   auto secret = load_token_file(*path);
   if (!secret) return secret.error();
   return std::optional<Secret>(std::move(*secret));
+}
+
+}  // namespace
+
+Expected<std::optional<Secret>> load_admin_token(const std::optional<std::string>& flag_path, bool required) {
+  return load_optional_token(flag_path, kAdminTokenFileEnv, "admin token", "--admin-token-file", required);
+}
+
+Expected<std::optional<Secret>> load_metrics_token(const std::optional<std::string>& flag_path, bool required) {
+  return load_optional_token(flag_path, kMetricsTokenFileEnv, "metrics token", "--metrics-token-file", required);
 }
 
 bool tokens_equal(std::string_view a, std::string_view b) {

@@ -23,6 +23,7 @@ namespace archipelago::net {
 
 inline constexpr const char* kTokenFileEnv = "ARCHIPELAGO_TOKEN_FILE";
 inline constexpr const char* kAdminTokenFileEnv = "ARCHIPELAGO_ADMIN_TOKEN_FILE";
+inline constexpr const char* kMetricsTokenFileEnv = "ARCHIPELAGO_METRICS_TOKEN_FILE";
 inline constexpr std::size_t kMinTokenBytes = 16;    // shorter secrets are guessable
 inline constexpr std::size_t kMaxTokenBytes = 4096;  // a token file is not a data file
 
@@ -64,6 +65,9 @@ Expected<Secret> load_token(const std::optional<std::string>& flag_path);
 // The admin console's secret: --admin-token-file FILE, else $ARCHIPELAGO_ADMIN_TOKEN_FILE, read and
 // checked like the join token. `required` false: neither given is no secret (std::nullopt), not an error.
 Expected<std::optional<Secret>> load_admin_token(const std::optional<std::string>& flag_path, bool required);
+// The metrics endpoint's read-only credential: --metrics-token-file FILE, else
+// $ARCHIPELAGO_METRICS_TOKEN_FILE, read and checked like the join token; the same rules for `required`.
+Expected<std::optional<Secret>> load_metrics_token(const std::optional<std::string>& flag_path, bool required);
 
 // True when a == b. Runs over max(a.size(), b.size()) bytes without an early exit, so the time does
 // not depend on where the strings differ (it does depend on the longer length, which is not secret).

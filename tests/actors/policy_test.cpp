@@ -320,7 +320,7 @@ TEST_CASE("policy: installing a global fragment replaces, mixes or carries the u
   CHECK(install_mode(false, 0.3) == InstallMode::mix);
 }
 
-TEST_CASE("policy: next due step agrees with the schedule; dynamic local steps scale with speed") {
+TEST_CASE("policy: next due step agrees with the schedule, dynamic local steps scale with speed") {
   for (int p = 0; p < 4; ++p) {
     for (int64_t step = 0; step < 40; ++step) {
       int64_t expected = step + 1;

@@ -138,7 +138,7 @@ TEST_CASE("syncer core: set changes a runtime-tunable key for the next merge and
   CHECK(core.status(1)["outer_lr"].get<double>() == doctest::Approx(0.5));
 }
 
-TEST_CASE("syncer core: set outer.codec and train.inner_steps; the schedule is broadcast and survives a restore") {
+TEST_CASE("syncer core: set outer.codec and train.inner_steps, the schedule is broadcast and survives a restore") {
   auto core = make_core("decoupled");
   REQUIRE(core.join(join_of("learner-0"), 0).accepted);
   CHECK(core.schedule_to_broadcast().empty());  // unchanged: learners have it from their configuration
@@ -431,7 +431,7 @@ std::vector<int> ready_now(SyncerCore& core, double now) {
 
 }  // namespace
 
-TEST_CASE("syncer core: decoupled rounds; an update behind its round merges with the next without counting for it") {
+TEST_CASE("syncer core: decoupled rounds, an update behind its round merges with the next without counting for it") {
   auto core = make_decoupled_core(3, 1);
   send_round(core, 0, 0, 1);
   REQUIRE(ready_now(core, 1) == std::vector<int>{0});  // quorum 1 on time; grace 0 (nothing measured yet)
@@ -461,7 +461,7 @@ TEST_CASE("syncer core: decoupled rounds; an update behind its round merges with
   CHECK(ready_now(core, 4) == std::vector<int>{0});
 }
 
-TEST_CASE("syncer core: decoupled quorum 2 waits for two on-time learners; a dead leader is not waited for") {
+TEST_CASE("syncer core: decoupled quorum 2 waits for two on-time learners, a dead leader is not waited for") {
   auto core = make_decoupled_core(3, 2);
   send_round(core, 0, 4, 1);
   CHECK(ready_now(core, 1).empty());  // one of two

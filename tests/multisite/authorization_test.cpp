@@ -69,7 +69,7 @@ void run_goes_on(const Scratch& s, int port, Process& coordinator, double rss_be
 
 }  // namespace
 
-TEST_CASE("outsiders without the token: bytes, a 4 GiB frame, 2000 idle sockets, an RPC client; each refused and counted") {
+TEST_CASE("outsiders without the token (bytes, a 4 GiB frame, 2000 idle sockets, an RPC client) are each refused and counted") {
   Scratch s("authz-outsiders");
   const auto admin = admin_token(s);
   const int port = free_port();
@@ -772,7 +772,7 @@ class RecordingStream final : public kj::AsyncIoStream {
 
 }  // namespace
 
-TEST_CASE("an impostor coordinator records every byte a node sends it and never sees the token; its stop is not obeyed") {
+TEST_CASE("an impostor coordinator records every byte a node sends it, never sees the token, and its stop is not obeyed") {
   Scratch s("authz-impostor");
   kj::AsyncIoContext io = kj::setupAsyncIo();
   auto listener = io.provider->getNetwork().parseAddress("127.0.0.1", 0).wait(io.waitScope)->listen();

@@ -138,14 +138,21 @@ TEST_CASE("metrics and the status page: Prometheus text checked against the run,
   CHECK_MESSAGE(node.wait(30) == 0, node.all());
 }
 
-TEST_CASE("metrics off a loopback address without an admin token: refused at start, nothing listens") {
+TEST_CASE("metrics off a loopback address without a metrics token, or with the admin token as one: refused at start") {
   Scratch s("metrics-open");
   const int port = free_port();
   Process coordinator("coordinator", coordinator_args(s, port, {"train.max_seconds=0"}, {"--metrics-listen", "0.0.0.0:9"}),
                       s.dir);
   CHECK(coordinator.wait(60) == 2);
-  CHECK(coordinator.err().find("is not a loopback address: it needs an admin token") != std::string::npos);
+  CHECK(coordinator.err().find("is not a loopback address: it needs a metrics token") != std::string::npos);
   CHECK(coordinator.out().find("listening on") == std::string::npos);
+  // The admin token given as the metrics token: refused, a scraper's credential never opens a console.
+  Process same("coordinator-same", coordinator_args(s, port, {"train.max_seconds=0"},
+                                                    {"--metrics-listen", "127.0.0.1:0", "--admin-token-file", s.token.string(),
+                                                     "--metrics-token-file", s.token.string()}),
+               s.dir);
+  CHECK(same.wait(60) == 2);
+  CHECK(same.err().find("the metrics token must differ from the admin token") != std::string::npos);
 }
 
 TEST_CASE("a local run (archipelago train) serves the admin console and the metrics of a coordinator") {

@@ -219,7 +219,7 @@ TEST_CASE("the issued key is the key of the issued certificate, and not the CA's
   ERR_clear_error();
 }
 
-TEST_CASE("--days sets the validity; out of range or past the CA's end is refused") {
+TEST_CASE("--days sets the validity, out of range or past the CA's end is refused") {
   TempDir dir;
   REQUIRE(init_certificate_authority(dir.ca()).ok());
   REQUIRE(issue_certificate(dir.ca(), "short", {}, IssueOptions{30}).ok());
@@ -282,7 +282,7 @@ TEST_CASE("bad names and hosts are refused without being echoed, and write nothi
   CHECK_FALSE(exists(certificate_path(dir.ca(), "node")));
 }
 
-TEST_CASE("a CA key others may read is refused; a group-readable one is accepted") {
+TEST_CASE("a CA key others may read is refused, a group-readable one is accepted") {
   TempDir dir;
   REQUIRE(init_certificate_authority(dir.ca()).ok());
   const std::string ca_key = dir.ca() + "/ca.key";
@@ -300,7 +300,7 @@ TEST_CASE("a CA key others may read is refused; a group-readable one is accepted
   CHECK(issue_certificate(dir.ca(), "node", {}).ok());
 }
 
-TEST_CASE("issuing a name twice is refused and keeps the first key; no CA is not_found") {
+TEST_CASE("issuing a name twice is refused and keeps the first key, no CA is not_found") {
   TempDir dir;
   REQUIRE(init_certificate_authority(dir.ca()).ok());
   REQUIRE(issue_certificate(dir.ca(), "node", {}).ok());

@@ -104,7 +104,7 @@ TEST_CASE("Streaming DiLoCo Table 4: the grid reading below the threshold reprod
   CHECK(matching >= 64);  // 85%; measured 68
 }
 
-TEST_CASE("scaling-law Table 6 (10B): within two grid steps at the stated 0.8 s; its DiLoCo rows at 1.0 s") {
+TEST_CASE("scaling-law Table 6 (10B): within two grid steps at the stated 0.8 s, its DiLoCo rows at 1.0 s") {
   // At the 0.8 s step the table states, our values are up to two grid steps above its DiLoCo rows;
   // at a 1.0 s step 9 of those 10 cells are the same grid point. bench/README.md shows both.
   int matching_at_1s = 0;

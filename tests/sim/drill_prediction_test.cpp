@@ -77,7 +77,7 @@ TEST_CASE("one coordinator outage of X s over a wall of W s: E when learners tra
   CHECK(s.predicted_other_reading == doctest::Approx(s.efficiency).epsilon(1e-9));
 }
 
-TEST_CASE("a node fault stops all its learners; a learner fault one") {
+TEST_CASE("a node fault stops all its learners, a learner fault one") {
   // H = 1, P = 1 and short steps: a failed learner loses at most the step in flight (<= 1 ms).
   json counts = {{"node", 1}};
   json r = with_faults(counts, 5);

@@ -123,7 +123,7 @@ TEST_CASE("tables, the sweep and its SVG plot") {
   CHECK(text.str().find("</svg>") != std::string::npos);
 }
 
-TEST_CASE("--bandwidth prints the papers' rows; --bw-* one configuration") {
+TEST_CASE("--bandwidth prints the papers' rows, --bw-* one configuration") {
   SimArguments a;
   a.bandwidth = true;
   a.json = true;

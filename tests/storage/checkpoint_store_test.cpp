@@ -137,7 +137,7 @@ TEST_CASE("retention keeps the last K plus pinned versions and deletes unreferen
   CHECK(count_raw_keys(dir.store(), kRefsFamily) == 8);
 }
 
-TEST_CASE("a commit that changes one fragment of eight writes one blob; GC frees the replaced one") {
+TEST_CASE("a commit that changes one fragment of eight writes one blob, GC frees the replaced one") {
   TempDir dir;
   StoreOptions options;
   options.retention.keep_last = 1;

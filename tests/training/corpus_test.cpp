@@ -126,7 +126,7 @@ TEST_CASE("data cursors sample only their own shard, deterministically and resum
   }
 }
 
-TEST_CASE("a file or directory corpus loads; bad paths and options are rejected with the key named") {
+TEST_CASE("a file or directory corpus loads, bad paths and options are rejected with the key named") {
   auto dir = std::filesystem::temp_directory_path() / "archipelago-corpus-test";
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir / "sub");

@@ -153,7 +153,7 @@ TEST_CASE("the reference engine is deterministic and counts the fp32 model up an
   CHECK(ddp->heldout_loss < ddp->initial_heldout_loss);
 }
 
-TEST_CASE("the drop fault: a round that loses every pseudo-gradient leaves theta as it was; losing some still trains") {
+TEST_CASE("the drop fault: a round that loses every pseudo-gradient leaves theta as it was, losing some still trains") {
   set_compute_threads(1);
   auto setup = tiny_setup("sync", 2, 5, 20);  // 4 rounds of 2 learners
   setup.drop_outer_gradient = 0.999999;

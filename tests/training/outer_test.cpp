@@ -75,7 +75,7 @@ TEST_CASE("merge refuses empty input and zero weights") {
   CHECK_FALSE(parse_merge_rule("median").ok());
 }
 
-TEST_CASE("Delayed Nesterov with N=1 is Nesterov; with N arrivals it is one Nesterov step on their mean") {
+TEST_CASE("Delayed Nesterov with N=1 is Nesterov, with N arrivals it is one Nesterov step on their mean") {
   std::mt19937 rng(5);
   std::normal_distribution<float> gauss;
   const int n = 64;
