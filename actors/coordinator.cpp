@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <future>
 #include <set>
 #include <thread>
 
@@ -274,19 +275,25 @@ Expected<nlohmann::json> Coordinator::run(const std::function<bool()>& stop_requ
   std::optional<uint64_t> start_version;
   int64_t start_tokens = 0;
   double first_commit_s = -1;  // monotonic_seconds() when this process first saw a new committed version
-  // The held-out loss the run resumed from (or of θ0), scored now that the port answers and the
-  // syncer restores: a restarted coordinator is back to nodes before this evaluation ends.
-  {
+  // The held-out loss the run resumed from (or of θ0), scored beside the run now that the port
+  // answers and the syncer restores: a restarted coordinator is back to nodes before it ends.
+  auto initial_loss = std::async(std::launch::async, [&impl]() -> Expected<double> {
     std::optional<storage::VersionData> resumed;
     if (impl.resumed_from) {
       auto version = impl.store->get(*impl.resumed_from);
-      if (version) resumed = std::move(*version);
-      else impl.log->warn("committed version {}: {}", *impl.resumed_from, version.error().reason);
+      if (!version) return version.error();
+      resumed = std::move(*version);
     }
-    auto loss = heldout_loss(*impl.runtime, impl.setup, resumed ? &*resumed : nullptr);
+    return heldout_loss(*impl.runtime, impl.setup, resumed ? &*resumed : nullptr);
+  });
+  bool initial_loss_taken = false;
+  auto take_initial_loss = [&] {
+    if (initial_loss_taken) return;
+    initial_loss_taken = true;
+    auto loss = initial_loss.get();
     if (loss) impl.initial_heldout_loss = *loss;
     else impl.log->warn("held-out loss at start: {}", loss.error().reason);
-  }
+  };
   const auto slot_ids = learner_ids(run.learners);
   while (true) {
     const double now = impl.elapsed_s();
@@ -357,6 +364,7 @@ Expected<nlohmann::json> Coordinator::run(const std::function<bool()>& stop_requ
   const auto snapshot = impl.stats->snapshot();
   nlohmann::json links = nlohmann::json::array();
   std::set<std::string> sites{impl.options.site};
+  take_initial_loss();
   auto remote = impl.counters->to_json();
   for (const auto& peer : snapshot.peers) {
     sites.insert(peer.site);

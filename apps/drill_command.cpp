@@ -689,6 +689,13 @@ class Runner {
                                "--token-file", token_.string(), "--state-dir",
                                (dir_ / ("node-" + std::to_string(i) + "-state")).string(), "--set", "train.threads=1"};
     if (!remote::is_loopback(host_)) a.push_back("--insecure-plaintext");
+    // A node keeps its own data.cache_dir (never the coordinator's paths): give it the drill's.
+    for (const auto& set : c_.sets) {
+      if (set.rfind("data.cache_dir=", 0) == 0) {
+        a.push_back("--set");
+        a.push_back(set);
+      }
+    }
     return a;
   }
 

@@ -12,7 +12,41 @@
 #include "net/auth.hpp"
 #include "training/corpus.hpp"
 
+#include <toml++/toml.h>
+
 namespace archipelago::apps {
+namespace {
+
+// What a node takes from its coordinator's configuration: the training keys. Never the keys that
+// name this machine's files or its network ([net], data.cache_dir) — those stay the node's own —
+// and a data.corpus that is a path only where the node names its own copy (a coordinator must not
+// make a node read whatever file it names).
+Expected<std::string> training_keys(const std::string& coordinator_toml, const Config& local) {
+  toml::table table;
+  try {
+    table = toml::parse(std::string_view(coordinator_toml));
+  } catch (const toml::parse_error& e) {
+    return make_error(ErrorCode::invalid_argument, std::string("the coordinator's configuration: ") + std::string(e.description()));
+  }
+  table.erase("net");
+  if (auto* data = table["data"].as_table()) {
+    data->erase("cache_dir");
+    const auto corpus = (*data)["corpus"].value<std::string>();
+    if (corpus && *corpus != "kjv") {
+      if (local.data.corpus == "kjv") {
+        return make_error(ErrorCode::invalid_argument, "the coordinator trains on a local corpus ('" + *corpus +
+                                                           "'): give this node its own copy with --set data.corpus=PATH");
+      }
+      data->erase("corpus");
+    }
+  }
+  std::ostringstream out;
+  out << table;
+  return out.str();
+}
+
+}  // namespace
+
 
 int run_node(const NodeArguments& arguments) {
   auto fail = [](int code, const std::string& message) {
@@ -48,8 +82,14 @@ int run_node(const NodeArguments& arguments) {
   options.give_up_after_s = arguments.give_up_after_s;
   // The run's configuration comes from the coordinator; this node's --set / --device apply on top.
   const std::string state_dir = arguments.state_dir;
-  options.configure = [overrides, state_dir](const std::string& config_toml) -> Expected<actors::NodeConfig> {
-    auto config = load_config(config_toml, "the coordinator's configuration", overrides);
+  const Config node_local = *local;
+  options.configure = [overrides, state_dir, node_local](const std::string& config_toml) -> Expected<actors::NodeConfig> {
+    auto training = training_keys(config_toml, node_local);
+    if (!training) return training.error();
+    auto own = overrides;  // this node's files, before its --set (which wins)
+    own.insert(own.begin(), "data.cache_dir=" + node_local.data.cache_dir);
+    if (node_local.data.corpus != "kjv") own.insert(own.begin(), "data.corpus=" + node_local.data.corpus);
+    auto config = load_config(*training, "the coordinator's configuration", own);
     if (!config) return config.error();
     auto corpus = training::load_corpus(config->data);
     if (!corpus) return make_error(corpus.error().code, "corpus: " + corpus.error().reason);

@@ -332,7 +332,11 @@ TEST_CASE("a node holding the token may send only its own learners' messages, ea
   CHECK(refused(summary, "kind_not_allowed") == wrong_kind);
   CHECK(refused(summary, "foreign_learner") == foreign);
   CHECK(edge(summary, "pending_limit_hits") >= 1);
-  CHECK(summary["rejected_updates"].get<int64_t>() == 0);
+  // Nothing forged reached the syncer (an honest update may still be stale under load).
+  CAPTURE(summary["rejected_by_reason"].dump());
+  for (const char* reason : {"malformed", "unknown_learner", "unauthenticated", "non_finite", "wrong_shape", "duplicate"}) {
+    CHECK(summary["rejected_by_reason"].value(reason, int64_t{-1}) == 0);
+  }
   CHECK(summary["final_version"].get<uint64_t>() < 999);
   // Only the honest learners' work was merged, and only they became learners of the run.
   CHECK(summary["learners"].value(own, nlohmann::json::object()).value("contributions_merged", 0) == 0);

@@ -38,7 +38,7 @@ inline std::vector<std::string> node_args(const Scratch& s, int port, const std:
                                    const std::vector<std::string>& flags = {}) {
   std::vector<std::string> arguments{"node", "--json", "--coordinator", "127.0.0.1:" + std::to_string(port),
                                      "--learners", "2", "--name", name, "--token-file", s.token.string(),
-                                     "--set", "train.threads=1"};
+                                     "--set", "train.threads=1", "--set", "data.cache_dir=" + kData};
   arguments.insert(arguments.end(), flags.begin(), flags.end());
   return arguments;
 }

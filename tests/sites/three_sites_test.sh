@@ -45,7 +45,7 @@ for site in east west; do
   "$BIN" ca issue "$WORK/ca" "$site" >/dev/null
   tls_config "$site"
   echo "exec timeout 150 $(printf '%q ' "$BIN" node --json --coordinator 10.77.0.1:4242 --site "$site" --name "$site" \
-    --learners 2 --token-file "$WORK/token" --config "$WORK/$site-tls.toml" --set train.threads=1) >'$WORK/$site.out' 2>'$WORK/$site.err'" >"$WORK/$site.sh"
+    --learners 2 --token-file "$WORK/token" --config "$WORK/$site-tls.toml" --set train.threads=1 --set "data.cache_dir=$DATA") >'$WORK/$site.out' 2>'$WORK/$site.err'" >"$WORK/$site.sh"
 done
 
 status=0
