@@ -244,3 +244,26 @@ TEST_CASE("a TLS cluster: coordinator and nodes over mutual TLS with the run CA'
   CHECK(summary["versions_committed"].get<int64_t>() > 0);
   CHECK(summary["learners_seen"].get<int>() == 4);
 }
+
+TEST_CASE("a node never takes its coordinator's local paths: a corpus path is refused unless the node names its own copy") {
+  Scratch s("paths");
+  // The coordinator trains on a file of its own machine (here: a copy of the cached KJV text).
+  const auto corpus = s.dir / "coordinator-corpus.txt";
+  fs::copy_file(fs::path(kData) / "kjv.txt", corpus);
+  const int port = free_port();
+  Process coordinator("coordinator", coordinator_args(s, port, {"train.max_seconds=0", "data.corpus=" + corpus.string()}),
+                      s.dir);
+  await_listening(coordinator);
+  // A node without a corpus of its own is admitted, then refuses to read the path it was sent.
+  Process blind("node-blind", node_args(s, port, "node-blind"), s.dir);
+  CHECK_MESSAGE(blind.wait(60) == 3, blind.all());
+  CHECK(blind.err().find("give this node its own copy with --set data.corpus=PATH") != std::string::npos);
+  // One that names its own copy trains.
+  auto own = node_args(s, port, "node-own", {"--set", "data.corpus=" + corpus.string()});
+  Process node("node-own", own, s.dir);
+  const int64_t version = coordinator.last_value("version");
+  CHECK_MESSAGE(wait_until([&] { return coordinator.last_value("version") >= version + 2; }, 60), coordinator.all() << node.all());
+  coordinator.kill(SIGTERM);
+  CHECK(coordinator.wait(60) == 0);
+  CHECK_MESSAGE(node.wait(30) == 0, node.all());
+}
