@@ -1,190 +1,335 @@
-// bench_multisite: what the multi-site layer costs, each number with its baseline from the same run.
+// bench_multisite: what the cross-site plane (remote/) costs, each number against a baseline
+// measured in the same run. Results and how to read them: README.md here.
 //
-//   1. Transport throughput: a `--mb` MB update in `--chunk-mib` MiB messages from one actor system
-//      to an actor of another over CAF's io middleman on loopback (what a node's learners use),
-//      vs a plain TCP socket copy of the same bytes on loopback.
-//   2. Node restart -> its first merged update: a coordinator and two nodes train; one node is
-//      SIGKILLed and started again; time from the restart to the first commit carrying its work.
-//   3. Coordinator restart -> next committed version: the coordinator is SIGKILLed and started
-//      again on the same run directory; time from the restart to its first new committed version.
-// Usage: bench_multisite [--mb 100] [--chunk-mib 4] [--repeats 3] [--transport-only]
-#include <netinet/tcp.h>
-
+//   1. transport   one `--mb` MB update in `--chunk-kib` KiB Session.update calls, sender and
+//                  receiver on two threads (two kj event loops) over loopback TCP: the plane's
+//                  RPC alone in plaintext and over TLS, and the product's whole path (remote::Server
+//                  + remote::NodePlane with their actor bridges), against raw TCP and raw TLS copies
+//                  of the same bytes. Seconds and CPU are medians of `--repeats`. (--transport-only)
+//   2. 8 learners  eight uploads of mb/8 at once: eight connections, eight sessions on one
+//                  connection, eight update streams on one session; against eight raw sockets.
+//   3. CPU         the receiving thread's CPU seconds per GB received (getrusage RUSAGE_THREAD),
+//                  in every row of 1 and 2: what the coordinator's plane thread spends.
+//   4. restarts    a coordinator and a node SIGKILLed and started again (real processes):
+//                  time to the next committed version / first merged update (restarts.hpp).
+//   --variants     the plane with other chunk sizes, flow limits and send buffers.
+//   --link         1 and 8 streams through an emulated 25 ms, 1 Gbit/s link (delay_line.hpp).
 #include <algorithm>
+#include <csignal>
 #include <cstdio>
-#include <cstring>
-#include <mutex>
-#include <thread>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <string>
+#include <vector>
 
-#include <caf/all.hpp>
-#include <caf/io/all.hpp>
+#include <unistd.h>
 
-#include "actors/remote_protocol.hpp"
-#include "actors/wire.hpp"
-#include "tests/multisite/process.hpp"
+#include "bench/multisite/delay_line.hpp"
+#include "bench/multisite/restarts.hpp"
+#include "bench/multisite/transfer.hpp"
+#include "common/log.hpp"
+#include "net/certificate_authority.hpp"
 
-using namespace multisite;
-using archipelago::actors::WireBytes;
+using namespace multisite_bench;
+namespace fs = std::filesystem;
 
 namespace {
 
-double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+struct Options {
+  double mb = 100;
+  int repeats = 3;
+  uint64_t chunk_kib = 1024;
+  bool transport_only = false;
+  bool skip_restarts = false;
+  bool variants = false;
+  bool link = false;
+  double link_mb = 100;
+  double link_latency_ms = 25;
+  double link_mbit = 1000;
+  std::string only;  // run only the rows whose name contains this (for perf)
+};
 
-// ---- 1. transport ------------------------------------------------------------------------------------
+// One row of a table: a carrier with its spec, and the row it is compared with.
+using Carrier = std::function<TransferResult(const TransferSpec&)>;
 
-double caf_copy(size_t total, size_t chunk) {
-  caf::actor_system_config receiver_config, sender_config;
-  archipelago::actors::TransportOptions transport;
-  (void)archipelago::actors::configure_transport(receiver_config, transport);
-  (void)archipelago::actors::configure_transport(sender_config, transport);
-  caf::actor_system receiver(receiver_config), sender(sender_config);
-  auto received = std::make_shared<std::atomic<size_t>>(0);
-  auto sink = receiver.spawn([received](caf::event_based_actor*) -> caf::behavior {
-    return {[received](WireBytes& bytes) { *received += bytes.size(); }};
-  });
-  auto port = receiver.middleman().publish(sink, 0, "127.0.0.1");
-  auto remote = sender.middleman().remote_actor("127.0.0.1", *port);
-  if (!port || !remote) return -1;
-  const auto start = Clock::now();
-  for (size_t sent = 0; sent < total; sent += chunk) caf::anon_send(*remote, WireBytes(chunk, 'x'));
-  wait_until([&] { return *received >= total; }, 120);
-  const double s = seconds_since(start);
-  caf::anon_send_exit(sink, caf::exit_reason::user_shutdown);
-  return s;
+struct Row {
+  Row(std::string n, Carrier c, TransferSpec s, int b = -1) : name(std::move(n)), carrier(std::move(c)), spec(std::move(s)), baseline(b) {}
+  std::string name;
+  Carrier carrier;
+  TransferSpec spec;
+  int baseline;  // index of the row this one is divided by; -1: it is a baseline
+  std::vector<TransferResult> results;
+};
+
+double median(std::vector<double> values) {
+  if (values.empty()) return 0;
+  std::sort(values.begin(), values.end());
+  return values[values.size() / 2];
 }
 
-double tcp_copy(size_t total, size_t chunk) {
-  int listener = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(listener, reinterpret_cast<sockaddr*>(&address), sizeof address);
-  socklen_t length = sizeof address;
-  getsockname(listener, reinterpret_cast<sockaddr*>(&address), &length);
-  listen(listener, 1);
-  std::thread reader([&] {
-    int peer = accept(listener, nullptr, nullptr);
-    std::vector<char> buffer(1 << 20);
-    size_t got = 0;
-    while (got < total) {
-      ssize_t n = read(peer, buffer.data(), buffer.size());
-      if (n <= 0) break;
-      got += n;
+struct Medians {
+  double seconds = 0, receiver_cpu_s_per_gb = 0, sender_cpu_s_per_gb = 0, process_cpu_s_per_gb = 0, bytes = 0;
+  int window = 0;
+  int failures = 0;
+};
+
+Medians medians_of(const Row& row) {
+  std::vector<double> s, r, w, p;
+  Medians m;
+  for (const auto& x : row.results) {
+    if (!x.ok) {
+      ++m.failures;
+      continue;
     }
-    close(peer);
-  });
-  int out = socket(AF_INET, SOCK_STREAM, 0);
-  connect(out, reinterpret_cast<sockaddr*>(&address), sizeof address);
-  std::vector<char> message(chunk, 'x');  // a fresh buffer per chunk, as the transport has
-  const auto start = Clock::now();
-  for (size_t sent = 0; sent < total; sent += chunk) {
-    std::vector<char> copy = message;
-    for (size_t off = 0; off < copy.size();) {
-      ssize_t n = write(out, copy.data() + off, copy.size() - off);
-      if (n <= 0) break;
-      off += n;
-    }
+    s.push_back(x.seconds);
+    r.push_back(x.receiver_cpu_s_per_gb());
+    w.push_back(x.bytes > 0 ? x.sender_cpu_s / (x.bytes / 1e9) : 0);
+    p.push_back(x.bytes > 0 ? x.process_cpu_s / (x.bytes / 1e9) : 0);
+    m.bytes = static_cast<double>(x.bytes);
+    m.window = x.window_bytes;
   }
-  shutdown(out, SHUT_WR);
-  reader.join();
-  const double s = seconds_since(start);
-  close(out);
-  close(listener);
-  return s;
+  m.seconds = median(s);
+  m.receiver_cpu_s_per_gb = median(r);
+  m.sender_cpu_s_per_gb = median(w);
+  m.process_cpu_s_per_gb = median(p);
+  return m;
 }
 
-// ---- 2 and 3. restarts -------------------------------------------------------------------------------
-
-std::vector<std::string> sets(std::vector<std::string> arguments, const std::string& data) {
-  for (std::string s : std::vector<std::string>{"model.preset=tiny", "train.learners=4", "inner.batch_size=8", "data.eval_batches=2",
-                        "train.inner_steps=10", "runtime.store_sync=true", "train.threads=1",
-                        "runtime.progress_interval_s=0.2", "runtime.drain_timeout_s=5", "inner.warmup_steps=10",
-                        "train.max_seconds=0", std::string("data.cache_dir=") + data}) {
-    arguments.push_back("--set");
-    arguments.push_back(s);
+// Runs every row `repeats` times, the rows interleaved (so a slow moment of the VM hits all of
+// them), and prints the table.
+void run_table(const std::string& title, std::vector<Row>& rows, int repeats, const std::string& only) {
+  if (!only.empty()) {
+    std::vector<Row> kept;
+    for (auto& row : rows) {
+      if (row.name.find(only) != std::string::npos) kept.push_back(std::move(row));
+    }
+    for (auto& row : kept) row.baseline = -1;
+    rows = std::move(kept);
+    if (rows.empty()) return;
   }
-  return arguments;
+  std::printf("\n%s (median of %d)\n", title.c_str(), repeats);
+  std::fflush(stdout);
+  for (int r = 0; r < repeats; ++r) {
+    for (auto& row : rows) {
+      row.results.push_back(row.carrier(row.spec));
+      if (!row.results.back().ok) std::printf("  %s: FAILED: %s\n", row.name.c_str(), row.results.back().error.c_str());
+    }
+  }
+  std::printf("  %-58s %8s %7s %14s %9s %9s %9s %9s\n", "carrier", "s", "GB/s", "vs baseline", "recv s/GB", "send s/GB", "all s/GB",
+              "window");
+  std::vector<Medians> m;
+  for (const auto& row : rows) m.push_back(medians_of(row));
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const auto& row = rows[i];
+    char versus[64] = "(baseline)";
+    if (row.baseline >= 0 && m[row.baseline].seconds > 0) std::snprintf(versus, sizeof versus, "%.2fx row %d", m[i].seconds / m[row.baseline].seconds, row.baseline + 1);
+    char cpu[64];
+    std::snprintf(cpu, sizeof cpu, "%9.3f %9.3f", m[i].receiver_cpu_s_per_gb, m[i].sender_cpu_s_per_gb);
+    char all[32] = "-";
+    if (m[i].process_cpu_s_per_gb > 0) std::snprintf(all, sizeof all, "%.3f", m[i].process_cpu_s_per_gb);
+    char window[32] = "-";
+    if (m[i].window > 0) std::snprintf(window, sizeof window, "%.2f MiB", m[i].window / 1048576.0);
+    std::printf("  %2zu %-55s %8.3f %7.3f %14s %s %9s %9s%s\n", i + 1, row.name.c_str(), m[i].seconds,
+                m[i].seconds > 0 ? m[i].bytes / m[i].seconds / 1e9 : 0, versus, cpu, all, window,
+                m[i].failures ? (" (" + std::to_string(m[i].failures) + " failed)").c_str() : "");
+  }
+  std::fflush(stdout);
+}
+
+TransferSpec spec_of(uint64_t bytes, uint64_t chunk, int streams = 1, Fanout fanout = Fanout::connections,
+                     const std::optional<archipelago::remote::TlsFiles>& tls = std::nullopt) {
+  TransferSpec spec;
+  spec.total_bytes = bytes;
+  spec.chunk_bytes = chunk;
+  spec.streams = streams;
+  spec.fanout = fanout;
+  spec.tls = tls;
+  return spec;
+}
+
+// A run CA and one certificate for 127.0.0.1 (both ends use it, as a run's processes may).
+std::optional<archipelago::remote::TlsFiles> make_certificates(const fs::path& dir) {
+  const std::string ca = (dir / "ca").string();
+  if (auto made = archipelago::net::init_certificate_authority(ca); !made) {
+    std::fprintf(stderr, "certificate authority: %s\n", made.error().reason.c_str());
+    return std::nullopt;
+  }
+  if (auto issued = archipelago::net::issue_certificate(ca, "node", {"127.0.0.1"}); !issued) {
+    std::fprintf(stderr, "certificate: %s\n", issued.error().reason.c_str());
+    return std::nullopt;
+  }
+  return archipelago::remote::TlsFiles{archipelago::net::certificate_path(ca, "node"), archipelago::net::private_key_path(ca, "node"),
+                                       archipelago::net::certificate_path(ca, archipelago::net::kCaName)};
+}
+
+void transport(const Options& o, const archipelago::remote::TlsFiles& tls) {
+  const uint64_t bytes = static_cast<uint64_t>(o.mb * 1e6), chunk = o.chunk_kib << 10;
+  std::vector<Row> rows{
+      {"raw TCP socket copy", raw_tcp_copy, spec_of(bytes, chunk)},
+      {"plane RPC (Session.update stream), plaintext", plane_copy, spec_of(bytes, chunk), 0},
+      {"product path (Server + NodePlane + actors), plaintext", product_copy, spec_of(bytes, chunk), 0},
+      {"raw TLS copy (kj-tls)", raw_tls_copy, spec_of(bytes, chunk, 1, Fanout::connections, tls)},
+      {"plane RPC (Session.update stream), TLS", plane_copy, spec_of(bytes, chunk, 1, Fanout::connections, tls), 3},
+      {"product path (Server + NodePlane + actors), TLS", product_copy, spec_of(bytes, chunk, 1, Fanout::connections, tls), 3},
+      {"raw TLS copy (OpenSSL on the socket, not kj-tls)", openssl_copy, spec_of(bytes, chunk, 1, Fanout::connections, tls), 3},
+  };
+  char title[160];
+  std::snprintf(title, sizeof title, "1. transport: one %.0f MB update in %llu KiB chunks, loopback", o.mb,
+                static_cast<unsigned long long>(o.chunk_kib));
+  run_table(title, rows, o.repeats, o.only);
+}
+
+void eight_learners(const Options& o, const archipelago::remote::TlsFiles& tls) {
+  const uint64_t bytes = static_cast<uint64_t>(o.mb * 1e6), chunk = o.chunk_kib << 10;
+  std::vector<Row> rows{
+      {"raw TCP, 8 sockets", raw_tcp_copy, spec_of(bytes, chunk, 8)},
+      {"plane, 8 connections", plane_copy, spec_of(bytes, chunk, 8, Fanout::connections), 0},
+      {"plane, 8 sessions on one connection", plane_copy, spec_of(bytes, chunk, 8, Fanout::sessions), 0},
+      {"plane, 8 update streams on one session", plane_copy, spec_of(bytes, chunk, 8, Fanout::calls), 0},
+      {"plane, 1 connection (for comparison)", plane_copy, spec_of(bytes, chunk, 1), 0},
+      {"raw TLS, 8 connections", raw_tls_copy, spec_of(bytes, chunk, 8, Fanout::connections, tls)},
+      {"plane TLS, 8 connections", plane_copy, spec_of(bytes, chunk, 8, Fanout::connections, tls), 5},
+      {"plane TLS, 8 sessions on one connection", plane_copy, spec_of(bytes, chunk, 8, Fanout::sessions, tls), 5},
+  };
+  char title[160];
+  std::snprintf(title, sizeof title, "2. 8 learners uploading at once: 8 x %.1f MB in %llu KiB chunks, loopback", o.mb / 8,
+                static_cast<unsigned long long>(o.chunk_kib));
+  run_table(title, rows, o.repeats, o.only);
+}
+
+void variants(const Options& o) {
+  const uint64_t bytes = static_cast<uint64_t>(o.mb * 1e6);
+  std::vector<Row> rows{{"raw TCP, 1 MiB writes", raw_tcp_copy, spec_of(bytes, 1 << 20)}};
+  for (uint64_t kib : {64, 256, 1024, 4096}) {
+    rows.push_back({"plane, " + std::to_string(kib) + " KiB chunks", plane_copy, spec_of(bytes, kib << 10), 0});
+  }
+  auto small_flow = spec_of(bytes, 1 << 20);
+  small_flow.limits.max_pending_bytes = 16ull << 20;
+  rows.push_back({"plane, 1 MiB chunks, flow limit 16 MiB", plane_copy, small_flow, 0});
+  auto referenced = spec_of(bytes, 1 << 20);
+  referenced.reference_payload = true;
+  rows.push_back({"plane, 1 MiB chunks by reference (not copied)", plane_copy, referenced, 0});
+  auto big_buffer = spec_of(bytes, 1 << 20);
+  big_buffer.send_buffer_bytes = 4 << 20;  // the kernel doubles it (and stops autotuning)
+  rows.push_back({"plane, 1 MiB chunks, SO_SNDBUF 4 MiB (window 8 MiB)", plane_copy, big_buffer, 0});
+  auto big_buffer_raw = spec_of(bytes, 1 << 20);
+  big_buffer_raw.send_buffer_bytes = 4 << 20;
+  rows.push_back({"raw TCP, SO_SNDBUF 4 MiB", raw_tcp_copy, big_buffer_raw, 0});
+  char title[160];
+  std::snprintf(title, sizeof title, "variants: one %.0f MB update, plaintext, loopback", o.mb);
+  run_table(title, rows, o.repeats, o.only);
+}
+
+uint64_t tcp_wmem_max() {
+  std::ifstream in("/proc/sys/net/ipv4/tcp_wmem");
+  uint64_t low = 0, initial = 0, high = 0;
+  in >> low >> initial >> high;
+  return high > 0 ? high : 4u << 20;
+}
+
+void emulated_link(const Options& o) {
+  const uint64_t bytes = static_cast<uint64_t>(o.link_mb * 1e6), chunk = o.chunk_kib << 10;
+  const archipelago::net::LinkSpec link{o.link_mbit * 1e6, o.link_latency_ms / 1000};
+  const uint64_t window = tcp_wmem_max();
+  // Each transfer gets a fresh link (its own queues and shaper), started on the receiver's port.
+  auto through_link = [link](Carrier carrier, uint64_t window) -> Carrier {
+    return [carrier, link, window](const TransferSpec& spec) {
+      std::unique_ptr<DelayLine> line;
+      TransferSpec routed = spec;
+      routed.route = [&](uint16_t port) -> uint16_t {
+        auto started = DelayLine::start(link, window, port);
+        if (!started) return 0;
+        line = std::move(*started);
+        return line->port();
+      };
+      return carrier(routed);
+    };
+  };
+  // Twice the window: what raising net.ipv4.tcp_wmem's maximum would allow; the plane's stream
+  // window follows SO_SNDBUF, set here to 4 MiB (the kernel doubles it, within net.core.wmem_max).
+  auto wide = spec_of(bytes, chunk);
+  wide.send_buffer_bytes = 4 << 20;
+  std::vector<Row> rows{
+      {"raw TCP, 1 socket", through_link(raw_tcp_copy, window), spec_of(bytes, chunk)},
+      {"raw TCP, 8 sockets", through_link(raw_tcp_copy, window), spec_of(bytes, chunk, 8), 0},
+      {"plane, 1 stream", through_link(plane_copy, window), spec_of(bytes, chunk), 0},
+      {"plane, 8 connections", through_link(plane_copy, window), spec_of(bytes, chunk, 8, Fanout::connections), 0},
+      {"plane, 8 sessions on one connection", through_link(plane_copy, window), spec_of(bytes, chunk, 8, Fanout::sessions), 0},
+      {"plane, 8 update streams on one session", through_link(plane_copy, window), spec_of(bytes, chunk, 8, Fanout::calls), 0},
+      {"raw TCP, 1 socket, TCP window x2", through_link(raw_tcp_copy, 2 * window), spec_of(bytes, chunk), 0},
+      {"plane, 1 stream, TCP window x2, SO_SNDBUF 4 MiB", through_link(plane_copy, 2 * window), wide, 0},
+  };
+  char title[200];
+  std::snprintf(title, sizeof title,
+                "emulated link: %.0f MB through %.0f ms one-way, %.0f Mbit/s (ideal %.2f s), TCP window cap %.1f MiB per connection",
+                o.link_mb, o.link_latency_ms, o.link_mbit, bytes * 8 / (o.link_mbit * 1e6), window / 1048576.0);
+  run_table(title, rows, o.repeats, o.only);
 }
 
 void restarts() {
-  Scratch s("bench");
-  const std::string data = (fs::temp_directory_path() / "archipelago-test-data").string();
-  const int port = free_port();
-  const std::string address = "127.0.0.1:" + std::to_string(port);
-  auto coordinator_args = sets({"coordinator", "--json", "--listen", address, "--run-dir", (s.dir / "run").string(),
-                                "--token-file", s.token.string()}, data);
-  auto node_args = [&](const std::string& name) {
-    return std::vector<std::string>{"node", "--json", "--coordinator", address, "--learners", "2", "--name", name,
-                                    "--token-file", s.token.string(), "--set", "train.threads=1"};
-  };
-  auto first = std::make_unique<Process>("coordinator-1", coordinator_args, s.dir);
-  wait_until([&] { return first->out().find("listening") != std::string::npos; }, 60);
-  Process a("node-a", node_args("node-a"), s.dir);
-  auto b = std::make_unique<Process>("node-b", node_args("node-b"), s.dir);
-  wait_until([&] { return first->last_value("version") >= 10; }, 60);
-
-  // Coordinator restart -> its first new committed version (both clocks are CLOCK_MONOTONIC).
-  first->kill(SIGKILL);
-  const double coordinator_restart = archipelago::actors::monotonic_seconds();
-  Process second("coordinator-2", coordinator_args, s.dir);
-  wait_until([&] { return count_of(second.err(), "admitted node") >= 2 && second.last_value("version") > 0; }, 60);
-  std::this_thread::sleep_for(std::chrono::seconds(2));
-
-  // Node restart -> the first commit carrying its learners' work.
-  b->kill(SIGKILL);
-  wait_until([&] { return count_of(second.err(), "declared dead") >= 2; }, 10);
-  const double node_restart = archipelago::actors::monotonic_seconds();
-  Process b2("node-b-2", node_args("node-b"), s.dir);
-  wait_until([&] { return count_of(second.err(), "admitted node 'node-b'") == 2; }, 30);
-  std::this_thread::sleep_for(std::chrono::seconds(4));
-  second.kill(SIGTERM);
-  second.wait(60);
-  a.wait(30);
-  b2.wait(30);
-  auto summary = second.summary();
-  auto restarted = b2.summary();
-  if (!summary.is_object() || !restarted.is_object()) {
-    std::printf("restarts: no summary\n%s\n", second.all().c_str());
+  std::printf("\n4. restarts (real processes: a coordinator and two nodes of two learners, tiny preset, H = 10)\n");
+  std::fflush(stdout);
+  const auto t = measure_restarts();
+  if (!t.ok) {
+    std::printf("  FAILED: %s\n", t.error.c_str());
     return;
   }
-  double first_merge = -1;
-  for (int m = restarted["first_learner"].get<int>(); m < restarted["first_learner"].get<int>() + 2; ++m) {
-    const double t = summary["learners"]["learner-" + std::to_string(m)]["first_merge_after_join_s"].get<double>();
-    if (t > 0 && (first_merge < 0 || t < first_merge)) first_merge = t;
+  std::printf("  coordinator SIGKILL -> next committed version:       %.2f s (kill -> dead %.3f s, then the new process)\n",
+              t.coordinator_kill_to_commit_s, t.kill_to_dead_s);
+  std::printf("  coordinator process start -> next committed version: %.2f s (start -> listening %.2f s, listening -> commit %.2f s)\n",
+              t.coordinator_start_to_commit_s, t.coordinator_start_to_listening_s,
+              t.coordinator_start_to_commit_s - t.coordinator_start_to_listening_s);
+  if (!t.coordinator_startup.empty()) std::printf("    the restarted coordinator's log: %s\n", t.coordinator_startup.c_str());
+  std::printf("  node process start -> first merged update:           %.2f s (process start, join, state fetch, H = 10 steps)\n",
+              t.node_start_to_merge_s);
+}
+
+bool parse(int argc, char** argv, Options& o) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&]() -> const char* { return i + 1 < argc ? argv[++i] : "0"; };
+    if (a == "--mb") o.mb = std::atof(value());
+    else if (a == "--repeats") o.repeats = std::max(1, std::atoi(value()));
+    else if (a == "--chunk-kib") o.chunk_kib = std::max(1, std::atoi(value()));
+    else if (a == "--transport-only") o.transport_only = true;
+    else if (a == "--skip-restarts") o.skip_restarts = true;
+    else if (a == "--variants") o.variants = true;
+    else if (a == "--link") o.link = true;
+    else if (a == "--link-mb") o.link_mb = std::atof(value());
+    else if (a == "--link-latency-ms") o.link_latency_ms = std::atof(value());
+    else if (a == "--link-mbit") o.link_mbit = std::atof(value());
+    else if (a == "--only") o.only = value();
+    else {
+      std::fprintf(stderr,
+                   "usage: bench_multisite [--mb 100] [--repeats 3] [--chunk-kib 1024] [--transport-only | --skip-restarts]\n"
+                   "                       [--variants] [--link [--link-mb 100] [--link-latency-ms 25] [--link-mbit 1000]]\n"
+                   "                       [--only TEXT]   (only the rows whose name contains TEXT)\n");
+      return false;
+    }
   }
-  std::printf("node restart -> first merged update:            %.2f s (process start, join, state fetch, H=10 steps)\n",
-              first_merge - node_restart);
-  std::printf("coordinator restart -> next committed version:  %.2f s (process start, store restore, nodes reconnect)\n",
-              summary["first_commit_s"].get<double>() - coordinator_restart);
+  return o.mb > 0 && o.link_mb > 0;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  double mb = 100;
-  size_t chunk_mib = 4;
-  int repeats = 3;
-  bool transport_only = false;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    if (a == "--mb" && i + 1 < argc) mb = std::atof(argv[++i]);
-    else if (a == "--chunk-mib" && i + 1 < argc) chunk_mib = std::atoi(argv[++i]);
-    else if (a == "--repeats" && i + 1 < argc) repeats = std::atoi(argv[++i]);
-    else if (a == "--transport-only") transport_only = true;
-  }
-  const size_t total = static_cast<size_t>(mb * 1e6), chunk = chunk_mib << 20;
-  std::vector<double> caf_s, tcp_s;
-  for (int r = 0; r < repeats; ++r) {
-    tcp_s.push_back(tcp_copy(total, chunk));
-    caf_s.push_back(caf_copy(total, chunk));
-  }
-  std::sort(caf_s.begin(), caf_s.end());
-  std::sort(tcp_s.begin(), tcp_s.end());
-  const double caf_median = caf_s[caf_s.size() / 2], tcp_median = tcp_s[tcp_s.size() / 2];
-  std::printf("transport: %.0f MB in %zu MiB messages, median of %d\n", mb, chunk_mib, repeats);
-  std::printf("  CAF io middleman (remote actor)  %.3f s  %.2f GB/s\n", caf_median, total / caf_median / 1e9);
-  std::printf("  plain TCP socket copy            %.3f s  %.2f GB/s\n", tcp_median, total / tcp_median / 1e9);
-  std::printf("  ratio                            %.2fx the TCP copy's time\n", caf_median / tcp_median);
-  if (!transport_only) restarts();
+  // A peer that goes away mid-write must be an error value, never the end of the bench.
+  std::signal(SIGPIPE, SIG_IGN);
+  Options o;
+  if (!parse(argc, argv, o)) return 2;
+  archipelago::init_logging({"bench", "warn", ""});  // not every session's end
+  const fs::path dir = fs::temp_directory_path() / ("bench-multisite-" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  auto tls = make_certificates(dir);
+  if (!tls) return 1;
+  std::printf("bench_multisite: sender and receiver are two threads of this process, each its own kj event loop, over loopback TCP\n");
+  transport(o, *tls);
+  if (!o.transport_only) eight_learners(o, *tls);
+  if (o.variants) variants(o);
+  if (o.link) emulated_link(o);
+  if (!o.transport_only && !o.skip_restarts) restarts();
+  fs::remove_all(dir);
   return 0;
 }

@@ -5,11 +5,15 @@
 // each stream sending its next chunk when flow control lets it, as the node's pump does. The
 // bench's Session counts envelope bytes and does nothing else: what is measured is Cap'n Proto,
 // kj and TLS, not the bridges to CAF (product_copy measures those).
+#include <sys/socket.h>
+
 #include <capnp/message.h>
+#include <capnp/orphan.h>
 #include <capnp/rpc-twoparty.h>
 #include <kj/async-io.h>
 #include <kj/compat/tls.h>
 #include <kj/timer.h>
+#include <kj/vector.h>
 
 #include <cstring>
 #include <memory>
@@ -106,14 +110,21 @@ void plane_receive(Pair& pair, uint16_t) {
 
 // One stream: each update leaves when the previous one's send() resolves (the stream's flow
 // control), then a ping, answered once every update before it was delivered.
-kj::Promise<void> upload(wire::Session::Client session, uint32_t learner, uint64_t left, kj::ArrayPtr<const kj::byte> chunk) {
+// `reference`: the chunk goes into the message by reference (it outlives the transfer), not copied.
+kj::Promise<void> upload(wire::Session::Client session, uint32_t learner, uint64_t left, kj::ArrayPtr<const kj::byte> chunk,
+                         bool reference) {
   if (left == 0) return session.pingRequest().send().ignoreResult();
   const size_t size = static_cast<size_t>(std::min<uint64_t>(chunk.size(), left));
   auto request = session.updateRequest();
   request.setLearner(learner);
-  request.setEnvelope(chunk.slice(0, size));
-  return request.send().then([session = kj::mv(session), learner, left, size, chunk]() mutable {
-    return upload(kj::mv(session), learner, left - size, chunk);
+  if (reference) {
+    auto orphanage = capnp::Orphanage::getForMessageContaining(wire::Session::UpdateParams::Builder(request));
+    request.adoptEnvelope(orphanage.referenceExternalData(capnp::Data::Reader(chunk.begin(), size)));
+  } else {
+    request.setEnvelope(chunk.slice(0, size));
+  }
+  return request.send().then([session = kj::mv(session), learner, left, size, chunk, reference]() mutable {
+    return upload(kj::mv(session), learner, left - size, chunk, reference);
   });
 }
 
@@ -159,7 +170,7 @@ void plane_send(Pair& pair, uint16_t port) {
   kj::Vector<kj::Promise<void>> uploads;
   for (int i = 0; i < spec.streams; ++i) {
     auto& session = sessions[spec.fanout == Fanout::calls ? 0 : i];
-    uploads.add(upload(session, static_cast<uint32_t>(i), share_of(spec.total_bytes, spec.streams, i), chunk));
+    uploads.add(upload(session, static_cast<uint32_t>(i), share_of(spec.total_bytes, spec.streams, i), chunk, spec.reference_payload));
   }
   timer.timeoutAfter(300 * kj::SECONDS, kj::joinPromises(uploads.releaseAsArray())).wait(io.waitScope);
   pair.sender_cpu_s = thread_cpu_s() - cpu_at_start;

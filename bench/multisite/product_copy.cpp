@@ -6,9 +6,12 @@
 // bench replaces: the gateway actor (admits at once) and the link (counts, merges nothing).
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <thread>
 
 #include <caf/all.hpp>
@@ -72,6 +75,32 @@ double whole_process_cpu_s() {
   return usage.ru_utime.tv_sec + usage.ru_stime.tv_sec + (usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6;
 }
 
+std::set<pid_t> task_ids() {
+  std::set<pid_t> ids;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/task")) ids.insert(std::atoi(entry.path().filename().c_str()));
+  return ids;
+}
+
+// The one thread that exists in `after` and not in `before` (-1 unless exactly one).
+pid_t new_thread(const std::set<pid_t>& before, const std::set<pid_t>& after) {
+  pid_t found = -1;
+  for (pid_t id : after) {
+    if (before.count(id)) continue;
+    if (found >= 0) return -1;
+    found = id;
+  }
+  return found;
+}
+
+// CPU seconds of thread `tid` of this process (its per-thread CPU clock, as pthread_getcpuclockid makes it).
+double thread_cpu_s_of(pid_t tid) {
+  if (tid < 0) return 0;
+  const clockid_t clock = static_cast<clockid_t>((~static_cast<unsigned>(tid) << 3) | 6);
+  timespec t{};
+  if (clock_gettime(clock, &t) != 0) return 0;
+  return t.tv_sec + t.tv_nsec / 1e9;
+}
+
 archipelago::Expected<archipelago::net::Secret> bench_token() {
   const auto path = std::filesystem::temp_directory_path() / ("bench-multisite-token-" + std::to_string(getpid()));
   std::ofstream(path) << "bench-multisite-join-token-0123456789abcdef\n";
@@ -120,12 +149,15 @@ TransferResult product_copy(const TransferSpec& spec) {
     server_spec.counters = std::make_shared<actors::RemoteCounters>();
     server_spec.tls = spec.tls;
     server_spec.limits = spec.limits;
+    const auto before_server = task_ids();
     auto server = remote::Server::start(std::move(server_spec));
+    const auto before_node = task_ids();
     if (!server) {
       end_actors();
       return failed("server: " + server.error().reason);
     }
     auto plane = remote::NodePlane::start(node_system, remote::Endpoint{"127.0.0.1", (*server)->port(), spec.tls, false, spec.limits});
+    const pid_t coordinator_loop = new_thread(before_server, before_node), node_loop = new_thread(before_node, task_ids());
     if (!plane) {
       end_actors();
       return failed("node plane: " + plane.error().reason);
@@ -144,6 +176,7 @@ TransferResult product_copy(const TransferSpec& spec) {
     auto payload = std::make_shared<std::vector<uint8_t>>(spec.chunk_bytes, 'x');
     messages::FragmentUpdate update;
     update.learner_id = actors::learner_id(0);
+    update.chunk.element_count = payload->size() / 4;  // fp32
     update.chunk.total_bytes = payload->size();
     update.chunk.payload = messages::ByteView{payload->data(), payload->size(), payload};
     auto envelope = actors::Outbox(update.learner_id).wrap(update);
@@ -155,16 +188,21 @@ TransferResult product_copy(const TransferSpec& spec) {
     received->expected = chunks * envelope->size();
 
     const auto start = Clock::now();
-    const double cpu_at_start = whole_process_cpu_s();
+    const double cpu_at_start = whole_process_cpu_s(), producer_at_start = thread_cpu_s();
+    const double coordinator_at_start = thread_cpu_s_of(coordinator_loop), node_at_start = thread_cpu_s_of(node_loop);
     uint64_t sent = 0;
     for (uint64_t i = 0; i < chunks; ++i) {
       while (sent - received->bytes > kAheadBytes) std::this_thread::sleep_for(std::chrono::microseconds(50));
       caf::anon_send(session->link, actors::up_atom::value, session->key, actors::syncer_name(), learner, WireBytes(*envelope));
       sent += envelope->size();
     }
+    // The learner's own copy of each envelope (this thread) is not the plane's: taken out below.
+    const double producer_cpu_s = thread_cpu_s() - producer_at_start;
     const auto deadline = Clock::now() + std::chrono::seconds(300);
     while (received->bytes < received->expected && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::microseconds(100));
-    result.process_cpu_s = whole_process_cpu_s() - cpu_at_start;
+    result.process_cpu_s = whole_process_cpu_s() - cpu_at_start - producer_cpu_s;
+    result.receiver_cpu_s = thread_cpu_s_of(coordinator_loop) - coordinator_at_start;
+    result.sender_cpu_s = thread_cpu_s_of(node_loop) - node_at_start;
     result.bytes = received->bytes;
     if (received->bytes < received->expected) {
       result.error = "the link counted " + std::to_string(received->bytes.load()) + " of " + std::to_string(received->expected) + " bytes";

@@ -14,6 +14,7 @@
 
 #include <kj/compat/tls.h>
 #include <kj/timer.h>
+#include <kj/vector.h>
 
 #include "bench/multisite/transfer_pair.hpp"
 #include "remote/tls.hpp"
@@ -208,7 +209,7 @@ void tls_send(Pair& pair, uint16_t port) {
     if (spec.send_buffer_bytes > 0) raw->setsockopt(SOL_SOCKET, SO_SNDBUF, &spec.send_buffer_bytes, sizeof(int));
     streams.push_back(timer.timeoutAfter(30 * kj::SECONDS, context_of(**tls).wrapClient(kj::mv(raw), "127.0.0.1")).wait(io.waitScope));
   }
-  const auto chunk = kj::heapArray<kj::byte>(spec.chunk_bytes);
+  auto chunk = kj::heapArray<kj::byte>(spec.chunk_bytes);
   memset(chunk.begin(), 'x', chunk.size());
   pair.start = Clock::now();
   const double cpu_at_start = thread_cpu_s();

@@ -3,6 +3,7 @@
 //
 //   raw_tcp_copy    plain sockets (send with MSG_NOSIGNAL, poll), nothing on top: the floor
 //   raw_tls_copy    the same bytes through kj-tls (remote/tls.hpp's contexts, mutual TLS)
+//   openssl_copy    the same bytes through OpenSSL straight on blocking sockets (one stream)
 //   plane_copy      Cap'n Proto RPC of remote/plane.capnp: Gateway.join -> Session, then
 //                   Session.update streaming calls (the product's ReaderOptions and flow limit),
 //                   received by a bench Session that counts bytes; optionally over kj-tls
@@ -14,7 +15,8 @@
 // set up (connected, TLS handshakes done, sessions joined) and stops on the receiver when its
 // count of payload bytes reaches total_bytes. CPU is getrusage(RUSAGE_THREAD) of each thread over
 // its transfer (the receiver's from its last accepted connection: what the coordinator's plane
-// thread would spend). `route` lets a test put something between them (bench/multisite/delay_line.hpp):
+// thread would spend); for product_copy, the CPU clocks of the two planes' loop threads, and
+// separately the whole process but the learner's thread (the actor systems' threads included). `route` lets a test put something between them (bench/multisite/delay_line.hpp):
 // it gets the receiver's port and returns the port the sender dials.
 // Call from one thread at a time; each call makes and ends its own threads.
 #pragma once
@@ -42,6 +44,7 @@ struct TransferSpec {
   std::optional<archipelago::remote::TlsFiles> tls;  // none: plaintext
   archipelago::remote::EdgeLimits limits;      // traversal limit (max_message_bytes), flow limit (max_pending_bytes)
   int send_buffer_bytes = 0;                   // > 0: SO_SNDBUF of the sender's sockets (Cap'n Proto's stream window follows it)
+  bool reference_payload = false;              // plane_copy: the chunk referenced in place (Orphanage::referenceExternalData), not copied into the message
   std::function<uint16_t(uint16_t)> route;     // receiver port -> port to dial; empty: the receiver's
 };
 
@@ -52,7 +55,7 @@ struct TransferResult {
   uint64_t bytes = 0;          // payload bytes the receiver counted
   double receiver_cpu_s = 0;   // user + system of the receiving thread
   double sender_cpu_s = 0;     // ... of the sending thread
-  double process_cpu_s = 0;    // product_copy only: the whole process (both planes, both actor systems)
+  double process_cpu_s = 0;    // product_copy only: the whole process but the learner's thread (both planes, both actor systems)
   int window_bytes = 0;        // SO_SNDBUF of the (first) sending socket at the end: Cap'n Proto's stream window
 
   double gigabytes_per_s() const { return seconds > 0 ? bytes / seconds / 1e9 : 0; }
@@ -61,6 +64,7 @@ struct TransferResult {
 
 TransferResult raw_tcp_copy(const TransferSpec& spec);
 TransferResult raw_tls_copy(const TransferSpec& spec);
+TransferResult openssl_copy(const TransferSpec& spec);
 TransferResult plane_copy(const TransferSpec& spec);
 // One stream only (a node holds one session); spec.streams and fanout are ignored.
 TransferResult product_copy(const TransferSpec& spec);

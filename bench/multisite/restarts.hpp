@@ -1,0 +1,32 @@
+// Recovery after a restart, with real processes (the `archipelago` binary, as tests/multisite
+// starts it): a coordinator and two nodes of two learners each train the tiny preset on loopback.
+//
+//   coordinator: SIGKILL, then a new coordinator process on the same run directory and port; the
+//                nodes reconnect by themselves. Timed to the new process's first new committed
+//                version (its summary's first_commit_s), from the kill and from the new process's
+//                start (fork), with the steps between: kill -> reaped, start -> "listening on".
+//   node:        SIGKILL of node-b; once the coordinator declared its learners dead, a new node-b
+//                process. Timed from its start to the first merge of its learners' work (the
+//                summary's first_merge_after_join_s).
+// Every time is CLOCK_MONOTONIC (std::chrono::steady_clock here, monotonic_seconds() in the
+// processes), so times taken in different processes compare. Run from one thread.
+#pragma once
+
+#include <string>
+
+namespace multisite_bench {
+
+struct RestartTimes {
+  bool ok = false;
+  std::string error;  // with the processes' logs when something did not happen in time
+  double kill_to_dead_s = -1;
+  double coordinator_start_to_listening_s = -1;
+  double coordinator_start_to_commit_s = -1;
+  double coordinator_kill_to_commit_s = -1;
+  double node_start_to_merge_s = -1;
+  std::string coordinator_startup;  // the restarted coordinator's own startup timings (its log lines)
+};
+
+RestartTimes measure_restarts();
+
+}  // namespace multisite_bench
