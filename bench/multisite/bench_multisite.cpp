@@ -5,7 +5,8 @@
 //                  receiver on two threads (two kj event loops) over loopback TCP: the plane's
 //                  RPC alone in plaintext and over TLS, and the product's whole path (remote::Server
 //                  + remote::NodePlane with their actor bridges), against raw TCP and raw TLS copies
-//                  of the same bytes. Seconds and CPU are medians of `--repeats`. (--transport-only)
+//                  of the same bytes (kj-tls, and OpenSSL on the socket). Seconds and CPU are
+//                  medians of `--repeats`. `--transport-only` runs this alone.
 //   2. 8 learners  eight uploads of mb/8 at once: eight connections, eight sessions on one
 //                  connection, eight update streams on one session; against eight raw sockets.
 //   3. CPU         the receiving thread's CPU seconds per GB received (getrusage RUSAGE_THREAD),
@@ -14,6 +15,7 @@
 //                  time to the next committed version / first merged update (restarts.hpp).
 //   --variants     the plane with other chunk sizes, flow limits and send buffers.
 //   --link         1 and 8 streams through an emulated 25 ms, 1 Gbit/s link (delay_line.hpp).
+//   --skip-restarts leaves out 4; --only TEXT runs only the rows whose name holds TEXT (for perf).
 #include <algorithm>
 #include <csignal>
 #include <cstdio>

@@ -200,6 +200,7 @@ DelayLine::~DelayLine() {
   std::lock_guard lock(impl_->mutex);
   for (int fd : impl_->fds) ::shutdown(fd, SHUT_RDWR);
   for (auto& flow : impl_->flows) {
+    { std::lock_guard flow_lock(flow.mutex); }  // a writer between its check and its wait sees `stopping`
     flow.ready.notify_all();
     flow.reader.join();
     flow.writer.join();
