@@ -8,6 +8,8 @@
 
 #include <httplib.h>
 
+#include "remote/edge.hpp"
+
 namespace archipelago::apps {
 namespace {
 
@@ -91,12 +93,6 @@ nlohmann::json part(const nlohmann::json& p, const char* key, bool array = false
 
 }  // namespace
 
-bool is_loopback(const std::string& host) {
-  if (host == "localhost" || host == "::1") return true;
-  in_addr address{};
-  if (inet_pton(AF_INET, host.c_str(), &address) != 1) return false;
-  return (ntohl(address.s_addr) >> 24) == 127;
-}
 
 void MetricsBoard::update(const nlohmann::json& p) {
   if (!p.is_object()) return;
@@ -247,7 +243,7 @@ Expected<std::unique_ptr<MetricsServer>> MetricsServer::start(const std::string&
                                                               std::shared_ptr<MetricsBoard> board,
                                                               std::shared_ptr<const net::Secret> reader,
                                                               std::shared_ptr<const net::Secret> admin) {
-  const bool open = !is_loopback(host);
+  const bool open = !remote::is_loopback(host);
   if (open && !reader) {
     return make_error(ErrorCode::invalid_argument, "--metrics-listen " + host +
                                                        " is not a loopback address: it needs a metrics token "

@@ -55,8 +55,6 @@ class MetricsBoard {
   std::map<std::string, std::string> states_;  // learner -> last state seen
 };
 
-// True for 127.0.0.0/8, ::1 and "localhost".
-bool is_loopback(const std::string& host);
 
 class MetricsServer {
  public:

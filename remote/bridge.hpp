@@ -12,10 +12,14 @@
 #include <caf/actor_system.hpp>
 #include <caf/event_based_actor.hpp>
 #include <kj/async.h>
+#include <kj/time.h>
 
 #include "remote/event_loop.hpp"
 
 namespace archipelago::remote {
+
+// Seconds (from configuration) as a kj duration, to the millisecond.
+inline kj::Duration kj_duration(double seconds) { return static_cast<int64_t>(seconds * 1000) * kj::MILLISECONDS; }
 
 template <typename Result>
 kj::Promise<Result> ask(EventLoop& loop, caf::actor_system& system,

@@ -16,6 +16,7 @@
 #include "actors/remote_protocol.hpp"
 #include "actors/wire.hpp"
 #include "common/log.hpp"
+#include "remote/bridge.hpp"
 #include "remote/envelope_kind.hpp"
 #include "remote/event_loop.hpp"
 #include "remote/plane.capnp.h"
@@ -28,8 +29,7 @@ namespace {
 
 using actors::WireBytes;
 
-double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
-kj::Duration seconds(double s) { return static_cast<int64_t>(s * 1000) * kj::MILLISECONDS; }
+using actors::monotonic_seconds;
 kj::ArrayPtr<const kj::byte> bytes_of(const std::vector<char>& v) {
   return kj::arrayPtr(reinterpret_cast<const kj::byte*>(v.data()), v.size());
 }
@@ -46,7 +46,7 @@ Expected<T> run_sync(EventLoop& loop, double timeout_s, std::function<kj::Promis
   auto result = std::make_shared<std::promise<Expected<T>>>();
   auto future = result->get_future();
   const bool posted = loop.post([result, work, timeout_s](EventLoop::Context& context) {
-    auto promise = context.io.provider->getTimer().timeoutAfter(seconds(timeout_s), work(context));
+    auto promise = context.io.provider->getTimer().timeoutAfter(kj_duration(timeout_s), work(context));
     context.tasks.add(promise.then([result](T value) { result->set_value(std::move(value)); },
                                    [result](kj::Exception&& e) {
                                      const bool timeout = e.getType() == kj::Exception::Type::OVERLOADED &&
@@ -67,7 +67,7 @@ struct Dialled : std::enable_shared_from_this<Dialled> {
   EventLoop::Context* context = nullptr;
   EdgeLimits limits;
   bool closed = false;
-  double last_answer_s = now_s();
+  double last_answer_s = monotonic_seconds();
   std::function<void()> on_close;
 
   kj::Own<kj::AsyncIoStream> stream;
@@ -102,15 +102,15 @@ struct Dialled : std::enable_shared_from_this<Dialled> {
     *loop = [weak, &timer, send, again]() -> kj::Promise<void> {
       auto self = weak.lock();
       if (!self || self->closed) return kj::READY_NOW;
-      if (now_s() - self->last_answer_s > self->limits.idle_timeout_s) {
+      if (monotonic_seconds() - self->last_answer_s > self->limits.idle_timeout_s) {
         component_logger("remote")->warn("the coordinator has not answered for {} s: cutting the link", self->limits.idle_timeout_s);
         self->close();
         return kj::READY_NOW;
       }
       self->context->tasks.add(send().then([weak] {
-        if (auto s = weak.lock()) s->last_answer_s = now_s();
+        if (auto s = weak.lock()) s->last_answer_s = monotonic_seconds();
       }));
-      return timer.afterDelay(seconds(self->limits.ping_interval_s)).then([again] {
+      return timer.afterDelay(kj_duration(self->limits.ping_interval_s)).then([again] {
         auto next = again.lock();
         return next ? (*next)() : kj::Promise<void>(kj::READY_NOW);
       });
@@ -273,7 +273,7 @@ class NodeSinkImpl final : public wire::NodeSink::Server {
   kj::Promise<void> deliver(DeliverContext context) override {
     auto c = connection_.lock();
     if (!c || c->closed) return kj::READY_NOW;
-    c->last_answer_s = now_s();
+    c->last_answer_s = monotonic_seconds();
     auto p = context.getParams();
     auto it = c->learners.find(p.getLearner());
     if (it == c->learners.end()) return kj::READY_NOW;  // that incarnation is gone

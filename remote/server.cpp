@@ -32,8 +32,7 @@ using actors::WireBytes;
 using JoinReply = std::tuple<WireBytes, std::string, std::string, std::string, int32_t, caf::actor, std::string>;
 using AdminOpen = std::tuple<bool, std::string, std::string, caf::actor>;
 
-double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
-kj::Duration seconds(double s) { return static_cast<int64_t>(s * 1000) * kj::MILLISECONDS; }
+using actors::monotonic_seconds;
 
 // A proxy of one learner incarnation of a node: it only exists to end (as the learner did) so that
 // the link's downlinks and the failure monitor see the learner go.
@@ -91,7 +90,7 @@ struct Connection : std::enable_shared_from_this<Connection> {
   EventLoop::Context* context = nullptr;
   bool closed = false;
   bool authenticated = false;
-  double opened_s = now_s(), last_heard_s = now_s();
+  double opened_s = monotonic_seconds(), last_heard_s = monotonic_seconds();
   std::string nonce;
   int failed_proofs = 0;
   // The node session, once joined.
@@ -112,7 +111,7 @@ struct Connection : std::enable_shared_from_this<Connection> {
   kj::Maybe<wire::NodeSink::Client> sink;
   kj::Maybe<kj::Promise<void>> watchdog;
 
-  void heard() { last_heard_s = now_s(); }
+  void heard() { last_heard_s = monotonic_seconds(); }
 
   caf::actor proxy_for(uint32_t handle) {
     auto it = learners.find(handle);
@@ -426,9 +425,6 @@ class GatewayImpl final : public wire::Gateway::Server {
           c->key = key;
           c->sink_proxy = proxy;
           c->first = first;
-          c->count = 0;
-          auto decoded = actors::unwrap(WireBytes(welcome));
-          (void)decoded;
           c->count = static_cast<int>(context.getParams().getRequest().getLearners());
           auto join_envelope = actors::unwrap(WireBytes(context.getParams().getRequest().getJoin().begin(),
                                                         context.getParams().getRequest().getJoin().end()));
@@ -550,13 +546,12 @@ void Server::Impl::admit(EventLoop::Context& context, kj::AuthenticatedStream ac
   std::weak_ptr<Connection> weak = connection;
   auto& timer = context.io.provider->getTimer();
   const double check_s = std::min(spec.limits.idle_timeout_s, spec.limits.handshake_timeout_s) / 4;
-  std::function<kj::Promise<void>()> watch;
   auto watch_holder = std::make_shared<std::function<kj::Promise<void>()>>();
   *watch_holder = [this, weak, &timer, check_s, watch_holder_weak = std::weak_ptr<std::function<kj::Promise<void>()>>(watch_holder)]() -> kj::Promise<void> {
-    return timer.afterDelay(seconds(check_s)).then([this, weak, watch_holder_weak]() -> kj::Promise<void> {
+    return timer.afterDelay(kj_duration(check_s)).then([this, weak, watch_holder_weak]() -> kj::Promise<void> {
       auto c = weak.lock();
       if (!c || c->closed) return ended();
-      const double now = now_s();
+      const double now = monotonic_seconds();
       if (!c->authenticated && now - c->opened_s > spec.limits.handshake_timeout_s) {
         counters->handshake_timeouts += 1;
         close(c, "not authenticated within " + std::to_string(spec.limits.handshake_timeout_s) + " s");
