@@ -2,8 +2,14 @@
 #include "actors/authorization.hpp"
 #include "actors/directory.hpp"
 
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <cstdio>
 #include <filesystem>
 #include <future>
@@ -22,6 +28,23 @@
 
 namespace archipelago::actors {
 namespace {
+
+// The calling thread's nice value (Linux: PRIO_PROCESS with a thread id names one thread).
+int thread_nice() {
+  errno = 0;
+  const int nice = getpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)));
+  return errno == 0 ? nice : 0;
+}
+
+// Lowers the calling thread's priority by `increment` (nice, capped at 19); threads it starts later
+// (LibTorch's and OpenBLAS's pools, the codec's) inherit it. Raising a nice value needs no privilege.
+void lower_thread_priority(int increment, spdlog::logger& log, const std::string& id) {
+  if (increment <= 0) return;
+  const int target = std::min(19, thread_nice() + increment);
+  if (setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), target) != 0) {
+    log.warn("{}: cannot lower its thread's priority to nice {}: {}", id, target, std::strerror(errno));
+  }
+}
 
 using namespace archipelago::messages;
 using Clock = std::chrono::steady_clock;
@@ -771,6 +794,7 @@ caf::behavior learner_behavior(LearnerActor* self, LearnerSpec spec) {
       [=](init_atom) {
         auto& st = self->state;
         if (!from_this_process(self)) return;
+        lower_thread_priority(st.spec.options->learner_nice, *st.log, st.id);  // its own thread (detached)
         if (st.spec.crash_on_start) {
           st.log->error("{}: injected start-up crash", st.id);
           self->quit(caf::exit_reason::unhandled_exception);
@@ -901,7 +925,8 @@ caf::behavior learner_behavior(LearnerActor* self, LearnerSpec spec) {
                             {"checkpoint_error", st.checkpoint_error}, {"periods", periods},
                             {"fastest_tokens_per_s", st.fastest_tokens_per_s},
                             {"learner_nonfinite_recoveries", st.nonfinite_recoveries},
-                            {"broadcast_gaps", st.broadcast_gaps}, {"refused_remote", st.refused_remote}};
+                            {"broadcast_gaps", st.broadcast_gaps}, {"refused_remote", st.refused_remote},
+                            {"thread_nice", thread_nice()}};
         return admin_reply(st.id, request ? request->request_id : 0, true, "ok", j);
       },
   };

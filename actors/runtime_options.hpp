@@ -73,6 +73,10 @@ struct RuntimeOptions {
   uint32_t keep_versions = 20;      // store retention: newest N committed versions (0 = all)
   int learner_checkpoint_every = 2; // a learner saves its unsent work + AdamW state every N steps (0 = never)
   bool learner_checkpoint_sync = false;  // fdatasync those files (survive power loss, not only a kill)
+  // How much lower than the rest of its process a learner's thread runs (its nice increment, 0-19):
+  // inner steps yield the cores to the plane, the actors and whatever else shares the machine (a
+  // coordinator starting beside nodes, heartbeats under load). 0: the process's own priority.
+  int learner_nice = 5;
   // The goodput ledger's wall clock starts here (the system clock's seconds; 0: when the monitor
   // starts), and a restarted coordinator's failure monitor continues the run's ledger from the carry
   // of the version it resumed (null: a fresh ledger). actors/accounting.hpp, LedgerCarry.

@@ -111,6 +111,13 @@ Status at_least(const std::string& key, double value, double minimum) {
   return config_error(key, out.str());
 }
 
+Status at_most(const std::string& key, double value, double maximum) {
+  if (value <= maximum) return {};
+  std::ostringstream out;
+  out << "must be <= " << maximum << ", got " << value;
+  return config_error(key, out.str());
+}
+
 Status in_open_range(const std::string& key, double value, double low, double high) {
   if (value > low && value < high) return {};
   std::ostringstream out;
@@ -209,6 +216,7 @@ Expected<Config> to_config(const toml::table& table) {
   c.keep_versions = static_cast<int>(r.get_int("runtime.keep_versions"));
   c.learner_checkpoint_every = static_cast<int>(r.get_int("runtime.learner_checkpoint_every"));
   c.learner_checkpoint_sync = r.get_bool("runtime.learner_checkpoint_sync");
+  c.learner_nice = static_cast<int>(r.get_int("runtime.learner_nice"));
   c.faults.kill_learner_every_s = r.get_double("faults.kill_learner_every_s");
   c.faults.kill_syncer_at_s = r.get_double("faults.kill_syncer_at_s");
   c.faults.crash_learner_on_start = static_cast<int>(r.get_int("faults.crash_learner_on_start"));
@@ -308,6 +316,8 @@ Expected<Config> to_config(const toml::table& table) {
            at_least("runtime.drain_timeout_s", c.drain_timeout_s, 0),
            at_least("runtime.keep_versions", c.keep_versions, 0),
            at_least("runtime.learner_checkpoint_every", c.learner_checkpoint_every, 0),
+           at_least("runtime.learner_nice", c.learner_nice, 0),
+           at_most("runtime.learner_nice", c.learner_nice, 19),
            at_least("faults.kill_learner_every_s", c.faults.kill_learner_every_s, 0),
            at_least("faults.kill_syncer_at_s", c.faults.kill_syncer_at_s, 0),
            at_least("faults.crash_learner_on_start", c.faults.crash_learner_on_start, -1),
@@ -369,6 +379,7 @@ actors::RuntimeOptions to_runtime_options(const Config& c, const std::string& ru
   o.keep_versions = static_cast<uint32_t>(c.keep_versions);
   o.learner_checkpoint_every = c.learner_checkpoint_every;
   o.learner_checkpoint_sync = c.learner_checkpoint_sync;
+  o.learner_nice = c.learner_nice;
   o.run_dir = run_dir;
   o.resume = resume;
   return o;

@@ -50,6 +50,7 @@ struct Config {
   int keep_versions = 20;
   int learner_checkpoint_every = 2;
   bool learner_checkpoint_sync = false;
+  int learner_nice = 5;
   std::string engine = "actors";
   std::string log_level = "info";
   NetOptions net;

@@ -15,6 +15,7 @@
 #include "actors/coordinator.hpp"
 #include "apps/metrics_server.hpp"
 #include "common/log.hpp"
+#include "common/process_age.hpp"
 #include "net/auth.hpp"
 #include "training/corpus.hpp"
 
@@ -69,6 +70,7 @@ Expected<std::shared_ptr<const net::SiteTopology>> topology_of(const std::string
 }
 
 int run_coordinator(const CoordinatorArguments& arguments) {
+  const double at_main_s = process_age_seconds();  // exec, shared libraries and static initializers
   auto fail = [](int code, const std::string& message) {
     std::fprintf(stderr, "archipelago coordinator: %s\n", message.c_str());
     return code;
@@ -100,6 +102,7 @@ int run_coordinator(const CoordinatorArguments& arguments) {
   if (!fs::exists(fs::path(arguments.run_dir) / "config.toml")) {
     std::ofstream(fs::path(arguments.run_dir) / "config.toml") << config->toml;
   }
+  const double at_logging_s = process_age_seconds();
   const auto corpus_began = std::chrono::steady_clock::now();
   auto corpus = training::load_corpus(config->data);
   if (!corpus) return fail(1, "corpus: " + corpus.error().reason);
@@ -148,6 +151,8 @@ int run_coordinator(const CoordinatorArguments& arguments) {
     return fail(code == ErrorCode::invalid_argument || code == ErrorCode::not_found ? 2 : 1, coordinator.error().reason);
   }
   std::printf("coordinator listening on %s:%u\n", listen->host.c_str(), (*coordinator)->port());
+  log->info("startup: listening {:.3f} s after the process started: main at {:.3f} s, configuration and logging by {:.3f} s",
+            process_age_seconds(), at_main_s, at_logging_s);
   if (metrics) std::printf("metrics and status page on http://%s:%u/\n", metrics_at->host.c_str(), metrics->port());
   std::fflush(stdout);
   auto summary = (*coordinator)->run(stop_signal_received, [board](const nlohmann::json& p) {

@@ -1,8 +1,10 @@
 #include "remote/client.hpp"
 
+#include <algorithm>
 #include <deque>
 #include <future>
 #include <map>
+#include <optional>
 
 #include <capnp/message.h>
 #include <capnp/rpc-twoparty.h>
@@ -167,6 +169,7 @@ struct Upload {
   caf::atom_value role;
   uint32_t handle;
   WireBytes bytes;
+  std::optional<bool> gone;  // set: not a message but the learner's end (abnormal or not)
 };
 
 struct NodeConnection final : Dialled {
@@ -234,6 +237,10 @@ struct NodeConnection final : Dialled {
       Upload u = std::move(uploads.front());
       uploads.pop_front();
       upload_bytes -= u.bytes.size();
+      if (u.gone) {
+        send_gone(u.handle, *u.gone);
+        continue;
+      }
       if (u.kind != EnvelopeKind::fragment_update) {
         send_now(u);
         continue;
@@ -256,9 +263,20 @@ struct NodeConnection final : Dialled {
     }
   }
 
+  // A learner's end leaves after what it sent before it ended, never ahead of a queued update: the
+  // coordinator would otherwise take the late message for a new incarnation of the slot.
   void learner_gone(uint32_t handle, bool abnormal) {
     learners.erase(handle);
     if (closed || session == nullptr) return;
+    if (pumping || !uploads.empty()) {
+      uploads.push_back(Upload{EnvelopeKind::other, actors::syncer_name(), handle, {}, abnormal});
+      pump();
+      return;
+    }
+    send_gone(handle, abnormal);
+  }
+
+  void send_gone(uint32_t handle, bool abnormal) {
     auto r = KJ_ASSERT_NONNULL(session).learnerGoneRequest();
     r.setLearner(handle);
     r.setAbnormal(abnormal);
@@ -302,6 +320,11 @@ class NodeSinkImpl final : public wire::NodeSink::Server {
 
 struct LinkState {
   std::map<caf::actor_addr, uint32_t> handles;
+  // Learners that ended lately: a message one sent before it ended may still be on its way through
+  // its facade's shaped link, behind the down message. It is dropped: a new handle for it would reach
+  // the coordinator as a new incarnation of the slot, alive again after its death. Bounded.
+  std::deque<caf::actor_addr> ended;
+  int64_t late_dropped = 0;
   uint32_t next_handle = 1;
   const char* name = "node_plane_link";
 };
@@ -317,6 +340,9 @@ caf::behavior link_proxy(caf::stateful_actor<LinkState>* self, EventLoop* loop, 
     const uint32_t handle = it->second;
     const bool abnormal = down.reason && down.reason != caf::exit_reason::normal;
     handles.erase(it);
+    auto& ended = self->state.ended;
+    ended.push_back(down.source);
+    if (ended.size() > 256) ended.pop_front();
     loop->post([weak, handle, abnormal](EventLoop::Context&) {
       if (auto c = weak.lock()) c->learner_gone(handle, abnormal);
     });
@@ -337,6 +363,12 @@ caf::behavior link_proxy(caf::stateful_actor<LinkState>* self, EventLoop* loop, 
         auto& handles = self->state.handles;
         auto it = handles.find(learner.address());
         if (it == handles.end()) {
+          const auto& ended = self->state.ended;
+          if (std::find(ended.begin(), ended.end(), learner.address()) != ended.end()) {
+            self->state.late_dropped += 1;
+            log->debug("a {} of an ended learner incarnation dropped ({} so far)", header->name, self->state.late_dropped);
+            return;
+          }
           it = handles.emplace(learner.address(), self->state.next_handle++).first;
           self->monitor(learner);
         }

@@ -100,6 +100,7 @@ struct Connection : std::enable_shared_from_this<Connection> {
   caf::actor link, sink_proxy;
   std::map<uint32_t, caf::actor> learners;         // handle -> proxy
   std::map<caf::actor_addr, uint32_t> handles;     // proxy -> handle
+  std::set<uint32_t> ended_handles;                      // handles the node said were gone (the newest 4096)
   std::deque<Outgoing> outgoing;
   uint64_t outgoing_bytes = 0;
   bool pumping = false;
@@ -130,6 +131,8 @@ struct Connection : std::enable_shared_from_this<Connection> {
     handles.erase(it->second.address());
     caf::anon_send_exit(it->second, abnormal ? caf::exit_reason::kill : caf::exit_reason::normal);
     learners.erase(it);
+    ended_handles.insert(handle);
+    if (ended_handles.size() > 4096) ended_handles.erase(ended_handles.begin());
   }
 
   void deliver(caf::atom_value role, const caf::actor& learner, WireBytes&& bytes) {
@@ -278,6 +281,7 @@ class SessionImpl final : public wire::Session::Server {
       server.spec.counters->rejected_foreign += 1;
       return refuse(Refusal::foreign_learner, header->name, "not a learner of this node's slots");
     }
+    if (c->ended_handles.count(handle)) return refuse(Refusal::malformed, header->name, "from a learner incarnation the node said had ended");
     auto proxy = c->proxy_for(handle);
     if (!proxy) return refuse(Refusal::malformed, header->name, "too many learner handles on one session");
     WireBytes bytes(reinterpret_cast<const char*>(envelope.begin()), reinterpret_cast<const char*>(envelope.end()));

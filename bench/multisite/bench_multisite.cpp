@@ -17,6 +17,7 @@
 //   --link         1 and 8 streams through an emulated 25 ms, 1 Gbit/s link (delay_line.hpp).
 //   --skip-restarts leaves out 4; --only TEXT runs only the rows whose name holds TEXT (for perf).
 #include <algorithm>
+#include <thread>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -45,6 +46,7 @@ struct Options {
   uint64_t chunk_kib = 1024;
   bool transport_only = false;
   bool skip_restarts = false;
+  bool restarts_only = false;  // 4 alone
   bool variants = false;
   bool link = false;
   double link_mb = 100;
@@ -270,10 +272,10 @@ void emulated_link(const Options& o) {
   run_table(title, rows, o.repeats, o.only);
 }
 
-void restarts() {
-  std::printf("\n4. restarts (real processes: a coordinator and two nodes of two learners, tiny preset, H = 10)\n");
+void restart_row(const std::string& layout, const std::vector<int>& coordinator_cores, const std::vector<int>& node_cores) {
+  std::printf(" %s:\n", layout.c_str());
   std::fflush(stdout);
-  const auto t = measure_restarts();
+  const auto t = measure_restarts(coordinator_cores, node_cores);
   if (!t.ok) {
     std::printf("  FAILED: %s\n", t.error.c_str());
     return;
@@ -288,6 +290,15 @@ void restarts() {
               t.node_start_to_merge_s);
 }
 
+void restarts() {
+  std::printf("\n4. restarts (real processes: a coordinator and two nodes of two learners, tiny preset, H = 10)\n");
+  const int cores = static_cast<int>(std::thread::hardware_concurrency());
+  std::vector<int> others;
+  for (int c = 1; c < cores; ++c) others.push_back(c);
+  restart_row("every process on every core", {}, {});
+  if (!others.empty()) restart_row("the coordinator on core 0, the nodes on the other cores", {0}, others);
+}
+
 bool parse(int argc, char** argv, Options& o) {
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -297,6 +308,7 @@ bool parse(int argc, char** argv, Options& o) {
     else if (a == "--chunk-kib") o.chunk_kib = std::max(1, std::atoi(value()));
     else if (a == "--transport-only") o.transport_only = true;
     else if (a == "--skip-restarts") o.skip_restarts = true;
+    else if (a == "--restarts-only") o.restarts_only = true;
     else if (a == "--variants") o.variants = true;
     else if (a == "--link") o.link = true;
     else if (a == "--link-mb") o.link_mb = std::atof(value());
@@ -305,7 +317,7 @@ bool parse(int argc, char** argv, Options& o) {
     else if (a == "--only") o.only = value();
     else {
       std::fprintf(stderr,
-                   "usage: bench_multisite [--mb 100] [--repeats 3] [--chunk-kib 1024] [--transport-only | --skip-restarts]\n"
+                   "usage: bench_multisite [--mb 100] [--repeats 3] [--chunk-kib 1024] [--transport-only | --skip-restarts | --restarts-only]\n"
                    "                       [--variants] [--link [--link-mb 100] [--link-latency-ms 25] [--link-mbit 1000]]\n"
                    "                       [--only TEXT]   (only the rows whose name contains TEXT)\n");
       return false;
@@ -322,6 +334,10 @@ int main(int argc, char** argv) {
   Options o;
   if (!parse(argc, argv, o)) return 2;
   archipelago::init_logging({"bench", "warn", ""});  // not every session's end
+  if (o.restarts_only) {
+    restarts();
+    return 0;
+  }
   const fs::path dir = fs::temp_directory_path() / ("bench-multisite-" + std::to_string(getpid()));
   fs::create_directories(dir);
   auto tls = make_certificates(dir);

@@ -1,5 +1,6 @@
 #include "bench/multisite/restarts.hpp"
 
+#include <sched.h>
 #include <sys/wait.h>
 
 #include <memory>
@@ -51,7 +52,7 @@ void kill_and_wait_dead(Process& process) {
 // The coordinator's log lines that time its startup ("corpus loaded in ...", "ready in ..."), joined.
 std::string startup_lines(const std::string& log) {
   std::string lines;
-  for (const char* needle : {"corpus loaded in", "ready in"}) {
+  for (const char* needle : {"corpus loaded in", "ready in", "startup:"}) {
     const auto at = log.find(needle);
     if (at == std::string::npos) continue;
     lines += (lines.empty() ? "" : "; ") + log.substr(at, log.find('\n', at) - at);
@@ -59,9 +60,30 @@ std::string startup_lines(const std::string& log) {
   return lines;
 }
 
+// While it lives, processes this thread starts run on `cores` only (a child inherits its parent
+// thread's CPU mask); an empty list changes nothing.
+class CoresForChildren {
+ public:
+  explicit CoresForChildren(const std::vector<int>& cores) {
+    if (cores.empty()) return;
+    saved_ = sched_getaffinity(0, sizeof before_, &before_) == 0;
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    for (int c : cores) CPU_SET(c, &set);
+    sched_setaffinity(0, sizeof set, &set);
+  }
+  ~CoresForChildren() {
+    if (saved_) sched_setaffinity(0, sizeof before_, &before_);
+  }
+
+ private:
+  cpu_set_t before_{};
+  bool saved_ = false;
+};
+
 }  // namespace
 
-RestartTimes measure_restarts() {
+RestartTimes measure_restarts(const std::vector<int>& coordinator_cores, const std::vector<int>& node_cores) {
   RestartTimes times;
   multisite::Scratch s("bench");
   const std::string data = (multisite::fs::temp_directory_path() / "archipelago-test-data").string();
@@ -78,10 +100,19 @@ RestartTimes measure_restarts() {
     return times;
   };
 
-  auto first = std::make_unique<Process>("coordinator-1", coordinator_args, s.dir);
+  auto start_coordinator = [&](const std::string& name) {
+    CoresForChildren pinned(coordinator_cores);
+    return std::make_unique<Process>(name, coordinator_args, s.dir);
+  };
+  auto start_node = [&](const std::string& process, const std::string& name) {
+    CoresForChildren pinned(node_cores);
+    return std::make_unique<Process>(process, node_args(name), s.dir);
+  };
+  auto first = start_coordinator("coordinator-1");
   if (listening_at(*first, 60) < 0) return fail("the first coordinator did not listen", {first.get()});
-  Process a("node-a", node_args("node-a"), s.dir);
-  auto b = std::make_unique<Process>("node-b", node_args("node-b"), s.dir);
+  auto a_process = start_node("node-a", "node-a");
+  Process& a = *a_process;
+  auto b = start_node("node-b", "node-b");
   if (!wait_until([&] { return first->last_value("version") >= 10; }, 90)) {
     return fail("no 10 committed versions", {first.get(), &a, b.get()});
   }
@@ -91,7 +122,8 @@ RestartTimes measure_restarts() {
   kill_and_wait_dead(*first);
   const double dead = now_s();
   const double started = now_s();
-  Process second("coordinator-2", coordinator_args, s.dir);
+  auto second_process = start_coordinator("coordinator-2");
+  Process& second = *second_process;
   const double listening = listening_at(second, 60);
   if (listening < 0) return fail("the restarted coordinator did not listen", {&second});
   if (!wait_until([&] { return count_of(second.err(), "admitted node") >= 2 && second.last_value("version") > 0; }, 60)) {
@@ -106,7 +138,8 @@ RestartTimes measure_restarts() {
     return fail("node-b's learners were not declared dead", {&second});
   }
   const double node_started = now_s();
-  Process b2("node-b-2", node_args("node-b"), s.dir);
+  auto b2_process = start_node("node-b-2", "node-b");
+  Process& b2 = *b2_process;
   if (!wait_until([&] { return count_of(second.err(), "admitted node 'node-b'") == 2; }, 30)) {
     return fail("node-b did not rejoin", {&second, &b2});
   }

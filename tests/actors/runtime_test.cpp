@@ -1,7 +1,10 @@
 // The actor runtime in one process, on the tiny model: the reference engine's numbers in sync
 // mode, learner and syncer crashes, the restart-intensity limit and every rejected-update class.
 // Tests wait on conditions (status polling with deadlines), never on sleeps.
+#include <sys/resource.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -118,11 +121,17 @@ TEST_CASE("a killed learner is restarted, rejoins at the latest committed versio
   CHECK((*learner)["restored_from_step"].get<int64_t>() > 0);
   CHECK((*learner)["restored_steps"].get<int64_t>() >= 1);
   CHECK((*learner)["checkpoint_error"].get<std::string>().empty());
+  // Its thread runs runtime.learner_nice (5) nicer than this one, as the kernel reports it.
+  errno = 0;
+  const int base_nice = getpriority(PRIO_PROCESS, 0);
+  REQUIRE(errno == 0);
+  CHECK((*learner)["thread_nice"].get<int>() == std::min(19, base_nice + options.learner_nice));
   auto other = cluster.query(learner_name(2));
   REQUIRE(other.ok());
   CHECK((*other)["restored_from_step"].get<int64_t>() == -1);
   CHECK((*other)["checkpoint_error"].get<std::string>().find("checksum") != std::string::npos);
   CHECK((*other)["checkpoints_written"].get<int64_t>() > 0);
+  CHECK((*other)["thread_nice"].get<int>() == std::min(19, base_nice + options.learner_nice));
 
   auto result = cluster.run();
   REQUIRE(result.ok());

@@ -70,6 +70,8 @@ TEST_CASE("unknown keys and invalid values are rejected with the key named") {
       {std::nullopt, {"faults.nonfinite_learner=-2"}, "faults.nonfinite_learner"},
       {std::nullopt, {"data.heldout_fraction=0"}, "data.heldout_fraction"},
       {std::nullopt, {"inner.precision=fp8"}, "inner.precision"},
+      {std::nullopt, {"runtime.learner_nice=20"}, "runtime.learner_nice: must be <= 19"},
+      {std::nullopt, {"runtime.learner_nice=-1"}, "runtime.learner_nice: must be >= 0"},
       {std::string("[train]\nspeed = 3\n"), {}, "train.speed"},
       {std::string("[wat]\nx = 1\n"), {}, "wat"},
       {std::string("[train]\nlearners = \"four\"\n"), {}, "train.learners"},

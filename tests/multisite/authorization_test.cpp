@@ -300,6 +300,24 @@ TEST_CASE("a node holding the token may send only its own learners' messages, ea
     methods[0].second(*bytes);
     foreign += 1;
   }
+  // 3b. A message of a learner incarnation after the node said it ended: refused, never taken for a
+  //     new incarnation of the slot (it would make the failure monitor count a second death).
+  {
+    auto beat = Outbox(own).wrap(messages::Heartbeat{own, 1, 1.0, 0});
+    REQUIRE(beat.ok());
+    auto r = session.heartbeatRequest();
+    r.setLearner(7);
+    r.setEnvelope(bytes_of(*beat));
+    r.send().wait(ws);
+    auto gone = session.learnerGoneRequest();
+    gone.setLearner(7);
+    gone.setAbnormal(true);
+    gone.send().wait(ws);
+    auto late = session.heartbeatRequest();
+    late.setLearner(7);
+    late.setEnvelope(bytes_of(*beat));
+    late.send().wait(ws);
+  }
   session.pingRequest().send().wait(ws);  // every call above has arrived (calls keep their order)
 
   // 4. A second token holder asks for the whole state 1000 times and never reads a byte of it:
@@ -331,6 +349,7 @@ TEST_CASE("a node holding the token may send only its own learners' messages, ea
   auto summary = coordinator.summary();
   CHECK(refused(summary, "kind_not_allowed") == wrong_kind);
   CHECK(refused(summary, "foreign_learner") == foreign);
+  CHECK(refused(summary, "malformed") == 1);  // the late heartbeat of an ended incarnation (3b)
   CHECK(edge(summary, "pending_limit_hits") >= 1);
   // Nothing forged reached the syncer (an honest update may still be stale under load).
   CAPTURE(summary["rejected_by_reason"].dump());
