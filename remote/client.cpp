@@ -170,6 +170,7 @@ struct Upload {
   uint32_t handle;
   WireBytes bytes;
   std::optional<bool> gone;  // set: not a message but the learner's end (abnormal or not)
+  bool late = false;         // sent by a learner that has ended since (nothing is delivered to it)
 };
 
 struct NodeConnection final : Dialled {
@@ -189,7 +190,7 @@ struct NodeConnection final : Dialled {
 
   void up(Upload&& upload, const caf::actor& learner) {
     if (closed || session == nullptr) return;
-    learners[upload.handle] = learner;
+    if (!upload.late) learners[upload.handle] = learner;
     counters->bytes_sent += static_cast<int64_t>(upload.bytes.size());
     if (upload.kind == EnvelopeKind::heartbeat || upload.kind == EnvelopeKind::slot_report) {
       send_now(upload);  // liveness never waits behind bulk
@@ -320,11 +321,11 @@ class NodeSinkImpl final : public wire::NodeSink::Server {
 
 struct LinkState {
   std::map<caf::actor_addr, uint32_t> handles;
-  // Learners that ended lately: a message one sent before it ended may still be on its way through
-  // its facade's shaped link, behind the down message. It is dropped: a new handle for it would reach
-  // the coordinator as a new incarnation of the slot, alive again after its death. Bounded.
-  std::deque<caf::actor_addr> ended;
-  int64_t late_dropped = 0;
+  // Learners that ended lately, with their handles: a message one sent before it ended may still be
+  // on its way through its facade's shaped link, behind the down message. It keeps its incarnation's
+  // handle: a new one would reach the coordinator as a new incarnation of the slot, alive again after
+  // its death. The newest 256.
+  std::deque<std::pair<caf::actor_addr, uint32_t>> ended;
   uint32_t next_handle = 1;
   const char* name = "node_plane_link";
 };
@@ -341,7 +342,7 @@ caf::behavior link_proxy(caf::stateful_actor<LinkState>* self, EventLoop* loop, 
     const bool abnormal = down.reason && down.reason != caf::exit_reason::normal;
     handles.erase(it);
     auto& ended = self->state.ended;
-    ended.push_back(down.source);
+    ended.emplace_back(down.source, handle);
     if (ended.size() > 256) ended.pop_front();
     loop->post([weak, handle, abnormal](EventLoop::Context&) {
       if (auto c = weak.lock()) c->learner_gone(handle, abnormal);
@@ -361,18 +362,23 @@ caf::behavior link_proxy(caf::stateful_actor<LinkState>* self, EventLoop* loop, 
           return;
         }
         auto& handles = self->state.handles;
-        auto it = handles.find(learner.address());
-        if (it == handles.end()) {
+        uint32_t handle = 0;
+        bool late = false;
+        if (auto it = handles.find(learner.address()); it != handles.end()) {
+          handle = it->second;
+        } else {
           const auto& ended = self->state.ended;
-          if (std::find(ended.begin(), ended.end(), learner.address()) != ended.end()) {
-            self->state.late_dropped += 1;
-            log->debug("a {} of an ended learner incarnation dropped ({} so far)", header->name, self->state.late_dropped);
-            return;
+          auto gone = std::find_if(ended.begin(), ended.end(), [&](const auto& e) { return e.first == learner.address(); });
+          if (gone != ended.end()) {
+            handle = gone->second;
+            late = true;
+          } else {
+            handle = self->state.next_handle++;
+            handles.emplace(learner.address(), handle);
+            self->monitor(learner);
           }
-          it = handles.emplace(learner.address(), self->state.next_handle++).first;
-          self->monitor(learner);
         }
-        Upload upload{header->kind, role, it->second, std::move(bytes)};
+        Upload upload{header->kind, role, handle, std::move(bytes), std::nullopt, late};
         loop->post([weak, upload = std::move(upload), learner](EventLoop::Context&) mutable {
           if (auto c = weak.lock()) c->up(std::move(upload), learner);
         });

@@ -100,7 +100,7 @@ struct Connection : std::enable_shared_from_this<Connection> {
   caf::actor link, sink_proxy;
   std::map<uint32_t, caf::actor> learners;         // handle -> proxy
   std::map<caf::actor_addr, uint32_t> handles;     // proxy -> handle
-  std::set<uint32_t> ended_handles;                      // handles the node said were gone (the newest 4096)
+  std::map<uint32_t, caf::actor> ended_learners;   // handle -> proxy of the incarnations the node said were gone (newest 4096)
   std::deque<Outgoing> outgoing;
   uint64_t outgoing_bytes = 0;
   bool pumping = false;
@@ -117,6 +117,9 @@ struct Connection : std::enable_shared_from_this<Connection> {
   caf::actor proxy_for(uint32_t handle) {
     auto it = learners.find(handle);
     if (it != learners.end()) return it->second;
+    // A message the learner sent before it ended can arrive after its end (it waited in the node's
+    // emulated link): it goes on as that incarnation, whose proxy has ended, never as a new one.
+    if (auto gone = ended_learners.find(handle); gone != ended_learners.end()) return gone->second;
     // A node has at most a few incarnations of each slot alive at once; more handles are a flood.
     if (static_cast<int>(learners.size()) >= 4 * count + 4) return caf::actor{};
     auto proxy = server->spec.system->spawn(learner_proxy);
@@ -130,9 +133,9 @@ struct Connection : std::enable_shared_from_this<Connection> {
     if (it == learners.end()) return;
     handles.erase(it->second.address());
     caf::anon_send_exit(it->second, abnormal ? caf::exit_reason::kill : caf::exit_reason::normal);
+    ended_learners.emplace(handle, it->second);
+    if (ended_learners.size() > 4096) ended_learners.erase(ended_learners.begin());
     learners.erase(it);
-    ended_handles.insert(handle);
-    if (ended_handles.size() > 4096) ended_handles.erase(ended_handles.begin());
   }
 
   void deliver(caf::atom_value role, const caf::actor& learner, WireBytes&& bytes) {
@@ -281,7 +284,6 @@ class SessionImpl final : public wire::Session::Server {
       server.spec.counters->rejected_foreign += 1;
       return refuse(Refusal::foreign_learner, header->name, "not a learner of this node's slots");
     }
-    if (c->ended_handles.count(handle)) return refuse(Refusal::malformed, header->name, "from a learner incarnation the node said had ended");
     auto proxy = c->proxy_for(handle);
     if (!proxy) return refuse(Refusal::malformed, header->name, "too many learner handles on one session");
     WireBytes bytes(reinterpret_cast<const char*>(envelope.begin()), reinterpret_cast<const char*>(envelope.end()));
