@@ -272,10 +272,11 @@ void emulated_link(const Options& o) {
   run_table(title, rows, o.repeats, o.only);
 }
 
-void restart_row(const std::string& layout, const std::vector<int>& coordinator_cores, const std::vector<int>& node_cores) {
+void restart_row(const std::string& layout, const std::vector<int>& coordinator_cores, const std::vector<int>& node_cores,
+                 int learner_nice = 5) {
   std::printf(" %s:\n", layout.c_str());
   std::fflush(stdout);
-  const auto t = measure_restarts(coordinator_cores, node_cores);
+  const auto t = measure_restarts(coordinator_cores, node_cores, learner_nice);
   if (!t.ok) {
     std::printf("  FAILED: %s\n", t.error.c_str());
     return;
@@ -296,6 +297,7 @@ void restarts() {
   std::vector<int> others;
   for (int c = 1; c < cores; ++c) others.push_back(c);
   restart_row("every process on every core", {}, {});
+  restart_row("every process on every core, learners at their process's priority (runtime.learner_nice = 0)", {}, {}, 0);
   if (!others.empty()) restart_row("the coordinator on core 0, the nodes on the other cores", {0}, others);
 }
 

@@ -83,7 +83,8 @@ class CoresForChildren {
 
 }  // namespace
 
-RestartTimes measure_restarts(const std::vector<int>& coordinator_cores, const std::vector<int>& node_cores) {
+RestartTimes measure_restarts(const std::vector<int>& coordinator_cores, const std::vector<int>& node_cores,
+                              int learner_nice) {
   RestartTimes times;
   multisite::Scratch s("bench");
   const std::string data = (multisite::fs::temp_directory_path() / "archipelago-test-data").string();
@@ -92,7 +93,8 @@ RestartTimes measure_restarts(const std::vector<int>& coordinator_cores, const s
                                                    "--token-file", s.token.string()}, data);
   auto node_args = [&](const std::string& name) {
     return std::vector<std::string>{"node", "--json", "--coordinator", address, "--learners", "2", "--name", name,
-                                    "--token-file", s.token.string(), "--set", "train.threads=1"};
+                                    "--token-file", s.token.string(), "--set", "train.threads=1",
+                                    "--set", "runtime.learner_nice=" + std::to_string(learner_nice)};
   };
   auto fail = [&](const std::string& what, const std::vector<const Process*>& processes) {
     times.error = what;

@@ -8,9 +8,10 @@
 //   node:        SIGKILL of node-b; once the coordinator declared its learners dead, a new node-b
 //                process. Timed from its start to the first merge of its learners' work (the
 //                summary's first_merge_after_join_s).
-// Run twice by bench_multisite: every process on every core (the coordinator's start competes with
-// the four learners for this machine's cores), and the coordinator on core 0 with the nodes on the
-// others (as on a machine of its own, the way a run across sites places it).
+// Run three times by bench_multisite: every process on every core (the coordinator's start competes
+// with the four learners for this machine's cores), the same with the learners at the process's own
+// priority (runtime.learner_nice = 0), and the coordinator on core 0 with the nodes on the others (as
+// on a machine of its own, the way a run across sites places it).
 // Every time is CLOCK_MONOTONIC (std::chrono::steady_clock here, monotonic_seconds() in the
 // processes), so times taken in different processes compare. Run from one thread.
 #pragma once
@@ -32,7 +33,9 @@ struct RestartTimes {
 };
 
 // `coordinator_cores` and `node_cores`: the CPUs the coordinator and the node processes may run on
-// (empty: any). Disjoint sets stand for a coordinator on a machine of its own.
-RestartTimes measure_restarts(const std::vector<int>& coordinator_cores = {}, const std::vector<int>& node_cores = {});
+// (empty: any). Disjoint sets stand for a coordinator on a machine of its own. `learner_nice`: the
+// nodes' runtime.learner_nice.
+RestartTimes measure_restarts(const std::vector<int>& coordinator_cores = {}, const std::vector<int>& node_cores = {},
+                              int learner_nice = 5);
 
 }  // namespace multisite_bench
