@@ -97,21 +97,26 @@ Expected<RunSetup> prepare_run(RuntimeOptions& options, const training::Corpus& 
   return out;
 }
 
+Expected<std::vector<float>> flat_parameters(const ModelLayout& layout, const storage::VersionData& version) {
+  std::vector<float> flat(layout.parameter_count);
+  for (const auto& [fragment, blob] : version.fragments) {
+    if (fragment >= layout.plan.fragments.size() || blob.size() != layout.plan.fragments[fragment].numel * sizeof(float)) {
+      return make_error(ErrorCode::inconsistent, "the stored model does not match this configuration");
+    }
+    auto values = bytes_to_floats(blob);
+    training::scatter_fragment(layout.plan, layout.parameters, static_cast<int>(fragment), values.data(), flat.data());
+  }
+  return flat;
+}
+
 Expected<double> heldout_loss(const RuntimeOptions& options, const RunSetup& setup, const storage::VersionData* version) {
   const auto& s = options.setup;
   auto replica = training::Replica::create(s.model, s.inner, s.run.device, s.run.seed);
   if (!replica) return replica.error();
   if (version) {
-    const auto& layout = *setup.layout;
-    std::vector<float> flat(layout.parameter_count);
-    for (const auto& [fragment, blob] : version->fragments) {
-      if (fragment >= layout.plan.fragments.size() || blob.size() != layout.plan.fragments[fragment].numel * sizeof(float)) {
-        return make_error(ErrorCode::inconsistent, "the stored model does not match this configuration");
-      }
-      auto values = bytes_to_floats(blob);
-      training::scatter_fragment(layout.plan, layout.parameters, static_cast<int>(fragment), values.data(), flat.data());
-    }
-    (*replica)->write_parameters(flat);
+    auto flat = flat_parameters(*setup.layout, *version);
+    if (!flat) return flat.error();
+    (*replica)->write_parameters(*flat);
   }
   return (*replica)->evaluate(*setup.heldout);
 }

@@ -40,6 +40,10 @@ struct ModelStart {
 };
 Expected<ModelStart> build_model_start(const training::ReferenceSetup& setup);
 
+// A stored version's fragments as one flat parameter vector in `layout`'s order. inconsistent:
+// a fragment this layout does not have, or one of another size.
+Expected<std::vector<float>> flat_parameters(const ModelLayout& layout, const storage::VersionData& version);
+
 // Opens (creating if needed) the run's RocksDB store, <run_dir>/store, with the run's sync and
 // retention settings.
 Expected<std::shared_ptr<storage::CheckpointStore>> open_run_store(const RuntimeOptions& options);

@@ -8,6 +8,7 @@
 #include "apps/console_command.hpp"
 #include "apps/coordinator_command.hpp"
 #include "apps/drill_command.hpp"
+#include "apps/export_command.hpp"
 #include "apps/node_command.hpp"
 #include "apps/train_command.hpp"
 #include "sim/sim_command.hpp"
@@ -143,7 +144,20 @@ int main(int argc, char** argv) {
                                               "`ca issue DIR NAME [--host H ...] [--days N]`");
   archipelago::apps::add_ca_options(*ca_command, ca);
 
+  archipelago::apps::ExportArguments export_arguments;
+  auto* export_command = app.add_subcommand(
+      "export", "write a committed version as model.safetensors, config.json and tokenizer.json (PyTorch and "
+                "other tools load them)");
+  export_command->add_option("--run-dir", export_arguments.run_dir, "the run's directory (its config.toml and store/)")
+      ->required();
+  export_command->add_option_function<uint64_t>("--version", [&](uint64_t v) { export_arguments.version = v; },
+                                                "the committed version (default: the latest)");
+  export_command->add_option("--out", export_arguments.out, "the export directory (created)")->required();
+  export_command->add_option("--dtype", export_arguments.dtype, "fp32 (default) | bf16");
+  export_command->add_flag("--json", export_arguments.json, "print a one-line JSON summary as the last line of stdout");
+
   CLI11_PARSE(app, argc, argv);
+  if (export_command->parsed()) return archipelago::apps::run_export(export_arguments);
   if (ca_command->parsed()) return archipelago::apps::run_ca(ca);
   if (sim_command->parsed()) return archipelago::sim::run_sim(sim);
   if (drill_command->parsed()) return archipelago::apps::run_drill(drill);

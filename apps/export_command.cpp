@@ -1,0 +1,204 @@
+#include "apps/export_command.hpp"
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "actors/run_setup.hpp"
+#include "apps/config.hpp"
+#include "storage/checkpoint_store.hpp"
+
+namespace archipelago::apps {
+namespace fs = std::filesystem;
+
+uint16_t bf16_bits(float value) {
+  uint32_t bits = 0;
+  std::memcpy(&bits, &value, sizeof bits);
+  if (std::isnan(value)) return static_cast<uint16_t>((bits >> 16) | 0x40);  // stays a (quiet) NaN
+  const uint32_t rounding = 0x7FFF + ((bits >> 16) & 1);
+  return static_cast<uint16_t>((bits + rounding) >> 16);
+}
+
+namespace {
+
+struct Failure {
+  int code;
+  std::string message;
+};
+
+// The parameters as the safetensors file's bytes (header and data), in the layout's order.
+std::string safetensors_bytes(const std::vector<training::ParameterInfo>& parameters, const std::vector<float>& flat,
+                              bool bf16, uint64_t version) {
+  nlohmann::ordered_json header;
+  header["__metadata__"] = {{"format", "pt"}, {"producer", "archipelago"}, {"version", std::to_string(version)}};
+  const size_t element = bf16 ? 2 : 4;
+  size_t offset = 0;
+  for (const auto& p : parameters) {
+    const size_t bytes = static_cast<size_t>(p.numel) * element;
+    header[p.name] = {{"dtype", bf16 ? "BF16" : "F32"}, {"shape", p.shape}, {"data_offsets", {offset, offset + bytes}}};
+    offset += bytes;
+  }
+  std::string text = header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');  // the data starts 8-byte aligned
+  std::string out(8, '\0');
+  const uint64_t length = text.size();
+  for (int i = 0; i < 8; ++i) out[i] = static_cast<char>((length >> (8 * i)) & 0xFF);  // little-endian
+  out += text;
+  out.reserve(out.size() + offset);
+  for (const auto& p : parameters) {
+    const float* values = flat.data() + p.offset;
+    for (int64_t i = 0; i < p.numel; ++i) {
+      if (bf16) {
+        const uint16_t b = bf16_bits(values[i]);
+        out.push_back(static_cast<char>(b & 0xFF));
+        out.push_back(static_cast<char>(b >> 8));
+      } else {
+        uint32_t bits = 0;
+        std::memcpy(&bits, &values[i], sizeof bits);
+        for (int k = 0; k < 4; ++k) out.push_back(static_cast<char>((bits >> (8 * k)) & 0xFF));
+      }
+    }
+  }
+  return out;
+}
+
+const training::ParameterInfo* find_parameter(const std::vector<training::ParameterInfo>& parameters, const std::string& name) {
+  for (const auto& p : parameters) {
+    if (p.name == name) return &p;
+  }
+  return nullptr;
+}
+
+nlohmann::ordered_json model_config_json(const training::ModelConfig& model, const std::vector<training::ParameterInfo>& parameters,
+                                         int64_t parameter_count, bool bf16, const std::string& run_dir, uint64_t version) {
+  const auto* up = find_parameter(parameters, "blocks.0.mlp.up.weight");
+  nlohmann::ordered_json c;
+  c["architecture"] = "archipelago-transformer";
+  c["description"] =
+      "pre-norm decoder-only transformer: x = tok_emb[t] + pos_emb[i]; per block x += attn(attn_norm(x)), "
+      "x += mlp(mlp_norm(x)); logits = final_norm(x) @ tok_emb^T";
+  c["vocab_size"] = model.vocab;
+  c["d_model"] = model.d_model;
+  c["layers"] = model.layers;
+  c["heads"] = model.heads;
+  c["head_dim"] = model.d_model / model.heads;
+  c["seq_len"] = model.seq_len;
+  c["mlp"] = model.mlp;
+  c["mlp_hidden"] = up && !up->shape.empty() ? up->shape[0] : 0;
+  c["activation"] = model.mlp == "swiglu" ? "silu(gate) * up" : "gelu (erf)";
+  c["attention"] = "causal, softmax(q k^T / sqrt(head_dim)); qkv one Linear without bias, split [q, k, v] then heads";
+  c["qk_norm"] = "layernorm over head_dim on q and k";
+  c["norm"] = "layernorm";
+  c["layer_norm_eps"] = 1e-5;
+  c["positions"] = "learned";
+  c["tied_embeddings"] = true;
+  c["linear_bias"] = false;
+  c["torch_dtype"] = bf16 ? "bfloat16" : "float32";
+  c["parameter_count"] = parameter_count;
+  c["tokenizer"] = "bytes";
+  c["source"] = {{"producer", "archipelago"}, {"run_dir", fs::absolute(run_dir).string()}, {"version", version},
+                 {"preset", model.preset}};
+  return c;
+}
+
+nlohmann::ordered_json byte_tokenizer_json(int vocab) {
+  return {{"type", "bytes"},
+          {"vocab_size", vocab},
+          {"description", "one token per byte of UTF-8 text: token id = byte value (0-255); no special tokens"}};
+}
+
+Status write_file(const fs::path& path, const std::string& bytes) {
+  const fs::path temporary = path.string() + ".tmp";
+  {
+    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    if (!out) return make_error(ErrorCode::io, "cannot write " + temporary.string());
+  }
+  std::error_code ec;
+  fs::rename(temporary, path, ec);
+  if (ec) return make_error(ErrorCode::io, "cannot write " + path.string() + ": " + ec.message());
+  return Status::success();
+}
+
+}  // namespace
+
+int run_export(const ExportArguments& arguments) {
+  auto fail = [](int code, const std::string& message) {
+    std::fprintf(stderr, "archipelago export: %s\n", message.c_str());
+    return code;
+  };
+  if (arguments.dtype != "fp32" && arguments.dtype != "bf16") {
+    return fail(2, "--dtype must be fp32 or bf16, not '" + arguments.dtype + "'");
+  }
+  const bool bf16 = arguments.dtype == "bf16";
+  const fs::path run_dir(arguments.run_dir);
+  const fs::path config_path = run_dir / "config.toml";
+  if (!fs::is_directory(run_dir)) return fail(2, "no run directory " + arguments.run_dir);
+  if (!fs::exists(config_path) || !fs::is_directory(run_dir / "store")) {
+    return fail(2, arguments.run_dir + " is not a run directory (it needs config.toml and store/)");
+  }
+  std::ifstream config_in(config_path);
+  std::stringstream config_text;
+  config_text << config_in.rdbuf();
+  auto config = load_config(config_text.str(), config_path.string(), {});
+  if (!config) return fail(2, "invalid configuration: " + config.error().reason);
+  auto runtime = to_runtime_options(*config, arguments.run_dir, true);
+  runtime.setup.run.device = "cpu";  // the layout only: no accelerator needed to export
+  auto start = actors::build_model_start(runtime.setup);
+  if (!start) return fail(1, "model: " + start.error().reason);
+  const auto& layout = *start->layout;
+
+  storage::StoreOptions store_options;
+  store_options.retention.keep_last = 0;  // export reads; it never removes a version
+  auto store = storage::CheckpointStore::open((run_dir / "store").string(), store_options);
+  if (!store) return fail(1, "cannot open the store of " + arguments.run_dir + " (is a coordinator still using it?): " + store.error().reason);
+  auto latest = (*store)->latest_committed_version();
+  if (!latest) return fail(2, arguments.run_dir + " has no committed version");
+  const uint64_t version = arguments.version.value_or(*latest);
+  auto data = (*store)->get(version);
+  if (!data) {
+    if (data.error().code == ErrorCode::not_found) {
+      return fail(2, "version " + std::to_string(version) + " is not a committed version of " + arguments.run_dir +
+                         " (latest: " + std::to_string(*latest) + ")");
+    }
+    return fail(1, "version " + std::to_string(version) + " does not verify: " + data.error().reason);
+  }
+  if (data->fragments.size() != layout.plan.fragments.size()) {
+    return fail(1, "version " + std::to_string(version) + " holds " + std::to_string(data->fragments.size()) + " of " +
+                       std::to_string(layout.plan.fragments.size()) + " fragments");
+  }
+  auto flat = actors::flat_parameters(layout, *data);
+  if (!flat) return fail(1, "version " + std::to_string(version) + ": " + flat.error().reason);
+  for (float v : *flat) {
+    if (!std::isfinite(v)) return fail(1, "version " + std::to_string(version) + " holds a non-finite parameter");
+  }
+
+  std::error_code ec;
+  fs::create_directories(arguments.out, ec);
+  if (ec) return fail(2, "cannot create " + arguments.out + ": " + ec.message());
+  const fs::path out(arguments.out);
+  const auto tensors = safetensors_bytes(layout.parameters, *flat, bf16, version);
+  const auto model = model_config_json(runtime.setup.model, layout.parameters, layout.parameter_count, bf16,
+                                       arguments.run_dir, version);
+  for (const auto& [name, bytes] : {std::pair<std::string, std::string>{"model.safetensors", tensors},
+                                    {"config.json", model.dump(2) + "\n"},
+                                    {"tokenizer.json", byte_tokenizer_json(runtime.setup.model.vocab).dump(2) + "\n"}}) {
+    if (auto written = write_file(out / name, bytes); !written) return fail(1, written.error().reason);
+  }
+  nlohmann::json summary = {{"version", version},       {"out", fs::absolute(out).string()}, {"dtype", arguments.dtype},
+                            {"tensors", layout.parameters.size()}, {"parameters", layout.parameter_count},
+                            {"bytes", tensors.size()}};
+  std::printf("exported version %llu of %s to %s: %zu tensors, %lld parameters, %s, %zu bytes\n",
+              static_cast<unsigned long long>(version), arguments.run_dir.c_str(), arguments.out.c_str(),
+              layout.parameters.size(), static_cast<long long>(layout.parameter_count), arguments.dtype.c_str(),
+              tensors.size());
+  if (arguments.json) std::printf("%s\n", summary.dump().c_str());
+  return 0;
+}
+
+}  // namespace archipelago::apps
