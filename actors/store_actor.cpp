@@ -215,11 +215,11 @@ caf::behavior store_behavior(StoreActor* self, std::shared_ptr<storage::Checkpoi
         return {appended.ok(), appended.ok() ? "" : appended.error().to_string()};
       },
       [=](audit_atom, uint32_t count) -> std::tuple<bool, std::string> {
-        auto events = self->state.store->recent_events(std::max<uint32_t>(count, 1) * 8);
+        // The newest `count` admin entries, however many other events came after them.
+        auto events = self->state.store->recent_events(count, "admin");
         if (!events) return {false, events.error().to_string()};
         nlohmann::json entries = nlohmann::json::array();
         for (const auto& e : *events) {
-          if (e.kind != "admin" || entries.size() >= count) continue;
           auto j = nlohmann::json::parse(e.json, nullptr, false);
           entries.push_back({{"sequence", e.sequence}, {"unix_ms", e.unix_ms}, {"entry", j.is_discarded() ? nlohmann::json(e.json) : j}});
         }

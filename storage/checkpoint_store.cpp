@@ -176,8 +176,8 @@ Expected<StoreStats> CheckpointStore::stats() const {
 Status CheckpointStore::append_event(std::string_view kind, std::string_view json) {
   return guarded("append_event", [&] { return impl_->append_event(kind, json); });
 }
-Expected<std::vector<Event>> CheckpointStore::recent_events(size_t count) const {
-  return guarded("recent_events", [&] { return impl_->recent_events(count); });
+Expected<std::vector<Event>> CheckpointStore::recent_events(size_t count, std::string_view kind) const {
+  return guarded("recent_events", [&] { return impl_->recent_events(count, kind); });
 }
 
 }  // namespace archipelago::storage

@@ -136,9 +136,10 @@ class CheckpointStore {
   Expected<StoreStats> stats() const;
 
   // The audit log: append an event (kind, JSON text) stamped with the time; read the newest N,
-  // newest first. The store logs its own commits, drops, pins and unpins here too.
+  // newest first, of every kind or of `kind` only (however many events of other kinds came after
+  // them, within the log's max_events). The store logs its own commits, drops, pins and unpins here too.
   Status append_event(std::string_view kind, std::string_view json);
-  Expected<std::vector<Event>> recent_events(size_t count) const;
+  Expected<std::vector<Event>> recent_events(size_t count, std::string_view kind = {}) const;
 
   class Impl;
 

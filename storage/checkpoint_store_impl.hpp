@@ -49,7 +49,7 @@ class CheckpointStore::Impl {
   Expected<std::vector<uint64_t>> apply_retention();
   Expected<StoreStats> stats() const;
   Status append_event(std::string_view kind, std::string_view json);
-  Expected<std::vector<Event>> recent_events(size_t count) const;
+  Expected<std::vector<Event>> recent_events(size_t count, std::string_view kind) const;
   uint64_t high_water() const {
     std::lock_guard<std::mutex> lock(write_mutex_);
     return high_water_;

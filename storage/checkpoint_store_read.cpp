@@ -120,7 +120,7 @@ Expected<StoreStats> CheckpointStore::Impl::stats() const {
   return stats;
 }
 
-Expected<std::vector<Event>> CheckpointStore::Impl::recent_events(size_t count) const {
+Expected<std::vector<Event>> CheckpointStore::Impl::recent_events(size_t count, std::string_view kind) const {
   std::vector<Event> events;
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(read_options(), events_cf_));
   for (it->SeekToLast(); it->Valid() && events.size() < count; it->Prev()) {
@@ -130,6 +130,7 @@ Expected<std::vector<Event>> CheckpointStore::Impl::recent_events(size_t count) 
       log_->warn("skipping an unreadable event");
       continue;
     }
+    if (!kind.empty() && event->kind != kind) continue;
     events.push_back(Event{*sequence, event->unix_ms, std::move(event->kind), std::move(event->json)});
   }
   if (!it->status().ok()) return rocks_error("reading events", it->status());

@@ -221,6 +221,23 @@ TEST_CASE("the event log appends, lists newest first and survives a reopen") {
   CHECK(store->recent_events(10)->size() == 3);
 }
 
+TEST_CASE("the newest events of one kind are found however many events of other kinds came after them") {
+  TempDir dir;
+  auto store = open_or_fail(dir.store(), StoreOptions{});
+  for (int i = 0; i < 3; ++i) REQUIRE(store->append_event("admin", "{\"command\":" + std::to_string(i) + "}").ok());
+  for (int i = 0; i < 5000; ++i) REQUIRE(store->append_event("commit", std::to_string(i)).ok());
+  auto admin = store->recent_events(2, "admin");
+  REQUIRE(admin.ok());
+  REQUIRE(admin->size() == 2);
+  CHECK(admin->at(0).json == R"({"command":2})");  // newest first
+  CHECK(admin->at(1).json == R"({"command":1})");
+  CHECK(store->recent_events(10, "admin")->size() == 3);
+  CHECK(store->recent_events(10, "nothing-of-this-kind")->empty());
+  auto all = store->recent_events(2);
+  REQUIRE(all.ok());
+  CHECK(all->at(0).kind == "commit");
+}
+
 TEST_CASE("the event log trims itself to about max_events") {
   TempDir dir;
   StoreOptions options;
