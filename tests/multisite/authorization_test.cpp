@@ -488,8 +488,18 @@ TEST_CASE("the console: an admin session with the admin token answers status, le
   CHECK(status["uptime_s"].get<double>() > 0);
   CHECK((status["heldout_loss"].is_null() || status["heldout_loss"].get<double>() > 0));
 
-  auto learners = answer("learners")["learners"];
-  REQUIRE(learners.size() == 4);
+  // A learner counts as alive from its first heartbeat, which comes before its first step (it joins and
+  // fetches first): wait until each of the four has stepped before reading their rows.
+  nlohmann::json learners;
+  REQUIRE_MESSAGE(wait_until([&] {
+                    learners = answer("learners")["learners"];
+                    if (learners.size() != 4) return false;
+                    for (const auto& l : learners) {
+                      if (l["step"].get<int64_t>() <= 0 || l["tokens_per_s"].get<double>() <= 0) return false;
+                    }
+                    return true;
+                  }, 60),
+                  learners.dump());
   for (const auto& l : learners) {
     CAPTURE(l.dump());
     CHECK(l["node"] == (l["id"] == "learner-0" || l["id"] == "learner-1" ? "node-a" : "node-b"));
