@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -400,6 +401,14 @@ Expected<ConfigFile> read_config_file(const std::optional<std::string>& path) {
   file.text = out.str();
   file.origin = *path;
   return file;
+}
+
+Expected<actors::RuntimeOptions> stored_run_options(const std::string& run_dir) {
+  auto file = read_config_file((std::filesystem::path(run_dir) / "config.toml").string());
+  if (!file) return file.error();
+  auto config = load_config(file->text, file->origin, {});
+  if (!config) return config.error();
+  return to_runtime_options(*config, run_dir, true);
 }
 
 Expected<Config> load_config(const std::optional<std::string>& file_text, const std::string& origin,

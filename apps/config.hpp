@@ -75,4 +75,9 @@ Expected<Config> load_config(const std::optional<std::string>& file_text, const 
 // The actor runtime's options for a run of `c` in `run_dir`.
 actors::RuntimeOptions to_runtime_options(const Config& c, const std::string& run_dir, bool resume);
 
+// The options of the run that `run_dir` holds, from the configuration it was started with
+// (<run_dir>/config.toml, as `train --resume` reads it). not_found: no such file; invalid_argument:
+// a configuration that does not parse or validate, with the key named.
+Expected<actors::RuntimeOptions> stored_run_options(const std::string& run_dir);
+
 }  // namespace archipelago::apps

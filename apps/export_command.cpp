@@ -5,13 +5,11 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 
 #include "actors/run_setup.hpp"
 #include "apps/config.hpp"
-#include "storage/checkpoint_store.hpp"
 
 namespace archipelago::apps {
 namespace fs = std::filesystem;
@@ -137,25 +135,19 @@ int run_export(const ExportArguments& arguments) {
   }
   const bool bf16 = arguments.dtype == "bf16";
   const fs::path run_dir(arguments.run_dir);
-  const fs::path config_path = run_dir / "config.toml";
   if (!fs::is_directory(run_dir)) return fail(2, "no run directory " + arguments.run_dir);
-  if (!fs::exists(config_path) || !fs::is_directory(run_dir / "store")) {
+  if (!fs::exists(run_dir / "config.toml") || !fs::is_directory(run_dir / "store")) {
     return fail(2, arguments.run_dir + " is not a run directory (it needs config.toml and store/)");
   }
-  std::ifstream config_in(config_path);
-  std::stringstream config_text;
-  config_text << config_in.rdbuf();
-  auto config = load_config(config_text.str(), config_path.string(), {});
-  if (!config) return fail(2, "invalid configuration: " + config.error().reason);
-  auto runtime = to_runtime_options(*config, arguments.run_dir, true);
-  runtime.setup.run.device = "cpu";  // the layout only: no accelerator needed to export
-  auto start = actors::build_model_start(runtime.setup);
+  auto runtime = stored_run_options(arguments.run_dir);
+  if (!runtime) return fail(2, "invalid configuration: " + runtime.error().reason);
+  runtime->setup.run.device = "cpu";  // the layout only: no accelerator needed to export
+  auto start = actors::build_model_start(runtime->setup);
   if (!start) return fail(1, "model: " + start.error().reason);
   const auto& layout = *start->layout;
 
-  storage::StoreOptions store_options;
-  store_options.retention.keep_last = 0;  // export reads; it never removes a version
-  auto store = storage::CheckpointStore::open((run_dir / "store").string(), store_options);
+  // Retention acts on commits only: an export, which never commits, removes nothing.
+  auto store = actors::open_run_store(*runtime);
   if (!store) return fail(1, "cannot open the store of " + arguments.run_dir + " (is a coordinator still using it?): " + store.error().reason);
   auto latest = (*store)->latest_committed_version();
   if (!latest) return fail(2, arguments.run_dir + " has no committed version");
@@ -183,11 +175,11 @@ int run_export(const ExportArguments& arguments) {
   if (ec) return fail(2, "cannot create " + arguments.out + ": " + ec.message());
   const fs::path out(arguments.out);
   const auto tensors = safetensors_bytes(layout.parameters, *flat, bf16, version);
-  const auto model = model_config_json(runtime.setup.model, layout.parameters, layout.parameter_count, bf16,
+  const auto model = model_config_json(runtime->setup.model, layout.parameters, layout.parameter_count, bf16,
                                        arguments.run_dir, version);
   for (const auto& [name, bytes] : {std::pair<std::string, std::string>{"model.safetensors", tensors},
                                     {"config.json", model.dump(2) + "\n"},
-                                    {"tokenizer.json", byte_tokenizer_json(runtime.setup.model.vocab).dump(2) + "\n"}}) {
+                                    {"tokenizer.json", byte_tokenizer_json(runtime->setup.model.vocab).dump(2) + "\n"}}) {
     if (auto written = write_file(out / name, bytes); !written) return fail(1, written.error().reason);
   }
   nlohmann::json summary = {{"version", version},       {"out", fs::absolute(out).string()}, {"dtype", arguments.dtype},

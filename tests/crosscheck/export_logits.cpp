@@ -8,12 +8,10 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 #include <string>
 
 #include "actors/run_setup.hpp"
 #include "apps/config.hpp"
-#include "storage/checkpoint_store.hpp"
 
 using namespace archipelago;
 
@@ -39,17 +37,13 @@ int main(int argc, char** argv) {
   if (run_dir.empty() || out_dir.empty() || version < 0 || argc != 7) {
     return fail("usage: export_logits --run-dir R --version V --out DIR");
   }
-  std::ifstream in(std::filesystem::path(run_dir) / "config.toml");
-  std::stringstream text;
-  text << in.rdbuf();
-  auto config = apps::load_config(text.str(), "config.toml", {});
-  if (!config) return fail(config.error().reason);
-  auto runtime = apps::to_runtime_options(*config, run_dir, true);
-  runtime.setup.run.device = "cpu";
+  auto runtime = apps::stored_run_options(run_dir);
+  if (!runtime) return fail(runtime.error().reason);
+  runtime->setup.run.device = "cpu";
   training::set_compute_threads(1);
-  auto start = actors::build_model_start(runtime.setup);
+  auto start = actors::build_model_start(runtime->setup);
   if (!start) return fail(start.error().reason);
-  auto store = storage::CheckpointStore::open((std::filesystem::path(run_dir) / "store").string());
+  auto store = actors::open_run_store(*runtime);
   if (!store) return fail(store.error().reason);
   auto data = (*store)->get(static_cast<uint64_t>(version));
   if (!data) return fail(data.error().reason);
@@ -59,7 +53,7 @@ int main(int argc, char** argv) {
 
   const std::string text_in = "In the beginning God created the heaven and the earth. And the earth was without form, and void. ";
   std::vector<uint8_t> tokens;
-  while (static_cast<int>(tokens.size()) < runtime.setup.model.seq_len) {
+  while (static_cast<int>(tokens.size()) < runtime->setup.model.seq_len) {
     tokens.push_back(static_cast<uint8_t>(text_in[tokens.size() % text_in.size()]));
   }
   const auto logits = start->replica->logits(tokens);
