@@ -188,6 +188,8 @@ nlohmann::json operator_sample(double elapsed_s, uint64_t start_version, const n
           {"heldout_loss", scored ? evaluator["heldout_loss"].get<double>() : std::nan("")},
           {"merged", static_cast<int64_t>(number_of(syncer, "merged_contributions"))},
           {"rejected", member(syncer, "rejected")},
+          {"screening", member(syncer, "screening")},
+          {"syncer_pending_bytes", static_cast<int64_t>(number_of(syncer, "pending_bytes"))},
           {"learner_states", member(monitor, "learners")},
           {"learner_restarts", restarts},
           {"goodput", to_json(ledger)}};

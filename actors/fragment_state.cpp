@@ -37,6 +37,7 @@ FragmentState initial_fragment(std::vector<float> initial, const FragmentRules& 
   FragmentState f;
   f.numel = static_cast<int64_t>(initial.size());
   f.outer = training::zero_outer_state(f.numel, rules.delayed_nesterov);
+  f.sum = training::MergeAccumulator(f.numel, rules.merge, rules.merge_threads);
   f.broadcast = initial;
   f.parameters = std::move(initial);
   return f;
@@ -51,6 +52,7 @@ FragmentState without_pending(const FragmentState& state) {
   copy.version = state.version;
   copy.commit_versions = state.commit_versions;
   copy.next_round = state.next_round;
+  copy.sum = state.sum.fresh();
   return copy;
 }
 
@@ -78,9 +80,23 @@ Expected<StagedFragment> stage_fragment(int fragment, const FragmentState& curre
                                          rules.delayed_every);
     }
   } else {
-    std::vector<training::Contribution> inputs;
-    for (size_t i : order) inputs.push_back({pending[i].delta.data(), pending[i].tokens, std::max<int64_t>(1, pending[i].steps)});
-    auto merged = training::merge(inputs, current.numel, rules.merge);
+    // Contributions not folded yet (a value built by hand) join a copy of the running sum.
+    const training::MergeAccumulator* sum = &current.sum;
+    training::MergeAccumulator with_unfolded;
+    if (std::any_of(pending.begin(), pending.end(), [](const PendingContribution& c) { return !c.folded; })) {
+      with_unfolded = current.sum;
+      for (size_t i : order) {
+        const auto& c = pending[i];
+        if (c.folded) continue;
+        const double weight = training::merge_weight(c.tokens, std::max<int64_t>(1, c.steps), rules.merge);
+        std::vector<float> delta = c.delta;
+        for (auto& v : delta) v *= c.scale;
+        with_unfolded.add(delta.data(), weight,
+                          training::l2_norm(delta.data(), static_cast<int64_t>(delta.size()), rules.merge_threads));
+      }
+      sum = &with_unfolded;
+    }
+    auto merged = sum->result();
     if (!merged) return merged.error();
     if (share != 1.0) {
       for (auto& v : *merged) v = static_cast<float>(v * share);
@@ -127,6 +143,7 @@ FragmentState commit_fragment(StagedFragment&& staged, FragmentState&& current, 
     next.commit_versions.erase(next.commit_versions.begin(),
                                next.commit_versions.end() - static_cast<std::ptrdiff_t>(history));
   }
+  next.sum = std::move(current.sum);  // what arrived after staging (the syncer moved the merged sum out)
   for (auto& c : current.pending) {
     const bool merged = std::any_of(staged.merged.begin(), staged.merged.end(),
                                     [&](const PendingContribution& m) { return same_contribution(m, c); });
@@ -194,6 +211,7 @@ Expected<FragmentState> from_stored(std::vector<float> broadcast, std::vector<fl
   f.broadcast = std::move(broadcast);
   f.version = version;
   f.commit_versions = {version};
+  f.sum = training::MergeAccumulator(f.numel, rules.merge, rules.merge_threads);
   return f;
 }
 

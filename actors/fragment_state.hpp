@@ -41,7 +41,13 @@ struct PendingContribution {
   double compute_s = 0;      // the learner's compute time behind it
   int64_t staleness = 0;
   double arrived_s = 0;
-  std::vector<float> delta;  // Δ = θ_p(base) − θ_local,p
+  double norm = 0;           // ‖Δ‖ as received (screening and rda)
+  float scale = 1;           // < 1: clipped by screening to this fraction of Δ
+  bool screened = true;      // false: held until enough norms are known to screen it (SyncerCore)
+  bool folded = false;       // its Δ is in the fragment's running sum (and `delta` is empty)
+  // Δ = θ_p(base) − θ_local,p: held only until it is folded into the running sum, and kept for
+  // Delayed Nesterov's per-arrival steps (a merge that is not a sum).
+  std::vector<float> delta;
 };
 
 struct FragmentState {
@@ -53,6 +59,7 @@ struct FragmentState {
   std::vector<uint64_t> commit_versions;  // recent versions at which θ_p changed, ascending
   uint64_t next_round = 0;                // decoupled: lowest schedule slot whose round is not closed
   std::vector<PendingContribution> pending;
+  training::MergeAccumulator sum;         // the folded pending contributions' running merge sum
   double quorum_reached_s = -1;           // when the on-time contributors reached the quorum
 };
 
@@ -66,6 +73,7 @@ struct FragmentRules {
   bool delayed_nesterov = false;          // per-arrival Delayed Nesterov instead of one Nesterov step
   int delayed_every = 4;                  // its N
   messages::Codec downlink = messages::Codec::fp32;
+  int merge_threads = 1;                  // threads of a pass over the fragment (common/parallel.hpp)
 };
 
 // Delayed Nesterov is an async-mode rule: `outer.optimizer` auto or delayed_nesterov there.
@@ -79,13 +87,17 @@ struct StagedFragment {
   FragmentState next;                      // without pending contributions
   std::vector<PendingContribution> merged; // the contributions it merged, deltas dropped
   BroadcastMessage downlink;               // Q(θ_new − B_old), or θ_new
+  // The running sum the merge was made from, moved out of the current value by the syncer so that
+  // later arrivals start a new one; a failed commit hands it back (SyncerCore::commit_failed).
+  training::MergeAccumulator merged_sum;
 };
 
 // A copy of `state` without its pending contributions (and so without a reached quorum): what a
 // staged value starts from. The deltas of the pending contributions are most of a value's bytes.
 FragmentState without_pending(const FragmentState& state);
 
-// Merges every pending contribution of `current` and steps the outer optimizer. `share` scales the
+// Merges every pending contribution of `current` (its running sum, plus any contribution not yet
+// folded into it) and steps the outer optimizer. `share` scales the
 // merged Δ (decoupled: the round's contributors ÷ the learners expected). ddp: θ ← θ − merged Δ.
 // Async with Delayed Nesterov: one arrival per contribution, in arrival order. The weights use each
 // contribution's `steps` and `tokens` (the syncer's credited figures, not the learner's claims).
@@ -94,7 +106,7 @@ FragmentState without_pending(const FragmentState& state);
 Expected<StagedFragment> stage_fragment(int fragment, const FragmentState& current, const FragmentRules& rules,
                                         double share);
 // The staged value with the contributions that arrived after staging (kept pending, their on-time
-// flags re-checked against the new round). Takes `staged.next`; `staged.downlink` stays for the
+// flags re-checked against the new round; `current.sum` must hold just those, as the syncer keeps it). Takes `staged.next`; `staged.downlink` stays for the
 // broadcast. `history` bounds commit_versions.
 FragmentState commit_fragment(StagedFragment&& staged, FragmentState&& current, uint64_t version, size_t history);
 

@@ -45,8 +45,40 @@ const char* to_string(RejectReason reason) {
     case RejectReason::unauthenticated: return "unauthenticated";
     case RejectReason::implausible_claim: return "implausible_claim";
     case RejectReason::non_finite_merge: return "non_finite_merge";
+    case RejectReason::outlier: return "outlier";
   }
   return "unknown";
+}
+
+Expected<Screening::Mode> parse_screen_mode(const std::string& name) {
+  if (name == "none") return Screening::Mode::none;
+  if (name == "clip") return Screening::Mode::clip;
+  if (name == "refuse") return Screening::Mode::refuse;
+  return make_error(ErrorCode::invalid_argument, "outer.screen: unknown mode '" + name + "' (expected none, clip or refuse)");
+}
+
+Screening::Verdict Screening::judge(double norm, std::vector<double> known) const {
+  Verdict verdict;
+  if (mode == Mode::none) return verdict;
+  if (known.size() < kMinKnown) {
+    verdict.action = Action::hold;
+    return verdict;
+  }
+  const size_t mid = known.size() / 2;
+  std::nth_element(known.begin(), known.begin() + static_cast<std::ptrdiff_t>(mid), known.end());
+  double median = known[mid];
+  if (known.size() % 2 == 0) {
+    median = (median + *std::max_element(known.begin(), known.begin() + static_cast<std::ptrdiff_t>(mid))) / 2;
+  }
+  if (!(median > 0)) return verdict;  // nothing to compare with: zero updates
+  verdict.ratio = norm / median;
+  if (mode == Mode::refuse && verdict.ratio > refuse) {
+    verdict.action = Action::refuse;
+  } else if (verdict.ratio > clip) {
+    verdict.action = Action::clip;
+    verdict.scale = static_cast<float>(clip / verdict.ratio);
+  }
+  return verdict;
 }
 
 int64_t RejectCounters::total() const {
@@ -80,6 +112,11 @@ SyncerCore::SyncerCore(RuntimeOptions options, std::vector<std::vector<float>> i
   rules_.delayed_every = outer.delayed_every;
   if (auto codec = messages::parse_codec(outer.downlink_codec)) rules_.downlink = *codec;
   if (auto codec = messages::parse_codec(outer.codec)) uplink_ = *codec;
+  rules_.merge_threads = outer.merge_threads;
+  if (auto mode = parse_screen_mode(outer.screen)) screening_.mode = *mode;
+  screening_.clip = outer.screen_clip;
+  screening_.refuse = outer.screen_refuse;
+  screening_.window = static_cast<size_t>(std::max(Screening::kMinKnown, static_cast<size_t>(outer.screen_window)));
   for (auto& values : initial) {
     total_numel_ += static_cast<int64_t>(values.size());
     fragments_.push_back(initial_fragment(std::move(values), rules_));
@@ -87,6 +124,8 @@ SyncerCore::SyncerCore(RuntimeOptions options, std::vector<std::vector<float>> i
   schedule_ = FragmentSchedule(options_.setup.run.inner_steps, static_cast<int>(fragments_.size()),
                                mode_ == "decoupled" || mode_ == "async");
   fragment_commits_.assign(fragments_.size(), 0);
+  honest_norms_.assign(fragments_.size(), {});
+  largest_passed_ratio_.assign(fragments_.size(), 0.0);
   tokens_per_step_ = configured_tokens_per_step(options_.setup);
   for (RejectReason r : kRejectReasons) rejects_.by_reason[to_string(r)] = 0;
 }
@@ -139,6 +178,15 @@ Status SyncerCore::restore(uint64_t version, std::vector<std::vector<float>> bro
   last_attempted_version_ = std::max(last_attempted_version_, version);
   in_flight_ = false;
   if (manifest.contains("accounting")) restore_accounting(manifest["accounting"]);
+  // The screening's known norms, so that a restarted syncer screens from its first update.
+  const nlohmann::json norms = manifest.value("screening_norms", nlohmann::json::array());
+  for (size_t p = 0; p < fragments_.size() && p < norms.size(); ++p) {
+    if (!norms[p].is_array()) continue;
+    honest_norms_[p].clear();
+    for (const auto& v : norms[p]) {
+      if (v.is_number() && std::isfinite(v.get<double>())) remember_norm(static_cast<int>(p), v.get<double>());
+    }
+  }
   return {};
 }
 
@@ -445,13 +493,112 @@ std::optional<RejectReason> SyncerCore::accept(const UpdateHeader& h, std::vecto
   c.compute_s = h.compute_s;
   c.staleness = staleness.staleness;
   c.arrived_s = now_s;
-  c.delta = std::move(delta);
+  c.norm = training::l2_norm(delta.data(), f.numel, rules_.merge_threads);
+  const auto verdict = screening_.judge(c.norm, known_norms(c.fragment));
+  if (verdict.action == Screening::Action::hold) {
+    c.screened = false;
+    c.delta = std::move(delta);
+    held_ += 1;
+  } else {
+    if (!apply_verdict(c.fragment, c, verdict, delta)) {
+      count_reject(RejectReason::outlier, h.learner_id, work.steps * share, h.compute_s);
+      return RejectReason::outlier;
+    }
+    fold(c.fragment, c, std::move(delta));
+  }
   record.last_round.resize(fragments_.size(), -1);
   record.received_until[h.fragment] = std::max(record.received_until[h.fragment], h.to_step);
   record.last_round[h.fragment] = std::max<int64_t>(record.last_round[h.fragment], static_cast<int64_t>(h.round));
+  const bool held = !c.screened;
   f.pending.push_back(std::move(c));
   update_quorum(static_cast<int>(h.fragment), now_s);
+  // Enough norms with the held ones: judge them now, so that at most kMinKnown deltas are ever held.
+  if (held) {
+    size_t known = honest_norms_[h.fragment].size();
+    for (const auto& pending : f.pending) known += pending.screened ? 0 : 1;
+    if (known >= Screening::kMinKnown) settle_held(static_cast<int>(h.fragment), now_s);
+  }
   return std::nullopt;
+}
+
+std::vector<double> SyncerCore::known_norms(int p) const {
+  return std::vector<double>(honest_norms_[p].begin(), honest_norms_[p].end());
+}
+
+void SyncerCore::remember_norm(int p, double norm) {
+  auto& norms = honest_norms_[p];
+  norms.push_back(norm);
+  while (norms.size() > screening_.window) norms.pop_front();
+}
+
+bool SyncerCore::apply_verdict(int p, PendingContribution& c, const Screening::Verdict& verdict,
+                               std::vector<float>& delta) {
+  c.screened = true;
+  if (verdict.action == Screening::Action::refuse) {
+    component_logger("syncer")->warn("refused the update of fragment {} from {} as an outlier: its norm {:.4g} is "
+                                     "{:.3g} times the median of recent honest norms (outer.screen_refuse = {})",
+                                     p, c.learner_id, c.norm, verdict.ratio, screening_.refuse);
+    return false;
+  }
+  if (verdict.action == Screening::Action::clip) {
+    c.scale = verdict.scale;
+    for (auto& v : delta) v *= verdict.scale;
+    clipped_ += 1;
+    if (options_.events) {
+      options_.events->add("clipped", c.learner_id,
+                           "fragment " + std::to_string(p) + ": norm " + std::to_string(verdict.ratio) + " medians");
+    }
+    component_logger("syncer")->warn("clipped the update of fragment {} from {}: its norm {:.4g} is {:.3g} times the "
+                                     "median of recent honest norms (outer.screen_clip = {})",
+                                     p, c.learner_id, c.norm, verdict.ratio, screening_.clip);
+    remember_norm(p, c.norm * verdict.scale);
+    return true;
+  }
+  largest_passed_ratio_[p] = std::max(largest_passed_ratio_[p], verdict.ratio);
+  remember_norm(p, c.norm);
+  return true;
+}
+
+void SyncerCore::fold(int p, PendingContribution& c, std::vector<float> delta) {
+  if (rules_.delayed_nesterov) {  // per-arrival steps: not a sum
+    c.delta = std::move(delta);
+    return;
+  }
+  const double weight = training::merge_weight(c.tokens, std::max<int64_t>(1, c.steps), rules_.merge);
+  fragments_[p].sum.add(delta.data(), weight, c.norm * c.scale);
+  c.folded = true;
+  c.delta = {};
+}
+
+void SyncerCore::settle_held(int p, double now_s) {
+  auto& f = fragments_[p];
+  std::vector<double> known = known_norms(p);
+  for (const auto& c : f.pending) {
+    if (!c.screened) known.push_back(c.norm);
+  }
+  const double share = static_cast<double>(f.numel) / static_cast<double>(std::max<int64_t>(1, total_numel_));
+  std::vector<PendingContribution> kept;
+  for (auto& c : f.pending) {
+    if (c.screened) {
+      kept.push_back(std::move(c));
+      continue;
+    }
+    auto verdict = screening_.judge(c.norm, known);
+    if (verdict.action == Screening::Action::hold) {  // too few norms even with the round's: merged unscreened
+      verdict = {};
+      unscreened_ += 1;
+    }
+    std::vector<float> delta = std::move(c.delta);
+    c.delta = {};
+    if (!apply_verdict(p, c, verdict, delta)) {
+      count_reject(RejectReason::outlier, c.learner_id, c.steps * share, c.compute_s);
+      continue;
+    }
+    fold(p, c, std::move(delta));
+    kept.push_back(std::move(c));
+  }
+  f.pending = std::move(kept);
+  update_quorum(p, now_s);
 }
 
 std::vector<int> SyncerCore::ready_fragments(double now_s, double* next_deadline_s) {
@@ -495,6 +642,7 @@ Expected<StagedCommit> SyncerCore::stage(const std::vector<int>& fragment_ids, d
   for (const auto& f : fragments_) fragment_versions.push_back(f.version);
   int dropped = 0;
   for (int p : fragment_ids) {
+    settle_held(p, now_s);
     const auto& f = fragments_[p];
     if (f.pending.empty()) continue;
     // Decoupled: a period merged in pieces (quorum + grace, stragglers in the next round) must move θ
@@ -542,6 +690,15 @@ Expected<StagedCommit> SyncerCore::stage(const std::vector<int>& fragment_ids, d
   auto credited = learners_;
   credit(credited, commit, now_s);
   commit.manifest["accounting"] = accounting_json(credited);
+  nlohmann::json norms = nlohmann::json::array();
+  for (const auto& known : honest_norms_) norms.push_back(std::vector<double>(known.begin(), known.end()));
+  commit.manifest["screening_norms"] = norms;
+  // What arrives from now on starts a new running sum; the commit keeps the one it merged.
+  for (auto& staged : commit.fragments) {
+    auto& sum = fragments_[staged.fragment].sum;
+    staged.merged_sum = std::move(sum);
+    sum = staged.merged_sum.fresh();
+  }
   in_flight_ = true;
   return commit;
 }
@@ -560,6 +717,7 @@ void SyncerCore::drop_non_finite_merge(int p, const std::string& why, double now
                                     "fragment {} stays at version {}", why, f.pending.size(), names, p, f.version);
   // Kept pending, they would make the same merge again at every attempt.
   f.pending.clear();
+  f.sum = f.sum.fresh();
   update_quorum(p, now_s);
 }
 
@@ -586,10 +744,13 @@ void SyncerCore::commit_succeeded(StagedCommit& commit, double now_s) {
   ema(timings_.sync_s, now_s - commit.started_s);
 }
 
-void SyncerCore::commit_failed(const StagedCommit& commit, const std::string& reason) {
+void SyncerCore::commit_failed(StagedCommit& commit, const std::string& reason) {
   in_flight_ = false;
   size_t merged = 0;
-  for (const auto& f : commit.fragments) merged += f.merged.size();
+  for (auto& f : commit.fragments) {
+    merged += f.merged.size();
+    fragments_[f.fragment].sum.absorb(std::move(f.merged_sum));  // its contributions are still pending
+  }
   component_logger("syncer")->error("commit of version {} failed ({}): the staged state is dropped; {} "
                                     "contribution(s) stay pending for the next attempt", commit.version, reason, merged);
 }
@@ -713,8 +874,39 @@ nlohmann::json SyncerCore::status(double now_s) const {
           {"claims_corrected", claims_corrected_},
           {"bytes_from_learners", bytes_from_learners},
           {"bytes_to_learners", bytes_to_learners},
+          {"screening", screening_status()},
+          {"pending_bytes", pending_bytes()},
           {"learners", learners},
           {"accounting", accounting_json()}};
+}
+
+nlohmann::json SyncerCore::screening_status() const {
+  static const char* const kModes[] = {"none", "clip", "refuse"};
+  std::vector<double> medians;
+  for (int p = 0; p < fragment_count(); ++p) {
+    auto known = known_norms(p);
+    if (known.empty()) {
+      medians.push_back(0);
+      continue;
+    }
+    std::sort(known.begin(), known.end());
+    const size_t mid = known.size() / 2;
+    medians.push_back(known.size() % 2 ? known[mid] : (known[mid - 1] + known[mid]) / 2);
+  }
+  return {{"mode", kModes[static_cast<int>(screening_.mode)]}, {"clip", screening_.clip},
+          {"refuse", screening_.refuse}, {"window", screening_.window},
+          {"clipped", clipped_}, {"refused", rejects_.by_reason.at(to_string(RejectReason::outlier))},
+          {"held", held_}, {"unscreened", unscreened_},
+          {"median_norm", medians}, {"largest_passed_ratio", largest_passed_ratio_}};
+}
+
+int64_t SyncerCore::pending_bytes() const {
+  int64_t bytes = 0;
+  for (const auto& f : fragments_) {
+    bytes += f.sum.bytes();
+    for (const auto& c : f.pending) bytes += static_cast<int64_t>(c.delta.size() * sizeof(float));
+  }
+  return bytes;
 }
 
 nlohmann::json SyncerCore::broadcast_digests() const {

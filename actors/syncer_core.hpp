@@ -23,6 +23,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <optional>
@@ -46,12 +47,13 @@ namespace archipelago::actors {
 // was dropped with every contribution it held (SyncerCore::stage).
 enum class RejectReason {
   stale, duplicate, unknown_learner, wrong_shape, non_finite, malformed, unauthenticated, implausible_claim,
-  non_finite_merge,
+  non_finite_merge, outlier,
 };
 inline constexpr RejectReason kRejectReasons[] = {
     RejectReason::stale,      RejectReason::duplicate,       RejectReason::unknown_learner,
     RejectReason::wrong_shape, RejectReason::non_finite,     RejectReason::malformed,
     RejectReason::unauthenticated, RejectReason::implausible_claim, RejectReason::non_finite_merge,
+    RejectReason::outlier,
 };
 const char* to_string(RejectReason reason);
 
@@ -107,6 +109,33 @@ struct UpdateHeader {
   uint64_t to_step = 0;
   double compute_s = 0;    // the compute time behind it (the goodput ledger)
 };
+
+// Screening of updates by norm (outer.screen): each fragment keeps the norms of its recent honest
+// updates; an update past `clip` medians is scaled down to `clip` medians, past `refuse` medians
+// (mode refuse) it is refused as `outlier`. Until a fragment knows 3 norms an update is held, as
+// received, and judged once the known and held norms are 3 (or when its round closes) against all
+// of them: the median of 2 honest norms and 1 bad one is honest. So at most 3 deltas of a fragment
+// are ever held, at the start of a run; the known norms are part of every committed manifest, so a
+// restarted syncer screens from its first update. A clipped norm is remembered at its clipped
+// size, so the median can follow honest norms that grow (at most `clip`× per half window).
+struct Screening {
+  enum class Mode { none, clip, refuse };
+  Mode mode = Mode::refuse;
+  double clip = 4.0;
+  double refuse = 16.0;
+  size_t window = 32;
+  static constexpr size_t kMinKnown = 3;
+
+  enum class Action { pass, hold, clip, refuse };
+  struct Verdict {
+    Action action = Action::pass;
+    double ratio = 0;  // ‖Δ‖ ÷ median (0: no median)
+    float scale = 1;   // clip: the factor Δ is multiplied by
+  };
+  // The verdict on ‖Δ‖ = `norm` against the median of `known`; hold when fewer than kMinKnown.
+  Verdict judge(double norm, std::vector<double> known) const;
+};
+Expected<Screening::Mode> parse_screen_mode(const std::string& name);
 
 class SyncerCore {
  public:
@@ -170,7 +199,7 @@ class SyncerCore {
   Expected<StagedCommit> stage(const std::vector<int>& fragments, double now_s);
   // Swaps the staged values in (the commit's broadcasts may go out now). Empties `commit.fragments`' values.
   void commit_succeeded(StagedCommit& commit, double now_s);
-  void commit_failed(const StagedCommit& commit, const std::string& reason);
+  void commit_failed(StagedCommit& commit, const std::string& reason);
 
   // ---- reporting -------------------------------------------------------------------------------
   nlohmann::json status(double now_s) const;
@@ -182,6 +211,11 @@ class SyncerCore {
   // Accepted updates whose claimed steps or tokens differed from what they were credited with.
   int64_t claims_corrected() const { return claims_corrected_; }
   const SyncTimings& timings() const { return timings_; }
+  // Screening's figures: mode, bounds, counts, and per fragment the median and the largest ratio
+  // an update passed with (how close honest updates come to being clipped).
+  nlohmann::json screening_status() const;
+  // Bytes the pending updates hold: the running sums and the deltas held (screening, Delayed Nesterov).
+  int64_t pending_bytes() const;
   double grace_s() const { return grace_window(timings_, options_.syncer); }
   int active_learners() const;
   // The highest throughput among active learners (0: none reported): async mode's dynamic local steps.
@@ -203,6 +237,14 @@ class SyncerCore {
   int effective_quorum() const;
   // Discards fragment p's pending contributions after their merge came out non-finite (`why`).
   void drop_non_finite_merge(int p, const std::string& why, double now_s);
+  // Folds an accepted, screened Δ into fragment p's running sum (Delayed Nesterov keeps it in `c`).
+  void fold(int p, PendingContribution& c, std::vector<float> delta);
+  // Applies a verdict to `c` (clip scales `delta`); false when it was refused (counted, logged).
+  bool apply_verdict(int p, PendingContribution& c, const Screening::Verdict& verdict, std::vector<float>& delta);
+  // Judges fragment p's held contributions (before a merge), folding or refusing each.
+  void settle_held(int p, double now_s);
+  std::vector<double> known_norms(int p) const;
+  void remember_norm(int p, double norm);
   nlohmann::json accounting_json(const std::map<std::string, LearnerRecord>& learners) const;
   nlohmann::json accounting_json() const { return accounting_json(learners_); }
   void restore_accounting(const nlohmann::json& accounting);
@@ -218,6 +260,12 @@ class SyncerCore {
   std::map<std::string, LearnerRecord> learners_;
   std::map<std::string, double> last_arrival_;  // "learner/fragment" -> time, for step-time estimates
   RejectCounters rejects_;
+  Screening screening_;
+  std::vector<std::deque<double>> honest_norms_;  // per fragment, newest last (Screening)
+  std::vector<double> largest_passed_ratio_;      // per fragment
+  int64_t clipped_ = 0;
+  int64_t held_ = 0;                              // updates held for want of known norms
+  int64_t unscreened_ = 0;                        // held ones merged with fewer than kMinKnown norms known
   int64_t tokens_per_step_ = 0;             // configured_tokens_per_step: what a credited step is worth
   int64_t claims_corrected_ = 0;
   std::set<std::string> claims_logged_;     // learners whose corrected claim was logged (once each)

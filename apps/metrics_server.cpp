@@ -136,6 +136,13 @@ std::string MetricsBoard::prometheus() const {
   for (const auto& [reason, n] : rejected.items()) {
     out << "archipelago_updates_rejected_total{reason=\"" << label(reason) << "\"} " << (n.is_number() ? n.get<int64_t>() : 0) << "\n";
   }
+  const auto screening = part(p, "screening");
+  family(out, "archipelago_updates_clipped_total", "counter",
+         "Learner updates scaled down by screening (outer.screen_clip medians of recent honest norms).");
+  out << "archipelago_updates_clipped_total " << whole(screening, "clipped") << "\n";
+  family(out, "archipelago_syncer_pending_bytes", "gauge",
+         "Bytes the syncer holds for updates not yet merged (running sums and held deltas).");
+  out << "archipelago_syncer_pending_bytes " << whole(p, "syncer_pending_bytes") << "\n";
   family(out, "archipelago_bytes_total", "counter", "Bytes on each node link, as this coordinator counted them.");
   for (const auto& link : part(p, "links", true)) {
     const std::string node = label(text(link, "node"));

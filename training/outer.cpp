@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "common/parallel.hpp"
+
 namespace archipelago::training {
 
 void pseudo_gradient(const float* global, const float* local, int64_t n, float* out) {
@@ -16,18 +18,80 @@ Expected<MergeRule> parse_merge_rule(const std::string& name) {
                     "outer.merge: unknown rule '" + name + "' (expected mean, token_weighted or rda)");
 }
 
+double merge_weight(int64_t tokens, int64_t steps, MergeRule rule) {
+  if (rule == MergeRule::mean) return 1.0;
+  const double t = static_cast<double>(tokens);
+  return steps > 0 ? t * (t / static_cast<double>(steps)) : 0.0;
+}
+
 std::vector<double> merge_weights(const std::vector<Contribution>& contributions, MergeRule rule) {
   std::vector<double> weights;
   weights.reserve(contributions.size());
-  for (const auto& c : contributions) {
-    if (rule == MergeRule::mean) {
-      weights.push_back(1.0);
-    } else {
-      double tokens = static_cast<double>(c.tokens);
-      weights.push_back(c.steps > 0 ? tokens * (tokens / static_cast<double>(c.steps)) : 0.0);
-    }
-  }
+  for (const auto& c : contributions) weights.push_back(merge_weight(c.tokens, c.steps, rule));
   return weights;
+}
+
+double l2_norm(const float* x, int64_t n, int threads) {
+  const int parts = pass_threads(n, threads);
+  std::vector<double> partial(static_cast<size_t>(parts), 0.0);
+  parallel_ranges(n, parts, [&](int64_t begin, int64_t end, int part) {
+    double squared = 0;
+    for (int64_t i = begin; i < end; ++i) squared += static_cast<double>(x[i]) * x[i];
+    partial[static_cast<size_t>(part)] = squared;
+  });
+  double squared = 0;
+  for (double p : partial) squared += p;
+  return std::sqrt(squared);
+}
+
+void MergeAccumulator::add(const float* delta, double weight, double norm) {
+  if (sum_.empty()) sum_.assign(static_cast<size_t>(n_), 0.0f);
+  count_ += 1;
+  weight_sum_ += weight;
+  double scale = weight;
+  if (rule_ == MergeRule::rda) {
+    norm_sum_ += weight * norm;
+    if (norm == 0) return;  // a zero Δ has no direction to contribute
+    scale = weight / norm;
+  }
+  const auto s = static_cast<float>(scale);
+  float* sum = sum_.data();
+  parallel_ranges(n_, pass_threads(n_, threads_), [&](int64_t begin, int64_t end, int) {
+    for (int64_t i = begin; i < end; ++i) sum[i] += s * delta[i];
+  });
+}
+
+void MergeAccumulator::absorb(MergeAccumulator&& other) {
+  if (other.count_ == 0) return;
+  if (sum_.empty()) {
+    sum_ = std::move(other.sum_);
+  } else {
+    for (size_t i = 0; i < sum_.size(); ++i) sum_[i] += other.sum_[i];
+  }
+  count_ += other.count_;
+  weight_sum_ += other.weight_sum_;
+  norm_sum_ += other.norm_sum_;
+  other = MergeAccumulator(n_, rule_, threads_);
+}
+
+Expected<std::vector<float>> MergeAccumulator::result() const {
+  if (count_ == 0) return make_error(ErrorCode::invalid_argument, "merge of no contributions");
+  if (!(weight_sum_ > 0)) {
+    return make_error(ErrorCode::invalid_argument, "merge weights sum to zero (no tokens or steps reported)");
+  }
+  std::vector<float> out(static_cast<size_t>(n_), 0.0f);
+  if (sum_.empty()) return out;
+  double scale = 1.0 / weight_sum_;
+  if (rule_ == MergeRule::rda) {
+    const double direction_norm = l2_norm(sum_.data(), n_, threads_);
+    scale = direction_norm > 0 ? (norm_sum_ / weight_sum_) / direction_norm : 0.0;
+  }
+  const float* sum = sum_.data();
+  float* o = out.data();
+  parallel_ranges(n_, pass_threads(n_, threads_), [&](int64_t begin, int64_t end, int) {
+    for (int64_t i = begin; i < end; ++i) o[i] = static_cast<float>(sum[i] * scale);
+  });
+  return out;
 }
 
 Expected<std::vector<float>> merge(const std::vector<Contribution>& contributions, int64_t n, MergeRule rule) {

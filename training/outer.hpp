@@ -28,13 +28,54 @@ Expected<MergeRule> parse_merge_rule(const std::string& name);
 
 // Per-contribution weights: mean → 1; token_weighted and rda → tokens · (tokens / steps)
 // ("quantity × quality"). Weights are not normalized.
+double merge_weight(int64_t tokens, int64_t steps, MergeRule rule);
 std::vector<double> merge_weights(const std::vector<Contribution>& contributions, MergeRule rule);
+
+// ‖x‖₂ over n values, accumulated in fp64, over `threads` threads (common/parallel.hpp).
+double l2_norm(const float* x, int64_t n, int threads = 1);
 
 // mean / token_weighted: Σ w_m Δ_m / Σ w_m.
 // rda (radial-directional averaging): (Σ w‖Δ_m‖ / Σ w) · normalize(Σ w Δ_m/‖Δ_m‖): the merged
 // norm is the weighted mean of the norms, so nearly orthogonal Δ do not shrink like 1/√M.
 // Fails on an empty list or weights that sum to zero.
 Expected<std::vector<float>> merge(const std::vector<Contribution>& contributions, int64_t n, MergeRule rule);
+
+// The same merge, folded one contribution at a time as updates arrive (the syncer's streaming
+// merge): it holds one fp32 running sum of n values and three scalars, never the contributions, so
+// a round costs O(n) memory whatever the number of learners, and closing it costs one pass.
+//   mean / token_weighted: S = Σ w_m Δ_m,          result S / Σ w
+//   rda:                   S = Σ (w_m/‖Δ_m‖) Δ_m,  result (Σ w‖Δ‖ / Σ w) · S/‖S‖
+// add() is a multi-threaded pass over the fragment; the sums are linear, so two accumulators of
+// the same rule add (absorb: a failed commit's sum rejoins the sum of what arrived since). fp32
+// sums: a fold adds one rounding of ~6e-8 relative per contribution (the batch merge sums in fp64);
+// tests/training/outer_test.cpp holds the two to 1e-6 in every arrival order.
+class MergeAccumulator {
+ public:
+  MergeAccumulator() = default;
+  MergeAccumulator(int64_t n, MergeRule rule, int threads = 1) : n_(n), rule_(rule), threads_(threads) {}
+
+  // Folds Δ (n values) with weight `weight` (merge_weight) and its norm ‖Δ‖ (l2_norm; rda only).
+  void add(const float* delta, double weight, double norm);
+  void absorb(MergeAccumulator&& other);
+  // Σ w Δ / Σ w (or rda's); fails on no contributions or weights that sum to zero, as merge().
+  Expected<std::vector<float>> result() const;
+
+  // An empty accumulator of the same size, rule and threads.
+  MergeAccumulator fresh() const { return MergeAccumulator(n_, rule_, threads_); }
+  int64_t count() const { return count_; }
+  bool empty() const { return count_ == 0; }
+  // Bytes held: the running sum (allocated at the first add).
+  int64_t bytes() const { return static_cast<int64_t>(sum_.size() * sizeof(float)); }
+
+ private:
+  int64_t n_ = 0;
+  MergeRule rule_ = MergeRule::mean;
+  int threads_ = 1;
+  std::vector<float> sum_;
+  double weight_sum_ = 0;
+  double norm_sum_ = 0;  // rda: Σ w‖Δ‖
+  int64_t count_ = 0;
+};
 
 // The whole state of one fragment's outer optimizer, as a value: copying it is a snapshot, and a
 // syncer stages a new one per commit (actors/fragment_state.hpp). Plain Nesterov uses `momentum`

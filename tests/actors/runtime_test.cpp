@@ -73,6 +73,9 @@ TEST_CASE("a decoupled run without faults has goodput of at least 0.95 by the le
   CHECK(result->restarts == 0);
   CHECK(result->rejected_updates == 0);
   CHECK(result->details["syncer"]["claims_corrected"] == 0);  // no honest claim exceeds the schedule's bound
+  CHECK(result->details["syncer"]["screening"]["clipped"] == 0);  // honest updates are never screened
+  CHECK(result->details["syncer"]["screening"]["refused"] == 0);
+  CHECK(result->details["syncer"]["screening"]["mode"] == "refuse");
   // Every part measured; the learners computed almost all the time and every update was merged.
   CHECK(ledger.goodput() >= 0.95);
   CHECK(ledger.seconds.sum() == doctest::Approx(ledger.allocated_s).epsilon(1e-9));

@@ -1,6 +1,8 @@
 // The outer optimizer's rules without actors (actors/syncer_core.hpp).
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <random>
 
 #include <doctest/doctest.h>
 
@@ -596,8 +598,12 @@ TEST_CASE("syncer core: honest claims merge bit for bit as the claims themselves
   auto staged = core.stage({0}, 1);
   REQUIRE(staged.ok());
   CHECK(core.claims_corrected() == 0);
-  auto merged = archipelago::training::merge({{a.data(), 10 * T, 10}, {b.data(), 4 * T, 4}}, 3,
-                                             archipelago::training::MergeRule::token_weighted);
+  // The syncer's streaming merge in arrival order, with the weights of the claims.
+  using archipelago::training::MergeRule;
+  archipelago::training::MergeAccumulator claimed(3, MergeRule::token_weighted);
+  claimed.add(a.data(), archipelago::training::merge_weight(10 * T, 10, MergeRule::token_weighted), 0);
+  claimed.add(b.data(), archipelago::training::merge_weight(4 * T, 4, MergeRule::token_weighted), 0);
+  auto merged = claimed.result();
   REQUIRE(merged.ok());
   auto state = archipelago::training::zero_outer_state(3, false);
   std::vector<float> expected = {0, 0, 0};
@@ -704,4 +710,190 @@ TEST_CASE("a stream cut mid-tensor never splices into the next tensor of the sam
   REQUIRE(last.complete);
   CHECK(inbox.streams_cut() == 1);
   for (float v : last.values) REQUIRE(v == 2.0f);  // nothing of the cut tensor
+}
+
+namespace {
+
+// A core of `learners` learners over one fragment of `n` values (θ = 0), lr 1, momentum 0: a
+// commit moves θ by −share·(merged Δ), so θ after a commit is the merge itself.
+SyncerCore make_wide_core(const std::string& mode, int learners, int64_t n, const std::string& screen = "refuse") {
+  auto o = testing::tiny_options("core-wide", mode, learners, 10);
+  o.setup.outer.merge = "mean";
+  o.setup.outer.lr = 1.0;
+  o.setup.outer.momentum = 0.0;
+  o.setup.outer.quorum = learners;
+  o.setup.outer.screen = screen;
+  SyncerCore core(o, {std::vector<float>(static_cast<size_t>(n), 0.0f)});
+  auto initial = core.stage_initial(0);
+  core.commit_succeeded(initial, 0);
+  for (int m = 0; m < learners; ++m) REQUIRE(core.join(join_of(learner_id(m)), 0).accepted);
+  return core;
+}
+
+std::vector<float> gaussian(int64_t n, float sigma, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> g(0.0f, sigma);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (auto& x : v) x = g(rng);
+  return v;
+}
+
+double distance(const std::vector<float>& a, const std::vector<float>& b) {
+  double s = 0;
+  for (size_t i = 0; i < a.size(); ++i) s += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
+  return std::sqrt(s);
+}
+
+double norm_of(const std::vector<float>& a) { return distance(a, std::vector<float>(a.size(), 0.0f)); }
+
+}  // namespace
+
+TEST_CASE("syncer core: a round of 16 learners holds one running sum, not 16 updates") {
+  const int64_t n = int64_t{1} << 20;  // 4 MiB a copy
+  const int64_t copy = n * static_cast<int64_t>(sizeof(float));
+  auto core = make_wide_core("sync", 16, n);
+  for (uint64_t round = 0; round < 2; ++round) {
+    int64_t peak = 0;
+    for (int m = 0; m < 16; ++m) {
+      UpdateHeader h{learner_id(m), 0, core.latest_version(), 10, 100, 2.0f, round, 0, 10};
+      REQUIRE_FALSE(core.accept(h, gaussian(n, 0.01f, 100 * static_cast<unsigned>(round) + m), 1.0 + round).has_value());
+      peak = std::max(peak, core.pending_bytes());
+      // At most 3 deltas are held, once, until 3 norms are known; then only the running sum.
+      if (m >= 2 || round > 0) CHECK(core.pending_bytes() <= copy);
+    }
+    CHECK(peak <= (round == 0 ? 3 : 1) * copy);
+    CHECK(core.fragment(0).pending.size() == 16);
+    merge_and_commit(core, {0}, 1.5 + round);
+  }
+  CHECK(core.screening_status()["clipped"] == 0);
+  CHECK(core.rejects().total() == 0);
+}
+
+TEST_CASE("syncer core: the streaming merge equals the batch merge with updates in every order, late ones included") {
+  const int64_t n = 4096;
+  std::vector<std::vector<float>> deltas;
+  for (unsigned m = 0; m < 4; ++m) deltas.push_back(gaussian(n, 0.01f * (1 + m % 2), m));
+  std::vector<int> order{0, 1, 2, 3};
+  int orders = 0;
+  do {
+    // Decoupled, 4 learners: three arrive, a commit is staged and fails, the fourth arrives late,
+    // and the next commit merges all four: θ = −mean Δ (share 1, lr 1, momentum 0).
+    auto core = make_wide_core("decoupled", 4, n);
+    for (int k = 0; k < 3; ++k) {
+      UpdateHeader h{learner_id(order[k]), 0, 1, 10, 100, 2.0f, 0, 0, 10};
+      REQUIRE_FALSE(core.accept(h, deltas[order[k]], 1).has_value());
+    }
+    auto failed = core.stage({0}, 1);
+    REQUIRE(failed.ok());
+    UpdateHeader late{learner_id(order[3]), 0, 1, 10, 100, 2.0f, 0, 0, 10};
+    REQUIRE_FALSE(core.accept(late, deltas[order[3]], 1.1).has_value());
+    core.commit_failed(*failed, "injected");
+    merge_and_commit(core, {0}, 1.2);
+    std::vector<archipelago::training::Contribution> batch;
+    for (const auto& d : deltas) batch.push_back({d.data(), 100, 10});
+    auto expected = archipelago::training::merge(batch, n, archipelago::training::MergeRule::mean);
+    REQUIRE(expected.ok());
+    double worst = 0;
+    for (int64_t i = 0; i < n; ++i) worst = std::max(worst, std::abs(double(core.fragment(0).parameters[i]) + (*expected)[i]));
+    CHECK(worst <= 1e-6);
+    ++orders;
+  } while (std::next_permutation(order.begin(), order.end()));
+  CHECK(orders == 24);
+
+  // A successful commit keeps what arrived after staging for the next one, and only that.
+  auto core = make_wide_core("decoupled", 4, n);
+  for (int m = 0; m < 3; ++m) {
+    REQUIRE_FALSE(core.accept({learner_id(m), 0, 1, 10, 100, 2.0f, 0, 0, 10}, deltas[m], 1).has_value());
+  }
+  auto staged = core.stage({0}, 1);
+  REQUIRE(staged.ok());
+  REQUIRE_FALSE(core.accept({learner_id(3), 0, 1, 10, 100, 2.0f, 0, 0, 10}, deltas[3], 1.1).has_value());
+  core.commit_succeeded(*staged, 1.2);
+  const std::vector<float> after_first = core.fragment(0).parameters;
+  REQUIRE(core.fragment(0).pending.size() == 1);
+  CHECK(core.fragment(0).sum.count() == 1);
+  merge_and_commit(core, {0}, 1.3);
+  // The late one merged alone, as one of the 4 learners expected: θ moves by ¼ of its Δ.
+  double worst = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    worst = std::max(worst, std::abs(double(core.fragment(0).parameters[i]) - (after_first[i] - 0.25 * deltas[3][i])));
+  }
+  CHECK(worst <= 1e-6);
+}
+
+TEST_CASE("syncer core: screening refuses an update 10^6 times the honest norm, and never screens the honest") {
+  const int64_t n = 2048;
+  for (int bad_position : {0, 2, 3}) {  // where learner-3 arrives in the first round: held, or screened on arrival
+    CAPTURE(bad_position);
+    auto core = make_wide_core("sync", 4, n);
+    std::mt19937 rng(11);
+    std::uniform_real_distribution<float> spread(0.5f, 2.0f);  // honest norms vary 4x between updates
+    for (uint64_t round = 0; round < 12; ++round) {
+      std::vector<int> arrivals{0, 1, 2};
+      arrivals.insert(arrivals.begin() + (bad_position + static_cast<int>(round)) % 4, 3);
+      std::vector<float> honest_mean(static_cast<size_t>(n), 0.0f);
+      const std::vector<float> before = core.fragment(0).parameters;
+      for (int m : arrivals) {
+        std::vector<float> delta = gaussian(n, 0.01f * spread(rng), 1000 * static_cast<unsigned>(round) + m);
+        if (m == 3) {
+          for (auto& v : delta) v *= 1e6f;
+        } else {
+          for (int64_t i = 0; i < n; ++i) honest_mean[i] += delta[i] / 3.0f;
+        }
+        UpdateHeader h{learner_id(m), 0, core.latest_version(), 10, 100, 2.0f, round, 0, 10};
+        auto verdict = core.accept(h, delta, 1.0 + round);
+        if (verdict) CHECK(*verdict == RejectReason::outlier);  // refused on arrival, or held and refused later
+        if (verdict) CHECK(m == 3);
+      }
+      merge_and_commit(core, {0}, 1.5 + round);
+      std::vector<float> merged(static_cast<size_t>(n));
+      for (int64_t i = 0; i < n; ++i) merged[i] = before[i] - core.fragment(0).parameters[i];
+      CHECK(distance(merged, honest_mean) <= 0.1 * norm_of(honest_mean));
+    }
+    const auto screening = core.screening_status();
+    CHECK(core.rejects().by_reason.at("outlier") == 12);
+    CHECK(screening["refused"] == 12);
+    CHECK(screening["clipped"] == 0);  // the honest learners were never screened
+    CHECK(screening["unscreened"] == 0);
+    for (int m = 0; m < 3; ++m) CHECK(core.learners().at(learner_id(m)).contributions_rejected == 0);
+    CHECK(core.learners().at(learner_id(3)).contributions_rejected == 12);
+  }
+  // Without screening the bad update is merged as it is.
+  auto open = make_wide_core("sync", 4, n, "none");
+  for (int m = 0; m < 4; ++m) {
+    std::vector<float> delta = gaussian(n, 0.01f, static_cast<unsigned>(m));
+    if (m == 3) {
+      for (auto& v : delta) v *= 1e6f;
+    }
+    REQUIRE_FALSE(open.accept({learner_id(m), 0, 1, 10, 100, 2.0f, 0, 0, 10}, delta, 1).has_value());
+  }
+  merge_and_commit(open, {0}, 2);
+  CHECK(norm_of(open.fragment(0).parameters) > 1e3);
+}
+
+TEST_CASE("syncer core: clip scales a large update down to the bound, and the known norms survive a restore") {
+  const int64_t n = 1024;
+  auto core = make_wide_core("sync", 4, n, "clip");
+  for (int m = 0; m < 3; ++m) {
+    REQUIRE_FALSE(core.accept({learner_id(m), 0, 1, 10, 100, 2.0f, 0, 0, 10}, gaussian(n, 0.01f, m), 1).has_value());
+  }
+  const double median = core.screening_status()["median_norm"][0].get<double>();
+  REQUIRE(median > 0);
+  std::vector<float> big = gaussian(n, 0.01f, 9);
+  for (auto& v : big) v *= 1e6f;
+  REQUIRE_FALSE(core.accept({learner_id(3), 0, 1, 10, 100, 2.0f, 0, 0, 10}, big, 1).has_value());  // clip never refuses
+  CHECK(core.screening_status()["clipped"] == 1);
+  CHECK(core.fragment(0).pending.back().scale == doctest::Approx(4.0 * median / norm_of(big)).epsilon(1e-4));
+  auto staged = core.stage({0}, 2);
+  REQUIRE(staged.ok());
+  auto manifest = staged->manifest;
+  core.commit_succeeded(*staged, 2);
+  // A restarted syncer knows the norms: the next outsized update is clipped on arrival, not held.
+  std::vector<std::vector<float>> broadcast, outer;
+  stored_blobs(core, broadcast, outer);
+  auto restarted = make_wide_core("sync", 4, n, "refuse");
+  REQUIRE(restarted.restore(core.latest_version(), broadcast, outer, manifest).ok());
+  CHECK(restarted.screening_status()["median_norm"][0].get<double>() > 0);
+  CHECK(restarted.accept({learner_id(3), 0, 2, 10, 100, 2.0f, 1, 10, 20}, big, 3) == RejectReason::outlier);
+  CHECK(restarted.screening_status()["held"] == 0);
 }

@@ -140,3 +140,64 @@ TEST_CASE("outer-momentum warm-up: mu ramps linearly over the first W momentum u
     if (k == 1) CHECK(params != plain);
   }
 }
+
+TEST_CASE("the streaming merge equals the batch merge to 1e-6 for every rule, in every arrival order, split or whole") {
+  // 5 contributions of a fragment big enough for the multi-threaded passes (4 parts of 2^16).
+  const int64_t n = int64_t{1} << 18;
+  std::mt19937 rng(7);
+  std::normal_distribution<float> gauss(0.0f, 0.02f);
+  std::vector<std::vector<float>> deltas(5, std::vector<float>(static_cast<size_t>(n)));
+  for (size_t m = 0; m < deltas.size(); ++m) {
+    const float scale = 1.0f + static_cast<float>(m);  // unequal norms: rda's and the weights' cases differ
+    for (auto& v : deltas[m]) v = scale * gauss(rng);
+  }
+  deltas[2].assign(static_cast<size_t>(n), 0.0f);  // a zero Δ: weight without direction (rda)
+  const std::vector<int64_t> tokens{640, 1280, 320, 640, 960}, steps{10, 20, 5, 10, 10};
+  for (MergeRule rule : {MergeRule::mean, MergeRule::token_weighted, MergeRule::rda}) {
+    CAPTURE(static_cast<int>(rule));
+    std::vector<Contribution> batch;
+    for (size_t m = 0; m < deltas.size(); ++m) batch.push_back({deltas[m].data(), tokens[m], steps[m]});
+    auto expected = merge(batch, n, rule);
+    REQUIRE(expected.ok());
+    std::vector<size_t> order{0, 1, 2, 3, 4};
+    int orders = 0;
+    double worst = 0;
+    do {
+      // The first two arrivals in one accumulator (a commit that failed), the rest in another.
+      MergeAccumulator failed(n, rule, 4), later(n, rule, 4);
+      for (size_t k = 0; k < order.size(); ++k) {
+        const size_t m = order[k];
+        auto& into = k < 2 ? failed : later;
+        into.add(deltas[m].data(), merge_weight(tokens[m], steps[m], rule), l2_norm(deltas[m].data(), n, 4));
+      }
+      later.absorb(std::move(failed));
+      CHECK(failed.empty());
+      REQUIRE(later.count() == 5);
+      auto streamed = later.result();
+      REQUIRE(streamed.ok());
+      for (int64_t i = 0; i < n; ++i) worst = std::max(worst, std::abs(double((*streamed)[i]) - (*expected)[i]));
+      ++orders;
+    } while (std::next_permutation(order.begin(), order.end()));
+    CHECK(orders == 120);
+    CHECK(worst <= 1e-6);
+    CHECK(worst > 0);  // fp32 sums in arrival order: not the batch's fp64 bits, so the check compares something
+  }
+  MergeAccumulator none(n, MergeRule::mean);
+  CHECK_FALSE(none.result().ok());
+  MergeAccumulator zero_weight(n, MergeRule::token_weighted);
+  zero_weight.add(deltas[0].data(), merge_weight(0, 10, MergeRule::token_weighted), 1.0);
+  CHECK_FALSE(zero_weight.result().ok());
+}
+
+TEST_CASE("the norm and the fold give the same numbers on 1 thread and on many") {
+  const int64_t n = (int64_t{1} << 18) + 17;  // ranges of unequal length
+  std::vector<float> x(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) x[static_cast<size_t>(i)] = std::sin(0.001f * static_cast<float>(i));
+  CHECK(l2_norm(x.data(), n, 1) == doctest::Approx(l2_norm(x.data(), n, 8)).epsilon(1e-12));
+  MergeAccumulator one(n, MergeRule::mean, 1), many(n, MergeRule::mean, 8);
+  one.add(x.data(), 1.0, 0);
+  many.add(x.data(), 1.0, 0);
+  one.add(x.data(), 2.0, 0);
+  many.add(x.data(), 2.0, 0);
+  CHECK(*one.result() == *many.result());
+}
