@@ -41,7 +41,8 @@ struct PendingContribution {
   double compute_s = 0;      // the learner's compute time behind it
   int64_t staleness = 0;
   double arrived_s = 0;
-  double norm = 0;           // ‖Δ‖ as received (screening and rda)
+  double norm = 0;           // ‖Δ‖ as received (rda)
+  double screen_norm = 0;    // ‖Δ‖ / Σ inner lr over its steps (screening, SyncerCore)
   float scale = 1;           // < 1: clipped by screening to this fraction of Δ
   bool screened = true;      // false: held until enough norms are known to screen it (SyncerCore)
   bool folded = false;       // its Δ is in the fragment's running sum (and `delta` is empty)

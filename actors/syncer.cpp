@@ -128,7 +128,10 @@ void broadcast(SyncerActor* self, const StagedCommit& commit) {
     }
     for (auto& m : *messages) {
       st.core->bytes_to_learners += static_cast<int64_t>(m.size()) * learners;
-      for (const auto& r : recipients) self->send(r, m);
+      // One buffer for every recipient (a CAF message is shared, copied only by a receiver that
+      // changes it): M learners of one process do not make M copies of a broadcast at once.
+      const caf::message shared = caf::make_message(std::move(m));
+      for (const auto& r : recipients) self->send(r, shared);
     }
   }
 }

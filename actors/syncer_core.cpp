@@ -10,6 +10,7 @@
 #include "actors/wire.hpp"
 #include "common/log.hpp"
 #include "net/auth.hpp"
+#include "training/replica.hpp"
 
 namespace archipelago::actors {
 namespace {
@@ -116,7 +117,6 @@ SyncerCore::SyncerCore(RuntimeOptions options, std::vector<std::vector<float>> i
   if (auto mode = parse_screen_mode(outer.screen)) screening_.mode = *mode;
   screening_.clip = outer.screen_clip;
   screening_.refuse = outer.screen_refuse;
-  screening_.window = static_cast<size_t>(std::max(Screening::kMinKnown, static_cast<size_t>(outer.screen_window)));
   for (auto& values : initial) {
     total_numel_ += static_cast<int64_t>(values.size());
     fragments_.push_back(initial_fragment(std::move(values), rules_));
@@ -181,10 +181,10 @@ Status SyncerCore::restore(uint64_t version, std::vector<std::vector<float>> bro
   // The screening's known norms, so that a restarted syncer screens from its first update.
   const nlohmann::json norms = manifest.value("screening_norms", nlohmann::json::array());
   for (size_t p = 0; p < fragments_.size() && p < norms.size(); ++p) {
-    if (!norms[p].is_array()) continue;
+    if (!norms[p].is_object()) continue;
     honest_norms_[p].clear();
-    for (const auto& v : norms[p]) {
-      if (v.is_number() && std::isfinite(v.get<double>())) remember_norm(static_cast<int>(p), v.get<double>());
+    for (const auto& [learner, v] : norms[p].items()) {
+      if (v.is_number() && std::isfinite(v.get<double>()) && v.get<double>() >= 0) honest_norms_[p][learner] = v.get<double>();
     }
   }
   return {};
@@ -494,7 +494,8 @@ std::optional<RejectReason> SyncerCore::accept(const UpdateHeader& h, std::vecto
   c.staleness = staleness.staleness;
   c.arrived_s = now_s;
   c.norm = training::l2_norm(delta.data(), f.numel, rules_.merge_threads);
-  const auto verdict = screening_.judge(c.norm, known_norms(c.fragment));
+  c.screen_norm = c.norm / learning_rate_sum(h.from_step, h.to_step, work.steps);
+  const auto verdict = screening_.judge(c.screen_norm, known_norms(c.fragment));
   if (verdict.action == Screening::Action::hold) {
     c.screened = false;
     c.delta = std::move(delta);
@@ -514,22 +515,32 @@ std::optional<RejectReason> SyncerCore::accept(const UpdateHeader& h, std::vecto
   update_quorum(static_cast<int>(h.fragment), now_s);
   // Enough norms with the held ones: judge them now, so that at most kMinKnown deltas are ever held.
   if (held) {
-    size_t known = honest_norms_[h.fragment].size();
+    size_t known = honest_norms_[h.fragment].size();  // (a learner's own held one may count twice: harmless)
     for (const auto& pending : f.pending) known += pending.screened ? 0 : 1;
     if (known >= Screening::kMinKnown) settle_held(static_cast<int>(h.fragment), now_s);
   }
   return std::nullopt;
 }
 
-std::vector<double> SyncerCore::known_norms(int p) const {
-  return std::vector<double>(honest_norms_[p].begin(), honest_norms_[p].end());
+double SyncerCore::learning_rate_sum(uint64_t from_step, uint64_t to_step, int64_t credited_steps) const {
+  // The credited steps bound the span: a claimed span cannot make an update look smaller. An update
+  // that names no span (to ≤ from) counts its credited steps, ending at to_step where it can.
+  const int64_t credited = std::max<int64_t>(1, credited_steps);
+  const auto from = static_cast<int64_t>(from_step), to = static_cast<int64_t>(to_step);
+  const int64_t span = to > from ? std::min(to - from, credited) : credited;
+  const int64_t start = std::max<int64_t>(0, to - span);
+  double sum = 0;
+  for (int64_t t = start; t < start + span; ++t) sum += training::scheduled_learning_rate(options_.setup.inner, t);
+  return sum > 0 ? sum : 1.0;  // an inner lr of 0 trains nothing: plain norms
 }
 
-void SyncerCore::remember_norm(int p, double norm) {
-  auto& norms = honest_norms_[p];
-  norms.push_back(norm);
-  while (norms.size() > screening_.window) norms.pop_front();
+std::vector<double> SyncerCore::known_norms(int p) const {
+  std::vector<double> known;
+  for (const auto& [_, norm] : honest_norms_[p]) known.push_back(norm);
+  return known;
 }
+
+void SyncerCore::remember_norm(int p, const std::string& learner_id, double norm) { honest_norms_[p][learner_id] = norm; }
 
 bool SyncerCore::apply_verdict(int p, PendingContribution& c, const Screening::Verdict& verdict,
                                std::vector<float>& delta) {
@@ -551,11 +562,11 @@ bool SyncerCore::apply_verdict(int p, PendingContribution& c, const Screening::V
     component_logger("syncer")->warn("clipped the update of fragment {} from {}: its norm {:.4g} is {:.3g} times the "
                                      "median of recent honest norms (outer.screen_clip = {})",
                                      p, c.learner_id, c.norm, verdict.ratio, screening_.clip);
-    remember_norm(p, c.norm * verdict.scale);
+    remember_norm(p, c.learner_id, c.screen_norm * verdict.scale);
     return true;
   }
   largest_passed_ratio_[p] = std::max(largest_passed_ratio_[p], verdict.ratio);
-  remember_norm(p, c.norm);
+  remember_norm(p, c.learner_id, c.screen_norm);
   return true;
 }
 
@@ -574,7 +585,7 @@ void SyncerCore::settle_held(int p, double now_s) {
   auto& f = fragments_[p];
   std::vector<double> known = known_norms(p);
   for (const auto& c : f.pending) {
-    if (!c.screened) known.push_back(c.norm);
+    if (!c.screened) known.push_back(c.screen_norm);
   }
   const double share = static_cast<double>(f.numel) / static_cast<double>(std::max<int64_t>(1, total_numel_));
   std::vector<PendingContribution> kept;
@@ -583,7 +594,7 @@ void SyncerCore::settle_held(int p, double now_s) {
       kept.push_back(std::move(c));
       continue;
     }
-    auto verdict = screening_.judge(c.norm, known);
+    auto verdict = screening_.judge(c.screen_norm, known);
     if (verdict.action == Screening::Action::hold) {  // too few norms even with the round's: merged unscreened
       verdict = {};
       unscreened_ += 1;
@@ -691,7 +702,7 @@ Expected<StagedCommit> SyncerCore::stage(const std::vector<int>& fragment_ids, d
   credit(credited, commit, now_s);
   commit.manifest["accounting"] = accounting_json(credited);
   nlohmann::json norms = nlohmann::json::array();
-  for (const auto& known : honest_norms_) norms.push_back(std::vector<double>(known.begin(), known.end()));
+  for (const auto& known : honest_norms_) norms.push_back(known);
   commit.manifest["screening_norms"] = norms;
   // What arrives from now on starts a new running sum; the commit keeps the one it merged.
   for (auto& staged : commit.fragments) {
@@ -894,10 +905,10 @@ nlohmann::json SyncerCore::screening_status() const {
     medians.push_back(known.size() % 2 ? known[mid] : (known[mid - 1] + known[mid]) / 2);
   }
   return {{"mode", kModes[static_cast<int>(screening_.mode)]}, {"clip", screening_.clip},
-          {"refuse", screening_.refuse}, {"window", screening_.window},
+          {"refuse", screening_.refuse},
           {"clipped", clipped_}, {"refused", rejects_.by_reason.at(to_string(RejectReason::outlier))},
           {"held", held_}, {"unscreened", unscreened_},
-          {"median_norm", medians}, {"largest_passed_ratio", largest_passed_ratio_}};
+          {"median_norm_per_lr", medians}, {"largest_passed_ratio", largest_passed_ratio_}};
 }
 
 int64_t SyncerCore::pending_bytes() const {

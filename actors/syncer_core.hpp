@@ -110,20 +110,22 @@ struct UpdateHeader {
   double compute_s = 0;    // the compute time behind it (the goodput ledger)
 };
 
-// Screening of updates by norm (outer.screen): each fragment keeps the norms of its recent honest
-// updates; an update past `clip` medians is scaled down to `clip` medians, past `refuse` medians
-// (mode refuse) it is refused as `outlier`. Until a fragment knows 3 norms an update is held, as
-// received, and judged once the known and held norms are 3 (or when its round closes) against all
-// of them: the median of 2 honest norms and 1 bad one is honest. So at most 3 deltas of a fragment
-// are ever held, at the start of a run; the known norms are part of every committed manifest, so a
-// restarted syncer screens from its first update. A clipped norm is remembered at its clipped
-// size, so the median can follow honest norms that grow (at most `clip`× per half window).
+// Screening of updates by norm (outer.screen). An update's norm is taken per unit of inner learning
+// rate, ‖Δ‖ / Σ lr(t) over its steps: AdamW moves each weight by about lr a step, so a Δ made during
+// the warm-up is that much smaller (the default run's first updates of a fragment were up to 11x
+// smaller than the next ones by plain norm). Each fragment keeps that figure of each learner's
+// latest honest update; an update past `clip` medians of those is scaled down to `clip` medians,
+// and past `refuse` medians (mode refuse) it is refused as `outlier`.
+// Until a fragment knows 3 norms an update is held, as received, and judged once the known and held
+// norms are 3 (or when its round closes) against all of them: the median of 2 honest norms and 1 bad
+// one is honest. So at most 3 deltas of a fragment are ever held, at the start of a run, and runs of
+// 2 learners are not screened. The known norms are part of every committed manifest, so a restarted
+// syncer screens from its first update. A clipped norm is remembered at its clipped size.
 struct Screening {
   enum class Mode { none, clip, refuse };
   Mode mode = Mode::refuse;
-  double clip = 4.0;
-  double refuse = 16.0;
-  size_t window = 32;
+  double clip = 16.0;
+  double refuse = 64.0;
   static constexpr size_t kMinKnown = 3;
 
   enum class Action { pass, hold, clip, refuse };
@@ -244,7 +246,9 @@ class SyncerCore {
   // Judges fragment p's held contributions (before a merge), folding or refusing each.
   void settle_held(int p, double now_s);
   std::vector<double> known_norms(int p) const;
-  void remember_norm(int p, double norm);
+  // Σ of the inner learning rate over the update's steps (the last `credited_steps` before to_step).
+  double learning_rate_sum(uint64_t from_step, uint64_t to_step, int64_t credited_steps) const;
+  void remember_norm(int p, const std::string& learner_id, double norm);
   nlohmann::json accounting_json(const std::map<std::string, LearnerRecord>& learners) const;
   nlohmann::json accounting_json() const { return accounting_json(learners_); }
   void restore_accounting(const nlohmann::json& accounting);
@@ -261,7 +265,7 @@ class SyncerCore {
   std::map<std::string, double> last_arrival_;  // "learner/fragment" -> time, for step-time estimates
   RejectCounters rejects_;
   Screening screening_;
-  std::vector<std::deque<double>> honest_norms_;  // per fragment, newest last (Screening)
+  std::vector<std::map<std::string, double>> honest_norms_;  // per fragment: learner -> its latest honest ‖Δ‖
   std::vector<double> largest_passed_ratio_;      // per fragment
   int64_t clipped_ = 0;
   int64_t held_ = 0;                              // updates held for want of known norms

@@ -198,7 +198,6 @@ Expected<Config> to_config(const toml::table& table) {
   c.outer.screen = r.get_string("outer.screen");
   c.outer.screen_clip = r.get_double("outer.screen_clip");
   c.outer.screen_refuse = r.get_double("outer.screen_refuse");
-  c.outer.screen_window = static_cast<int>(r.get_int("outer.screen_window"));
 
   c.syncer.alpha = r.get_double("outer.alpha");
   const std::string install = r.get_string("outer.install");
@@ -307,7 +306,6 @@ Expected<Config> to_config(const toml::table& table) {
            one_of("outer.screen", c.outer.screen, {"none", "clip", "refuse"}),
            at_least("outer.screen_clip", c.outer.screen_clip, 1),
            at_least("outer.screen_refuse", c.outer.screen_refuse, c.outer.screen_clip),
-           in_open_range("outer.screen_window", c.outer.screen_window, 2, 100001),
            in_open_range("outer.alpha", c.syncer.alpha, -1e-12, 1),
            one_of("outer.install", install, {"mix", "carry"}),
            at_least("outer.max_staleness", c.syncer.max_staleness, 0),

@@ -52,11 +52,10 @@ struct OuterOptions {
   std::string downlink_codec = "fp32";   // downlink (broadcast deltas): fp32 | bf16 | int8 | int4 (actor runtime)
   int delayed_every = 4;                 // N of Delayed Nesterov
   int merge_threads = 0;                 // threads of the syncer's passes over a fragment (0: the hardware's, at most 8)
-  // Screening (actor runtime): an update's ‖Δ‖ against the median of the fragment's recent honest norms.
+  // Screening (actor runtime): an update's ‖Δ‖ against the median of the learners' latest honest ‖Δ‖ of its fragment.
   std::string screen = "refuse";         // none | clip | refuse
-  double screen_clip = 4.0;              // past this many medians an update is scaled down to it
-  double screen_refuse = 16.0;           // refuse: past this many medians it is refused as `outlier`
-  int screen_window = 32;                // recent honest norms per fragment the median is taken over
+  double screen_clip = 16.0;             // past this many medians an update is scaled down to it
+  double screen_refuse = 64.0;          // refuse: past this many medians it is refused as `outlier`
 };
 
 struct DataOptions {

@@ -1,0 +1,338 @@
+// bench_syncer: how many learners one syncer serves, and what its merge costs against the memory
+// bandwidth limit.
+//
+//   bench_syncer [--params 25000000,250000000] [--learners 4,16,64] [--fragments 4] [--rounds 2]
+//                [--codec int4] [--dir DIR] [--out FILE]
+//
+// Per configuration (model size × learners), in one process: a real syncer actor and a real
+// checkpoint store actor over RocksDB (synced commits, the last 2 versions kept), and M synthetic
+// learners that send pre-encoded updates (Gaussian Δ, encoded once, no training) of every fragment
+// in sync mode (quorum M: every round merges all M). The learners are one blocking CAF actor
+// holding M outboxes; after each update it asks the syncer for its status, which the syncer answers
+// after the update's chunks (one sender's messages arrive in order), so one update is in flight at a
+// time and "updates/s" is the syncer's own pace: reassembly, decode, norm, screening, fold.
+//
+// Figures per round: updates/s; the merge phase (first update sent → last one folded) against the
+// memory-bandwidth limit, M × (bytes of one fused decode + accumulate pass) at this machine's memcpy
+// rate, measured in the same run; the commit (last fold → version visible: stage, outer step,
+// downlink encoding, persist, broadcast); the syncer's CPU seconds (process CPU minus this thread's);
+// and peak RSS above the process before the actors started, in fp32 copies of the model.
+// Each configuration prints one JSON line; --out appends them to a file.
+#include <sys/resource.h>
+#include <time.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <caf/all.hpp>
+#include <nlohmann/json.hpp>
+
+#include "actors/directory.hpp"
+#include "actors/run_setup.hpp"
+#include "actors/store_actor.hpp"
+#include "actors/syncer.hpp"
+#include "actors/wire.hpp"
+#include "common/log.hpp"
+#include "messages/tensor_codec.hpp"
+#include "storage/checkpoint_store.hpp"
+#include "training/options.hpp"
+
+using namespace archipelago;
+using namespace archipelago::actors;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+double process_cpu_s() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_utime.tv_sec + u.ru_stime.tv_sec + (u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
+}
+
+double thread_cpu_s() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return t.tv_sec + t.tv_nsec / 1e9;
+}
+
+// kB fields of /proc/self/status (VmRSS, VmHWM).
+int64_t status_kb(const char* field) {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  const std::string key = std::string(field) + ":";
+  while (std::getline(in, line)) {
+    if (line.rfind(key, 0) == 0) return std::stoll(line.substr(key.size()));
+  }
+  return -1;
+}
+
+void reset_peak_rss() { std::ofstream("/proc/self/clear_refs") << "5"; }
+
+std::vector<int64_t> parse_list(const std::string& text) {
+  std::vector<int64_t> out;
+  std::stringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ',')) out.push_back(static_cast<int64_t>(std::stod(item)));
+  return out;
+}
+
+// Bytes per second memcpy copies on this machine (best of 3 over 256 MiB).
+double memcpy_rate() {
+  const size_t bytes = size_t{256} << 20;
+  std::vector<char> a(bytes, 1), b(bytes, 2);
+  double best = 1e30;
+  for (int i = 0; i < 3; ++i) {
+    auto t = Clock::now();
+    std::memcpy(b.data(), a.data(), bytes);
+    best = std::min(best, since(t));
+    a[static_cast<size_t>(i)] = b[bytes - 1 - static_cast<size_t>(i)];  // keep the copies observable
+  }
+  return static_cast<double>(bytes) / best;
+}
+
+// Drops what the syncer sent the learners (Welcome, broadcasts) and counts the broadcast bytes.
+int64_t drain(caf::scoped_actor& self) {
+  int64_t bytes = 0;
+  bool more = true;
+  while (more) {
+    self->receive([&](const WireBytes& m) { bytes += static_cast<int64_t>(m.size()); },
+                  caf::after(std::chrono::milliseconds(0)) >> [&] { more = false; });
+  }
+  return bytes;
+}
+
+Expected<nlohmann::json> status_of(caf::scoped_actor& self, const caf::actor& syncer) {
+  Expected<nlohmann::json> result = make_error(ErrorCode::unavailable, "no answer");
+  self->request(syncer, std::chrono::seconds(600), admin_atom::value, admin_request("bench", "status"))
+      .receive([&](WireBytes& bytes) { result = read_admin_reply(std::move(bytes)); },
+               [&](caf::error& error) { result = make_error(ErrorCode::unavailable, caf::to_string(error)); });
+  return result;
+}
+
+struct Config {
+  int64_t params = 0;
+  int learners = 0;
+  int fragments = 4;
+  int rounds = 2;
+  messages::Codec codec = messages::Codec::int4_uniform;
+  std::string dir;
+};
+
+Expected<nlohmann::json> run(const Config& c, double copy_rate) {
+  std::error_code ec;
+  std::filesystem::remove_all(c.dir, ec);
+  std::filesystem::create_directories(c.dir, ec);
+  auto options = std::make_shared<RuntimeOptions>();
+  auto& s = options->setup;
+  s.model = *training::model_preset("small");
+  s.run.mode = "sync";
+  s.run.learners = c.learners;
+  s.run.inner_steps = 10;
+  s.outer.fragments = c.fragments;
+  s.outer.quorum = c.learners;
+  s.outer.codec = messages::codec_name(c.codec);
+  s.outer.downlink_codec = messages::codec_name(c.codec);
+  options->run_dir = c.dir;
+  options->store_sync = true;
+  options->keep_versions = 2;
+
+  // Fragments of equal size; zero parameters (the merge does not look at them).
+  std::vector<int64_t> sizes(static_cast<size_t>(c.fragments), c.params / c.fragments);
+  sizes.back() += c.params % c.fragments;
+  // Pre-encoded updates: 4 distinct ones per fragment, reused by the learners in turn.
+  const int distinct = std::min(c.learners, 4);
+  std::vector<std::vector<std::vector<uint8_t>>> payloads(static_cast<size_t>(distinct));
+  for (int k = 0; k < distinct; ++k) {
+    std::mt19937 rng(static_cast<unsigned>(k + 1));
+    std::normal_distribution<float> gauss(0.0f, 1e-3f * (1.0f + 0.1f * static_cast<float>(k)));
+    for (int p = 0; p < c.fragments; ++p) {
+      std::vector<float> delta(static_cast<size_t>(sizes[p]));
+      for (auto& v : delta) v = gauss(rng);
+      std::vector<uint8_t> encoded;
+      if (Status ok = messages::encode_tensor(c.codec, delta.data(), delta.size(), encoded); !ok) return ok.error();
+      payloads[static_cast<size_t>(k)].push_back(std::move(encoded));
+    }
+  }
+  const int64_t rss_before_kb = status_kb("VmRSS");
+
+  auto store = open_run_store(*options);
+  if (!store) return store.error();
+  caf::actor_system_config config;
+  config.set("scheduler.max-threads", size_t{2});
+  config.set("logger.console-verbosity", caf::atom("quiet"));
+  nlohmann::json rounds = nlohmann::json::array();
+  int64_t peak_kb = 0;
+  {
+    caf::actor_system system{config};
+    auto initial = std::make_shared<std::vector<std::vector<float>>>();
+    for (int64_t n : sizes) initial->emplace_back(static_cast<size_t>(n), 0.0f);
+    auto store_actor = spawn_store_actor(system, *store);
+    Directory::put(system, store_name(), store_actor);
+    auto syncer = spawn_syncer(system, SyncerSpec{options, initial});
+    Directory::put(system, syncer_name(), syncer);
+    initial.reset();  // the syncer holds its own copy
+
+    caf::scoped_actor self{system};
+    std::vector<Outbox> outboxes;
+    for (int m = 0; m < c.learners; ++m) outboxes.emplace_back(learner_id(m));
+    // Wait for version 1, then join every learner.
+    auto started = Clock::now();
+    while (true) {
+      auto st = status_of(self, syncer);
+      if (st && st->value("phase", "") == "ready") break;
+      if (since(started) > 300) return make_error(ErrorCode::unavailable, "the syncer did not get ready");
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    for (int m = 0; m < c.learners; ++m) {
+      auto join = outboxes[static_cast<size_t>(m)].wrap(
+          messages::Join{learner_id(m), "bench", "bench", "cpu", 0, options->syncer.auth_token});
+      if (!join) return join.error();
+      self->send(syncer, std::move(*join));
+    }
+    if (auto st = status_of(self, syncer); !st || st->value("active_learners", 0) != c.learners) {
+      return make_error(ErrorCode::unavailable, "not every synthetic learner joined");
+    }
+    drain(self);
+    reset_peak_rss();
+    uint64_t version = 1;
+    for (int r = 0; r < c.rounds; ++r) {
+      const double cpu0 = process_cpu_s(), own0 = thread_cpu_s();
+      const auto t0 = Clock::now();
+      int64_t sent_bytes = 0;
+      for (int m = 0; m < c.learners; ++m) {
+        for (int p = 0; p < c.fragments; ++p) {
+          const auto& payload = payloads[static_cast<size_t>(m % distinct)][static_cast<size_t>(p)];
+          auto chunks = outboxes[static_cast<size_t>(m)].wrap_tensor(
+              c.codec, static_cast<uint64_t>(sizes[p]), payload, [&](messages::TensorChunk chunk) -> messages::Message {
+                messages::FragmentUpdate u;
+                u.learner_id = learner_id(m);
+                u.fragment_id = static_cast<uint32_t>(p);
+                u.base_version = version;
+                u.inner_steps = 10;
+                u.tokens = static_cast<uint64_t>(10 * s.inner.batch_size * s.model.seq_len);
+                u.round = static_cast<uint64_t>(r);
+                u.from_step = static_cast<uint64_t>(10 * r);
+                u.to_step = static_cast<uint64_t>(10 * (r + 1));
+                u.chunk = std::move(chunk);
+                return u;
+              });
+          if (!chunks) return chunks.error();
+          for (auto& bytes : *chunks) {
+            sent_bytes += static_cast<int64_t>(bytes.size());
+            self->send(syncer, std::move(bytes));
+          }
+          // Answered after the update's chunks: the update has been folded (or refused).
+          if (auto st = status_of(self, syncer); !st) return st.error();
+        }
+        drain(self);
+      }
+      const double merge_s = since(t0);
+      const auto t1 = Clock::now();
+      nlohmann::json last;
+      int64_t broadcast_bytes = 0;
+      while (true) {
+        auto st = status_of(self, syncer);
+        if (!st) return st.error();
+        broadcast_bytes += drain(self);
+        // Every fragment of the round committed: nothing pending, nothing in flight.
+        if (st->value("version", uint64_t{0}) > version && !st->value("commit_in_flight", true) &&
+            st->value("pending", int64_t{1}) == 0) {
+          last = *st;
+          break;
+        }
+        if (since(t1) > 600) return make_error(ErrorCode::unavailable, "no commit within 600 s");
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }
+      const double commit_s = since(t1);
+      version = last.value("version", version + 1);
+      const double syncer_cpu_s = (process_cpu_s() - cpu0) - (thread_cpu_s() - own0);
+      const int updates = c.learners * c.fragments;
+      // One fused pass per update over its fragment: read the int4 payload, read and write the fp32
+      // sum; memcpy moves 2 bytes of traffic per byte copied.
+      const double pass_bytes = static_cast<double>(c.params) * (0.5 + 8.0) * c.learners;
+      const double limit_s = pass_bytes / (2.0 * copy_rate);
+      rounds.push_back({{"round", r + 1}, {"version", version}, {"updates", updates},
+                        {"commits", last.value("commits", int64_t{0})},
+                        {"updates_per_s", updates / merge_s}, {"merge_s", merge_s}, {"limit_s", limit_s},
+                        {"merge_vs_limit", merge_s / limit_s}, {"commit_s", commit_s},
+                        {"syncer_cpu_s", syncer_cpu_s}, {"uplink_bytes", sent_bytes},
+                        {"rejected", last.value("rejected_total", int64_t{0})},
+                        {"clipped", last["screening"].value("clipped", int64_t{0})}});
+      std::fprintf(stderr, "  M=%d params=%lld round %d: %.1f updates/s, merge %.2f s (limit %.2f s, %.1fx), "
+                   "commit %.2f s, syncer cpu %.2f s\n", c.learners, static_cast<long long>(c.params), r + 1,
+                   updates / merge_s, merge_s, limit_s, merge_s / limit_s, commit_s, syncer_cpu_s);
+    }
+    peak_kb = status_kb("VmHWM");
+    self->send_exit(syncer, caf::exit_reason::user_shutdown);
+    self->send_exit(store_actor, caf::exit_reason::user_shutdown);
+  }
+  const double model_copy_kb = static_cast<double>(c.params) * 4 / 1024;
+  nlohmann::json out = {{"params", c.params}, {"learners", c.learners}, {"fragments", c.fragments},
+                        {"codec", messages::codec_name(c.codec)}, {"memcpy_gb_per_s", copy_rate / 1e9},
+                        {"rss_before_mib", rss_before_kb / 1024}, {"peak_rss_mib", peak_kb / 1024},
+                        {"peak_above_before_fp32_copies", (peak_kb - rss_before_kb) / model_copy_kb},
+                        {"rounds", rounds}};
+  std::filesystem::remove_all(c.dir, ec);
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<int64_t> params{25'000'000, 250'000'000}, learners{4, 16, 64};
+  Config base;
+  std::string codec = "int4", out_path;
+  base.dir = (std::filesystem::temp_directory_path() / "bench-syncer").string();
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string flag = argv[i], value = argv[i + 1];
+    if (flag == "--params") params = parse_list(value);
+    else if (flag == "--learners") learners = parse_list(value);
+    else if (flag == "--fragments") base.fragments = std::stoi(value);
+    else if (flag == "--rounds") base.rounds = std::stoi(value);
+    else if (flag == "--codec") codec = value;
+    else if (flag == "--dir") base.dir = value;
+    else if (flag == "--out") out_path = value;
+    else {
+      std::fprintf(stderr, "unknown flag %s\n", flag.c_str());
+      return 2;
+    }
+  }
+  auto parsed = messages::parse_codec(codec);
+  if (!parsed) {
+    std::fprintf(stderr, "--codec: %s\n", parsed.error().to_string().c_str());
+    return 2;
+  }
+  base.codec = *parsed;
+  LogOptions log;
+  log.level = "error";
+  init_logging(log);
+  const double rate = memcpy_rate();
+  std::fprintf(stderr, "memcpy: %.2f GB/s\n", rate / 1e9);
+  for (int64_t n : params) {
+    for (int64_t m : learners) {
+      Config c = base;
+      c.params = n;
+      c.learners = static_cast<int>(m);
+      auto result = run(c, rate);
+      if (!result) {
+        std::fprintf(stderr, "params %lld, %lld learners: %s\n", static_cast<long long>(n), static_cast<long long>(m),
+                     result.error().to_string().c_str());
+        return 1;
+      }
+      std::printf("%s\n", result->dump().c_str());
+      std::fflush(stdout);
+      if (!out_path.empty()) std::ofstream(out_path, std::ios::app) << result->dump() << "\n";
+    }
+  }
+  return 0;
+}
