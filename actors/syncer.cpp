@@ -229,7 +229,7 @@ void on_update(SyncerActor* self, const caf::actor& sender, const DecodedEnvelop
     st.core->updates_by_period[std::to_string(update.inner_steps)] += 1;
   }
   const std::string key = update.learner_id + "/" + std::to_string(update.fragment_id);
-  auto added = st.inbox.add(key, update.chunk);
+  auto added = st.inbox.add(key, update.chunk, /*keep_quantized=*/true);  // folded from the codes
   if (!added) {
     const auto reason = added.error().code == ErrorCode::non_finite ? RejectReason::non_finite : RejectReason::malformed;
     st.core->count_reject(reason, update.learner_id, 0, compute_s);
@@ -239,7 +239,8 @@ void on_update(SyncerActor* self, const caf::actor& sender, const DecodedEnvelop
   if (!added->complete) return;
   UpdateHeader header{update.learner_id, update.fragment_id, update.base_version, update.inner_steps, update.tokens,
                       update.train_loss, update.round, update.from_step, update.to_step, update.compute_seconds};
-  if (st.core->accept(header, std::move(added->values), st.now())) return;
+  SyncerCore::Payload payload{added->codec, std::move(added->encoded), std::move(added->values)};
+  if (st.core->accept(header, std::move(payload), st.now())) return;
   try_merge(self);
 }
 

@@ -58,6 +58,15 @@ Expected<Screening::Mode> parse_screen_mode(const std::string& name) {
   return make_error(ErrorCode::invalid_argument, "outer.screen: unknown mode '" + name + "' (expected none, clip or refuse)");
 }
 
+double Screening::median(std::vector<double> values) {
+  if (values.empty()) return 0;
+  const size_t mid = values.size() / 2;
+  std::nth_element(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(mid), values.end());
+  const double upper = values[mid];
+  if (values.size() % 2) return upper;
+  return (upper + *std::max_element(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(mid))) / 2;
+}
+
 Screening::Verdict Screening::judge(double norm, std::vector<double> known) const {
   Verdict verdict;
   if (mode == Mode::none) return verdict;
@@ -65,12 +74,7 @@ Screening::Verdict Screening::judge(double norm, std::vector<double> known) cons
     verdict.action = Action::hold;
     return verdict;
   }
-  const size_t mid = known.size() / 2;
-  std::nth_element(known.begin(), known.begin() + static_cast<std::ptrdiff_t>(mid), known.end());
-  double median = known[mid];
-  if (known.size() % 2 == 0) {
-    median = (median + *std::max_element(known.begin(), known.begin() + static_cast<std::ptrdiff_t>(mid))) / 2;
-  }
+  const double median = Screening::median(std::move(known));
   if (!(median > 0)) return verdict;  // nothing to compare with: zero updates
   verdict.ratio = norm / median;
   if (mode == Mode::refuse && verdict.ratio > refuse) {
@@ -426,6 +430,12 @@ void SyncerCore::update_quorum(int p, double now_s) {
 }
 
 std::optional<RejectReason> SyncerCore::accept(const UpdateHeader& h, std::vector<float> delta, double now_s) {
+  Payload payload;
+  payload.values = std::move(delta);
+  return accept(h, std::move(payload), now_s);
+}
+
+std::optional<RejectReason> SyncerCore::accept(const UpdateHeader& h, Payload payload, double now_s) {
   auto& f = fragments_[h.fragment];
   const double share = static_cast<double>(f.numel) / static_cast<double>(std::max<int64_t>(1, total_numel_));
   const CreditedWork work = credit_work(h.inner_steps, h.tokens, schedule_.largest_period(), tokens_per_step_);
@@ -493,10 +503,43 @@ std::optional<RejectReason> SyncerCore::accept(const UpdateHeader& h, std::vecto
   c.compute_s = h.compute_s;
   c.staleness = staleness.staleness;
   c.arrived_s = now_s;
-  c.norm = training::l2_norm(delta.data(), f.numel, rules_.merge_threads);
+  // Folded straight from the codes when nothing needs the decoded Δ (Delayed Nesterov keeps it).
+  const bool fused = !payload.encoded.empty() && !rules_.delayed_nesterov;
+  auto decoded = [&]() -> Expected<std::vector<float>> {
+    if (payload.encoded.empty()) return std::move(payload.values);
+    return messages::decode_tensor(payload.codec, payload.encoded.data(), payload.encoded.size(),
+                                   static_cast<size_t>(f.numel));
+  };
+  auto refuse_payload = [&](const Error& error) {
+    const auto reason = error.code == ErrorCode::non_finite ? RejectReason::non_finite : RejectReason::malformed;
+    component_logger("syncer")->warn("rejected update of fragment {} from {}: {}", h.fragment, h.learner_id,
+                                     error.to_string());
+    count_reject(reason, h.learner_id, work.steps * share, h.compute_s);
+    return reason;
+  };
+  std::vector<float> delta;
+  if (fused) {
+    auto norm = messages::quantized_norm(payload.codec, payload.encoded.data(), payload.encoded.size(),
+                                         static_cast<size_t>(f.numel));
+    if (!norm) return refuse_payload(norm.error());
+    c.norm = *norm;
+  } else {
+    auto values = decoded();
+    if (!values) return refuse_payload(values.error());
+    delta = std::move(*values);
+    if (static_cast<int64_t>(delta.size()) != f.numel) {
+      return refuse_payload(make_error(ErrorCode::inconsistent, "the update has the wrong number of elements"));
+    }
+    c.norm = training::l2_norm(delta.data(), f.numel, rules_.merge_threads);
+  }
   c.screen_norm = c.norm / learning_rate_sum(h.from_step, h.to_step, work.steps);
   const auto verdict = screening_.judge(c.screen_norm, known_norms(c.fragment));
   if (verdict.action == Screening::Action::hold) {
+    if (fused) {
+      auto values = decoded();
+      if (!values) return refuse_payload(values.error());
+      delta = std::move(*values);
+    }
     c.screened = false;
     c.delta = std::move(delta);
     held_ += 1;
@@ -505,7 +548,8 @@ std::optional<RejectReason> SyncerCore::accept(const UpdateHeader& h, std::vecto
       count_reject(RejectReason::outlier, h.learner_id, work.steps * share, h.compute_s);
       return RejectReason::outlier;
     }
-    fold(c.fragment, c, std::move(delta));
+    if (fused) fold_encoded(c.fragment, c, payload);
+    else fold(c.fragment, c, std::move(delta));
   }
   record.last_round.resize(fragments_.size(), -1);
   record.received_until[h.fragment] = std::max(record.received_until[h.fragment], h.to_step);
@@ -546,9 +590,9 @@ bool SyncerCore::apply_verdict(int p, PendingContribution& c, const Screening::V
                                std::vector<float>& delta) {
   c.screened = true;
   if (verdict.action == Screening::Action::refuse) {
-    component_logger("syncer")->warn("refused the update of fragment {} from {} as an outlier: its norm {:.4g} is "
-                                     "{:.3g} times the median of recent honest norms (outer.screen_refuse = {})",
-                                     p, c.learner_id, c.norm, verdict.ratio, screening_.refuse);
+    component_logger("syncer")->warn("refused the update of fragment {} from {} as an outlier: its norm ({:.4g}) per "
+                                     "unit of inner lr is {:.3g} times the median of the learners' latest honest ones "
+                                     "(outer.screen_refuse = {})", p, c.learner_id, c.norm, verdict.ratio, screening_.refuse);
     return false;
   }
   if (verdict.action == Screening::Action::clip) {
@@ -559,8 +603,8 @@ bool SyncerCore::apply_verdict(int p, PendingContribution& c, const Screening::V
       options_.events->add("clipped", c.learner_id,
                            "fragment " + std::to_string(p) + ": norm " + std::to_string(verdict.ratio) + " medians");
     }
-    component_logger("syncer")->warn("clipped the update of fragment {} from {}: its norm {:.4g} is {:.3g} times the "
-                                     "median of recent honest norms (outer.screen_clip = {})",
+    component_logger("syncer")->warn("clipped the update of fragment {} from {}: its norm ({:.4g}) per unit of inner lr "
+                                     "is {:.3g} times the median of the learners' latest honest ones (outer.screen_clip = {})",
                                      p, c.learner_id, c.norm, verdict.ratio, screening_.clip);
     remember_norm(p, c.learner_id, c.screen_norm * verdict.scale);
     return true;
@@ -579,6 +623,17 @@ void SyncerCore::fold(int p, PendingContribution& c, std::vector<float> delta) {
   fragments_[p].sum.add(delta.data(), weight, c.norm * c.scale);
   c.folded = true;
   c.delta = {};
+}
+
+void SyncerCore::fold_encoded(int p, PendingContribution& c, const Payload& payload) {
+  const double weight = training::merge_weight(c.tokens, std::max<int64_t>(1, c.steps), rules_.merge);
+  float* sum = nullptr;
+  const float factor = fragments_[p].sum.add_external(weight, c.norm * c.scale, &sum);
+  // The codes were checked by quantized_norm: this cannot fail.
+  (void)messages::accumulate_quantized(payload.codec, payload.encoded.data(), payload.encoded.size(),
+                                       static_cast<size_t>(fragments_[p].numel), factor * c.scale, sum,
+                                       rules_.merge_threads);
+  c.folded = true;
 }
 
 void SyncerCore::settle_held(int p, double now_s) {
@@ -894,16 +949,7 @@ nlohmann::json SyncerCore::status(double now_s) const {
 nlohmann::json SyncerCore::screening_status() const {
   static const char* const kModes[] = {"none", "clip", "refuse"};
   std::vector<double> medians;
-  for (int p = 0; p < fragment_count(); ++p) {
-    auto known = known_norms(p);
-    if (known.empty()) {
-      medians.push_back(0);
-      continue;
-    }
-    std::sort(known.begin(), known.end());
-    const size_t mid = known.size() / 2;
-    medians.push_back(known.size() % 2 ? known[mid] : (known[mid - 1] + known[mid]) / 2);
-  }
+  for (int p = 0; p < fragment_count(); ++p) medians.push_back(Screening::median(known_norms(p)));
   return {{"mode", kModes[static_cast<int>(screening_.mode)]}, {"clip", screening_.clip},
           {"refuse", screening_.refuse},
           {"clipped", clipped_}, {"refused", rejects_.by_reason.at(to_string(RejectReason::outlier))},

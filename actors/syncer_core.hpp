@@ -134,8 +134,9 @@ struct Screening {
     double ratio = 0;  // ‖Δ‖ ÷ median (0: no median)
     float scale = 1;   // clip: the factor Δ is multiplied by
   };
-  // The verdict on ‖Δ‖ = `norm` against the median of `known`; hold when fewer than kMinKnown.
+  // The verdict on a figure `norm` against the median of `known`; hold when fewer than kMinKnown.
   Verdict judge(double norm, std::vector<double> known) const;
+  static double median(std::vector<double> values);  // 0 when empty
 };
 Expected<Screening::Mode> parse_screen_mode(const std::string& name);
 
@@ -186,6 +187,15 @@ class SyncerCore {
   // already pending) updates; an accepted one is credited with the syncer's figures (credit_work)
   // and a claim that differed is counted in claims_corrected() and logged once per learner.
   std::optional<RejectReason> accept(const UpdateHeader& header, std::vector<float> delta, double now_s);
+  // The same for an update as it came: a quantized one (int8, int4) is normed from its codes and
+  // folded while it is decoded, never held decoded unless screening holds it (non_finite or
+  // malformed when its scales or size are bad, counted); other codecs arrive decoded in `values`.
+  struct Payload {
+    messages::Codec codec = messages::Codec::fp32;
+    std::vector<uint8_t> encoded;  // quantized codecs
+    std::vector<float> values;     // otherwise
+  };
+  std::optional<RejectReason> accept(const UpdateHeader& header, Payload payload, double now_s);
   // Counts a rejection (from screen, accept or decoding) for `learner_id` (may be unknown).
   void count_reject(RejectReason reason, const std::string& learner_id, double step_equivalents = 0,
                     double compute_s = 0);
@@ -241,6 +251,8 @@ class SyncerCore {
   void drop_non_finite_merge(int p, const std::string& why, double now_s);
   // Folds an accepted, screened Δ into fragment p's running sum (Delayed Nesterov keeps it in `c`).
   void fold(int p, PendingContribution& c, std::vector<float> delta);
+  // Folds a quantized update straight from its codes (times c.scale).
+  void fold_encoded(int p, PendingContribution& c, const Payload& payload);
   // Applies a verdict to `c` (clip scales `delta`); false when it was refused (counted, logged).
   bool apply_verdict(int p, PendingContribution& c, const Screening::Verdict& verdict, std::vector<float>& delta);
   // Judges fragment p's held contributions (before a merge), folding or refusing each.

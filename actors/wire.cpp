@@ -112,7 +112,7 @@ Expected<nlohmann::json> read_admin_reply(WireBytes&& bytes) {
   return parsed;
 }
 
-Expected<TensorInbox::Result> TensorInbox::add(const std::string& key, const TensorChunk& chunk) {
+Expected<TensorInbox::Result> TensorInbox::add(const std::string& key, const TensorChunk& chunk, bool keep_quantized) {
   auto it = streams_.find(key);
   if (it != streams_.end() && chunk.chunk_index == 0) {
     streams_.erase(it);
@@ -132,6 +132,12 @@ Expected<TensorInbox::Result> TensorInbox::add(const std::string& key, const Ten
   auto bytes = it->second.take();
   streams_.erase(it);
   if (!bytes) return bytes.error();
+  result.codec = codec;
+  if (keep_quantized && is_quantized(codec)) {
+    result.complete = true;
+    result.encoded = std::move(*bytes);
+    return result;
+  }
   auto values = decode_tensor(codec, bytes->data(), bytes->size(), count);
   if (!values) return values.error();
   result.complete = true;

@@ -111,13 +111,18 @@ class TensorInbox {
  public:
   struct Result {
     bool complete = false;
-    std::vector<float> values;
+    std::vector<float> values;     // decoded
+    // keep_quantized and a quantized codec: the tensor as it came, not decoded (`values` empty)
+    messages::Codec codec = messages::Codec::fp32;
+    std::vector<uint8_t> encoded;
   };
   // Errors: whatever the reassembler or decoder says (inconsistent, corrupt, non_finite, ...); the
   // stream is reset on error so that a later retransmission starts clean. Chunks of one sender
   // arrive in order, so a chunk 0 always starts a new tensor: a partial stream of the same key (a
   // sender cut off mid-tensor) is dropped then, and can never splice into the next tensor.
-  Expected<Result> add(const std::string& key, const messages::TensorChunk& chunk);
+  // keep_quantized: a complete int8/int4 tensor is handed over encoded (its scales and size are
+  // checked by whoever decodes or folds it: messages::quantized_norm / accumulate_quantized).
+  Expected<Result> add(const std::string& key, const messages::TensorChunk& chunk, bool keep_quantized = false);
   void clear() { streams_.clear(); }
   int64_t streams_cut() const { return streams_cut_; }  // partial streams dropped by a new chunk 0
 

@@ -11,6 +11,7 @@
 #include <limits>
 #include <string>
 
+#include "common/parallel.hpp"
 #include "messages/protocol.hpp"
 
 namespace archipelago::messages {
@@ -369,6 +370,24 @@ Status encode_tensor(Codec codec, const float* values, size_t count, std::vector
   return make_error(ErrorCode::unknown_type, "unknown codec");
 }
 
+namespace {
+
+// decode_tensor's checks of a quantized tensor: its size, then every scale.
+Status decode_tensor_checks(Codec codec, const uint8_t* bytes, size_t size, size_t count) {
+  auto expected = encoded_size(codec, count);
+  if (!expected) return expected.error();
+  if (*expected != size) {
+    return make_error(ErrorCode::inconsistent, std::string(codec_name(codec)) + " tensor of " +
+                                                   std::to_string(count) + " elements needs " +
+                                                   std::to_string(*expected) + " bytes, got " +
+                                                   std::to_string(size));
+  }
+  // Codes are bounded, so the output is finite iff every scale is within the codec's bound.
+  return check_scales(codec, bytes, scale_count(codec, count), 0, false);
+}
+
+}  // namespace
+
 Status decode_tensor(Codec codec, const uint8_t* bytes, size_t size, float* out, size_t count) {
   auto expected = encoded_size(codec, count);
   if (!expected) return expected.error();
@@ -387,9 +406,8 @@ Status decode_tensor(Codec codec, const uint8_t* bytes, size_t size, float* out,
     case Codec::int8:
     case Codec::int4_e2m1:
     case Codec::int4_uniform: {
-      // Codes are bounded, so the output is finite iff every scale is within the codec's bound.
-      Status scales = check_scales(codec, bytes, scale_count(codec, count), 0, false);
-      if (!scales) return scales;
+      Status checked = decode_tensor_checks(codec, bytes, size, count);
+      if (!checked) return checked;
       if (codec == Codec::int8) decode_int8(bytes, count, out);
       else decode_int4(codec == Codec::int4_e2m1, bytes, count, out);
       return Status::success();
@@ -410,6 +428,91 @@ Expected<std::vector<float>> decode_tensor(Codec codec, const uint8_t* bytes, si
   Status status = decode_tensor(codec, bytes, size, out.data(), count);
   if (!status) return status.error();
   return out;
+}
+
+bool is_quantized(Codec codec) {
+  return codec == Codec::int8 || codec == Codec::int4_e2m1 || codec == Codec::int4_uniform;
+}
+
+namespace {
+
+// The size and scale checks of decode_tensor for a quantized codec.
+Status check_quantized(Codec codec, size_t size, const uint8_t* bytes, size_t count) {
+  if (!is_quantized(codec)) return make_error(ErrorCode::invalid_argument, "not a quantized codec");
+  return decode_tensor_checks(codec, bytes, size, count);
+}
+
+// Squares of both elements of a 4-bit pair byte, summed: one lookup per two elements.
+struct PairSquares { std::array<float, 256> sum; std::array<float, 256> low; };
+PairSquares make_pair_squares(const PairTable& t) {
+  PairSquares s;
+  for (int b = 0; b < 256; ++b) {
+    s.sum[b] = t.pairs[b][0] * t.pairs[b][0] + t.pairs[b][1] * t.pairs[b][1];
+    s.low[b] = t.pairs[b][0] * t.pairs[b][0];  // an odd tail's last byte: its high nibble is padding
+  }
+  return s;
+}
+const PairSquares kE2m1Squares = make_pair_squares(kE2m1Pairs);
+const PairSquares kUniformSquares = make_pair_squares(kUniformPairs);
+
+}  // namespace
+
+Expected<double> quantized_norm(Codec codec, const uint8_t* bytes, size_t size, size_t count) {
+  if (Status ok = check_quantized(codec, size, bytes, count); !ok) return ok.error();
+  double squared = 0;
+  if (codec == Codec::int8) {
+    const size_t blocks = ceil_div(count, kInt8BlockSize);
+    const int8_t* codes = reinterpret_cast<const int8_t*>(bytes + 4 * blocks);
+    for (size_t b = 0; b < blocks; ++b) {
+      const size_t start = b * kInt8BlockSize, len = std::min(kInt8BlockSize, count - start);
+      int64_t codes_squared = 0;
+      for (size_t i = 0; i < len; ++i) codes_squared += int64_t{codes[start + i]} * codes[start + i];
+      const double scale = load_f32(bytes + 4 * b);
+      squared += scale * scale * static_cast<double>(codes_squared);
+    }
+    return std::sqrt(squared);
+  }
+  const PairSquares& table = codec == Codec::int4_e2m1 ? kE2m1Squares : kUniformSquares;
+  const size_t blocks = ceil_div(count, kInt4BlockSize);
+  const uint8_t* packed = bytes + 4 * blocks;
+  for (size_t b = 0; b < blocks; ++b) {
+    const size_t start = b * kInt4BlockSize, len = std::min(kInt4BlockSize, count - start);
+    const uint8_t* src = packed + start / 2;
+    float codes_squared = 0;  // at most 64 × 64: exact in fp32
+    for (size_t j = 0; j < len / 2; ++j) codes_squared += table.sum[src[j]];
+    if (len % 2) codes_squared += table.low[src[len / 2]];
+    const double scale = load_f32(bytes + 4 * b);
+    squared += scale * scale * static_cast<double>(codes_squared);
+  }
+  return std::sqrt(squared);
+}
+
+Status accumulate_quantized(Codec codec, const uint8_t* bytes, size_t size, size_t count, float factor, float* sum,
+                            int threads) {
+  if (Status ok = check_quantized(codec, size, bytes, count); !ok) return ok;
+  const size_t block = codec == Codec::int8 ? kInt8BlockSize : kInt4BlockSize;
+  const auto blocks = static_cast<int64_t>(ceil_div(count, block));
+  const PairTable& table = codec == Codec::int4_e2m1 ? kE2m1Pairs : kUniformPairs;
+  parallel_ranges(blocks, pass_threads(static_cast<int64_t>(count), threads), [&](int64_t first, int64_t end, int) {
+    for (auto b = static_cast<size_t>(first); b < static_cast<size_t>(end); ++b) {
+      const size_t start = b * block, len = std::min(block, count - start);
+      const float f = factor * load_f32(bytes + 4 * b);
+      float* dst = sum + start;
+      if (codec == Codec::int8) {
+        const int8_t* codes = reinterpret_cast<const int8_t*>(bytes + 4 * static_cast<size_t>(blocks)) + start;
+        for (size_t i = 0; i < len; ++i) dst[i] += f * static_cast<float>(codes[i]);
+        continue;
+      }
+      const uint8_t* src = bytes + 4 * static_cast<size_t>(blocks) + start / 2;
+      for (size_t j = 0; j < len / 2; ++j) {
+        const auto& pair = table.pairs[src[j]];
+        dst[2 * j] += f * pair[0];
+        dst[2 * j + 1] += f * pair[1];
+      }
+      if (len % 2) dst[len - 1] += f * table.pairs[src[len / 2]][0];
+    }
+  });
+  return Status::success();
 }
 
 Status check_finite_range(Codec codec, uint64_t element_count, uint64_t offset,

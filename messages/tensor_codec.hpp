@@ -69,6 +69,18 @@ Status decode_tensor(Codec codec, const uint8_t* bytes, size_t size, float* out,
 Expected<std::vector<float>> decode_tensor(Codec codec, const uint8_t* bytes, size_t size,
                                            size_t count);
 
+// The quantized codecs (int8, int4_*) without a decoded copy, for a receiver that folds many tensors
+// into one sum (the syncer's streaming merge). Both check the size and every scale first, by the rules
+// of decode_tensor, and fail as it would; what they accept decodes to finite values.
+//   quantized_norm:       ‖x‖₂ of the decoded tensor, from codes and scales (Σ_blocks scale² Σ code²).
+//   accumulate_quantized: sum[i] += factor · x[i], x decoded on the fly; over `threads` threads
+//                         (common/parallel.hpp). Rounds as (factor · scale) · code, not as a decode
+//                         followed by a multiply: equal to that to a few ulp, not bit for bit.
+bool is_quantized(Codec codec);
+Expected<double> quantized_norm(Codec codec, const uint8_t* bytes, size_t size, size_t count);
+Status accumulate_quantized(Codec codec, const uint8_t* bytes, size_t size, size_t count, float factor, float* sum,
+                            int threads = 1);
+
 // Checks one piece of an encoded tensor without decoding it, by the same rules as decode_tensor (NaN/Inf
 // values; NaN/Inf, too-large or negative scales): `bytes[0..size)` sits at byte `offset` of a tensor
 // of `element_count` elements; `offset` must be a multiple of kChunkAlignment. Lets a receiver reject

@@ -44,18 +44,20 @@ double l2_norm(const float* x, int64_t n, int threads) {
   return std::sqrt(squared);
 }
 
-void MergeAccumulator::add(const float* delta, double weight, double norm) {
+float MergeAccumulator::add_external(double weight, double norm, float** sum) {
   if (sum_.empty()) sum_.assign(static_cast<size_t>(n_), 0.0f);
+  *sum = sum_.data();
   count_ += 1;
   weight_sum_ += weight;
-  double scale = weight;
-  if (rule_ == MergeRule::rda) {
-    norm_sum_ += weight * norm;
-    if (norm == 0) return;  // a zero Δ has no direction to contribute
-    scale = weight / norm;
-  }
-  const auto s = static_cast<float>(scale);
-  float* sum = sum_.data();
+  if (rule_ != MergeRule::rda) return static_cast<float>(weight);
+  norm_sum_ += weight * norm;
+  return norm == 0 ? 0.0f : static_cast<float>(weight / norm);  // a zero Δ has no direction to contribute
+}
+
+void MergeAccumulator::add(const float* delta, double weight, double norm) {
+  float* sum = nullptr;
+  const float s = add_external(weight, norm, &sum);
+  if (s == 0.0f) return;
   parallel_ranges(n_, pass_threads(n_, threads_), [&](int64_t begin, int64_t end, int) {
     for (int64_t i = begin; i < end; ++i) sum[i] += s * delta[i];
   });

@@ -56,6 +56,9 @@ class MergeAccumulator {
 
   // Folds Δ (n values) with weight `weight` (merge_weight) and its norm ‖Δ‖ (l2_norm; rda only).
   void add(const float* delta, double weight, double norm);
+  // The same for a caller that adds factor · Δ into `sum` itself (a decode fused with the fold):
+  // counts the contribution and returns the factor (0: nothing to add, a zero rda Δ).
+  float add_external(double weight, double norm, float** sum);
   void absorb(MergeAccumulator&& other);
   // Σ w Δ / Σ w (or rda's); fails on no contributions or weights that sum to zero, as merge().
   Expected<std::vector<float>> result() const;

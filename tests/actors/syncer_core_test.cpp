@@ -1,6 +1,7 @@
 // The outer optimizer's rules without actors (actors/syncer_core.hpp).
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <random>
 
@@ -716,9 +717,10 @@ namespace {
 
 // A core of `learners` learners over one fragment of `n` values (θ = 0), lr 1, momentum 0: a
 // commit moves θ by −share·(merged Δ), so θ after a commit is the merge itself.
-SyncerCore make_wide_core(const std::string& mode, int learners, int64_t n, const std::string& screen = "refuse") {
+SyncerCore make_wide_core(const std::string& mode, int learners, int64_t n, const std::string& screen = "refuse",
+                          const std::string& merge = "mean") {
   auto o = testing::tiny_options("core-wide", mode, learners, 10);
-  o.setup.outer.merge = "mean";
+  o.setup.outer.merge = merge;
   o.setup.outer.lr = 1.0;
   o.setup.outer.momentum = 0.0;
   o.setup.outer.quorum = learners;
@@ -899,4 +901,57 @@ TEST_CASE("syncer core: clip scales a large update down to the bound, and the kn
   CHECK(restarted.screening_status()["median_norm_per_lr"][0].get<double>() > 0);
   CHECK(restarted.accept({learner_id(3), 0, 2, 10, 100, 2.0f, 1, 10, 20}, big, 3) == RejectReason::outlier);
   CHECK(restarted.screening_status()["held"] == 0);
+}
+
+TEST_CASE("syncer core: an int4 update folded from its codes merges as its decoded values do") {
+  const int64_t n = (int64_t{1} << 18) + 3;  // several threads, an odd tail
+  for (const std::string rule : {"token_weighted", "rda"}) {
+    CAPTURE(rule);
+    auto fused = make_wide_core("sync", 4, n, "clip", rule), decoded = make_wide_core("sync", 4, n, "clip", rule);
+    std::vector<std::vector<uint8_t>> encoded;
+    for (int m = 0; m < 4; ++m) {
+      auto delta = gaussian(n, 0.01f * (1 + m), static_cast<unsigned>(m));
+      if (m == 3) {
+        for (auto& v : delta) v *= 1e3f;  // clipped: the scale must apply to the codes too
+      }
+      std::vector<uint8_t> bytes;
+      REQUIRE(messages::encode_tensor(messages::Codec::int4_uniform, delta.data(), delta.size(), bytes).ok());
+      encoded.push_back(std::move(bytes));
+    }
+    // Round 1 holds the first updates decoded until 3 norms are known; round 2 folds all from the codes.
+    for (uint64_t round = 0; round < 2; ++round) {
+      for (int m = 0; m < 4; ++m) {
+        UpdateHeader h{learner_id(m), 0, fused.latest_version(), 10, 100, 2.0f, round, 10 * round, 10 * round + 10};
+        SyncerCore::Payload codes{messages::Codec::int4_uniform, encoded[m], {}};
+        REQUIRE_FALSE(fused.accept(h, std::move(codes), 1.0 + round).has_value());
+        auto values = messages::decode_tensor(messages::Codec::int4_uniform, encoded[m].data(), encoded[m].size(),
+                                              static_cast<size_t>(n));
+        REQUIRE(values.ok());
+        REQUIRE_FALSE(decoded.accept(h, std::move(*values), 1.0 + round).has_value());
+      }
+      CHECK(fused.screening_status()["clipped"] == round + 1);
+      CHECK(decoded.screening_status()["clipped"] == round + 1);
+      if (round == 1) CHECK(fused.pending_bytes() == n * static_cast<int64_t>(sizeof(float)));  // the sum alone
+      merge_and_commit(fused, {0}, 1.5 + round);
+      merge_and_commit(decoded, {0}, 1.5 + round);
+      double worst = 0, largest = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        worst = std::max(worst, std::abs(double(fused.fragment(0).parameters[i]) - decoded.fragment(0).parameters[i]));
+        largest = std::max(largest, std::abs(double(decoded.fragment(0).parameters[i])));
+      }
+      CHECK(largest > 0);
+      CHECK(worst <= 1e-6 * largest);
+    }
+  }
+  // Codes whose scale would decode to Inf are refused as non_finite and change nothing.
+  auto core = make_wide_core("sync", 4, 64, "refuse");
+  std::vector<float> delta(64, 0.01f);
+  std::vector<uint8_t> bytes;
+  REQUIRE(messages::encode_tensor(messages::Codec::int4_uniform, delta.data(), 64, bytes).ok());
+  const float inf = std::numeric_limits<float>::infinity();
+  std::memcpy(bytes.data(), &inf, 4);
+  SyncerCore::Payload poisoned{messages::Codec::int4_uniform, bytes, {}};
+  CHECK(core.accept({learner_id(0), 0, 1, 10, 100, 2.0f, 0, 0, 10}, std::move(poisoned), 1) == RejectReason::non_finite);
+  CHECK(core.fragment(0).pending.empty());
+  CHECK(core.rejects().by_reason.at("non_finite") == 1);
 }

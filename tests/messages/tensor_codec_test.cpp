@@ -242,5 +242,50 @@ TEST_CASE("check_finite_range looks only at the scales of quantized codecs") {
         ErrorCode::invalid_argument);
 }
 
+TEST_CASE("quantized codecs: the norm from the codes and the fold while decoding equal the decoded tensor's") {
+  for (Codec codec : {Codec::int8, Codec::int4_e2m1, Codec::int4_uniform}) {
+    for (size_t n : {size_t{1}, size_t{63}, size_t{257}, size_t{300001}}) {  // odd tails, several threads
+      CAPTURE(codec_name(codec));
+      CAPTURE(n);
+      const auto values = test::heavy_tailed(n, 5);
+      std::vector<uint8_t> bytes;
+      REQUIRE(encode_tensor(codec, values.data(), n, bytes).ok());
+      auto decoded = decode_tensor(codec, bytes.data(), bytes.size(), n);
+      REQUIRE(decoded.ok());
+      double squared = 0;
+      for (float v : *decoded) squared += double(v) * v;
+      auto norm = quantized_norm(codec, bytes.data(), bytes.size(), n);
+      REQUIRE(norm.ok());
+      CHECK(*norm == doctest::Approx(std::sqrt(squared)).epsilon(1e-6));
+      std::vector<float> sum(n, 0.25f), expected(n);
+      for (size_t i = 0; i < n; ++i) expected[i] = 0.25f + 3.0f * (*decoded)[i];
+      REQUIRE(accumulate_quantized(codec, bytes.data(), bytes.size(), n, 3.0f, sum.data(), 4).ok());
+      double worst = 0;
+      for (size_t i = 0; i < n; ++i) worst = std::max(worst, std::abs(double(sum[i]) - expected[i]) / (1 + std::abs(expected[i])));
+      CHECK(worst <= 1e-6);
+    }
+  }
+  // An odd tail's padding nibble is not an element: decode ignores it, so do the norm and the fold.
+  const std::vector<float> three{1.0f, -2.0f, 3.0f};
+  std::vector<uint8_t> bytes;
+  REQUIRE(encode_tensor(Codec::int4_uniform, three.data(), 3, bytes).ok());
+  const double clean = *quantized_norm(Codec::int4_uniform, bytes.data(), bytes.size(), 3);
+  bytes.back() |= 0x70;
+  CHECK(*quantized_norm(Codec::int4_uniform, bytes.data(), bytes.size(), 3) == clean);
+  std::vector<float> sum(3, 0.0f);
+  REQUIRE(accumulate_quantized(Codec::int4_uniform, bytes.data(), bytes.size(), 3, 1.0f, sum.data()).ok());
+  CHECK(sum == *decode_tensor(Codec::int4_uniform, bytes.data(), bytes.size(), 3));
+  // Refused as decode_tensor refuses: a scale past the bound, a wrong size, a codec that is not quantized.
+  std::vector<uint8_t> poisoned = bytes;
+  const float inf = std::numeric_limits<float>::infinity();
+  std::memcpy(poisoned.data(), &inf, 4);
+  CHECK(quantized_norm(Codec::int4_uniform, poisoned.data(), poisoned.size(), 3).error().code == ErrorCode::non_finite);
+  CHECK(accumulate_quantized(Codec::int4_uniform, poisoned.data(), poisoned.size(), 3, 1.0f, sum.data()).error().code ==
+        ErrorCode::non_finite);
+  CHECK(sum == *decode_tensor(Codec::int4_uniform, bytes.data(), bytes.size(), 3));  // untouched
+  CHECK(quantized_norm(Codec::int4_uniform, bytes.data(), bytes.size() - 1, 3).error().code == ErrorCode::inconsistent);
+  CHECK_FALSE(quantized_norm(Codec::fp32, bytes.data(), bytes.size(), 3).ok());
+}
+
 }  // namespace
 }  // namespace archipelago::messages
