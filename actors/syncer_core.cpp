@@ -517,6 +517,7 @@ std::optional<RejectReason> SyncerCore::accept(const UpdateHeader& h, Payload pa
     count_reject(reason, h.learner_id, work.steps * share, h.compute_s);
     return reason;
   };
+  const double fold_started_s = monotonic_seconds();
   std::vector<float> delta;
   if (fused) {
     auto norm = messages::quantized_norm(payload.codec, payload.encoded.data(), payload.encoded.size(),
@@ -551,6 +552,7 @@ std::optional<RejectReason> SyncerCore::accept(const UpdateHeader& h, Payload pa
     if (fused) fold_encoded(c.fragment, c, payload);
     else fold(c.fragment, c, std::move(delta));
   }
+  fold_s_ += monotonic_seconds() - fold_started_s;
   record.last_round.resize(fragments_.size(), -1);
   record.received_until[h.fragment] = std::max(record.received_until[h.fragment], h.to_step);
   record.last_round[h.fragment] = std::max<int64_t>(record.last_round[h.fragment], static_cast<int64_t>(h.round));
@@ -942,6 +944,7 @@ nlohmann::json SyncerCore::status(double now_s) const {
           {"bytes_to_learners", bytes_to_learners},
           {"screening", screening_status()},
           {"pending_bytes", pending_bytes()},
+          {"fold_s", fold_s_},
           {"learners", learners},
           {"accounting", accounting_json()}};
 }

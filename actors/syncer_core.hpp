@@ -282,6 +282,7 @@ class SyncerCore {
   int64_t clipped_ = 0;
   int64_t held_ = 0;                              // updates held for want of known norms
   int64_t unscreened_ = 0;                        // held ones merged with fewer than kMinKnown norms known
+  double fold_s_ = 0;                             // seconds accept() spent on norms and folds (bench/syncer)
   int64_t tokens_per_step_ = 0;             // configured_tokens_per_step: what a credited step is worth
   int64_t claims_corrected_ = 0;
   std::set<std::string> claims_logged_;     // learners whose corrected claim was logged (once each)

@@ -12,13 +12,16 @@ import sys
 
 def main(path):
     rows = [json.loads(line) for line in open(path) if line.strip()]
-    print("| parameters | learners | updates/s | merge s | limit s | merge ÷ limit | commit s | syncer CPU s "
-          "| peak RSS MiB | peak above start, fp32 copies |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    folds = all("fold_s" in r["rounds"][-1] for r in rows)
+    print("| parameters | learners | updates/s | merge s | limit s | merge ÷ limit |"
+          + (" folds s | folds ÷ limit |" if folds else "")
+          + " commit s | syncer CPU s | peak RSS MiB | peak above start, fp32 copies |")
+    print("|---:|---:|---:|---:|---:|---:|" + ("---:|---:|" if folds else "") + "---:|---:|---:|---:|")
     for r in rows:
         last = r["rounds"][-1]  # the first round pays for first-touch allocations
+        fold = f" {last['fold_s']:.2f} | {last['fold_vs_limit']:.1f} |" if folds else ""
         print(f"| {r['params'] / 1e6:.0f} M | {r['learners']} | {last['updates_per_s']:.1f} | {last['merge_s']:.2f} "
-              f"| {last['limit_s']:.2f} | {last['merge_vs_limit']:.1f} | {last['commit_s']:.2f} "
+              f"| {last['limit_s']:.2f} | {last['merge_vs_limit']:.1f} |{fold} {last['commit_s']:.2f} "
               f"| {last['syncer_cpu_s']:.2f} | {r['peak_rss_mib']} | {r['peak_above_before_fp32_copies']:.2f} |")
     print()
     print(f"memcpy: {rows[0]['memcpy_gb_per_s']:.2f} GB/s (this run); figures of each configuration's last round "
