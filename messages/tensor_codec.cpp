@@ -372,16 +372,19 @@ Status encode_tensor(Codec codec, const float* values, size_t count, std::vector
 
 namespace {
 
-// decode_tensor's checks of a quantized tensor: its size, then every scale.
-Status decode_tensor_checks(Codec codec, const uint8_t* bytes, size_t size, size_t count) {
+// inconsistent unless `size` is what `count` elements of `codec` take.
+Status check_encoded_size(Codec codec, size_t size, size_t count) {
   auto expected = encoded_size(codec, count);
   if (!expected) return expected.error();
-  if (*expected != size) {
-    return make_error(ErrorCode::inconsistent, std::string(codec_name(codec)) + " tensor of " +
-                                                   std::to_string(count) + " elements needs " +
-                                                   std::to_string(*expected) + " bytes, got " +
-                                                   std::to_string(size));
-  }
+  if (*expected == size) return Status::success();
+  return make_error(ErrorCode::inconsistent, std::string(codec_name(codec)) + " tensor of " + std::to_string(count) +
+                                                 " elements needs " + std::to_string(*expected) + " bytes, got " +
+                                                 std::to_string(size));
+}
+
+// decode_tensor's checks of a quantized tensor: its size, then every scale.
+Status decode_tensor_checks(Codec codec, const uint8_t* bytes, size_t size, size_t count) {
+  if (Status sized = check_encoded_size(codec, size, count); !sized) return sized;
   // Codes are bounded, so the output is finite iff every scale is within the codec's bound.
   return check_scales(codec, bytes, scale_count(codec, count), 0, false);
 }
@@ -389,14 +392,7 @@ Status decode_tensor_checks(Codec codec, const uint8_t* bytes, size_t size, size
 }  // namespace
 
 Status decode_tensor(Codec codec, const uint8_t* bytes, size_t size, float* out, size_t count) {
-  auto expected = encoded_size(codec, count);
-  if (!expected) return expected.error();
-  if (*expected != size) {
-    return make_error(ErrorCode::inconsistent, std::string(codec_name(codec)) + " tensor of " +
-                                                   std::to_string(count) + " elements needs " +
-                                                   std::to_string(*expected) + " bytes, got " +
-                                                   std::to_string(size));
-  }
+  if (Status sized = check_encoded_size(codec, size, count); !sized) return sized;
   switch (codec) {
     case Codec::fp32:
       return copy_fp32_checked(bytes, count, reinterpret_cast<uint8_t*>(out)) ? Status::success()
@@ -406,8 +402,9 @@ Status decode_tensor(Codec codec, const uint8_t* bytes, size_t size, float* out,
     case Codec::int8:
     case Codec::int4_e2m1:
     case Codec::int4_uniform: {
-      Status checked = decode_tensor_checks(codec, bytes, size, count);
-      if (!checked) return checked;
+      // Codes are bounded, so the output is finite iff every scale is within the codec's bound.
+      Status scales = check_scales(codec, bytes, scale_count(codec, count), 0, false);
+      if (!scales) return scales;
       if (codec == Codec::int8) decode_int8(bytes, count, out);
       else decode_int4(codec == Codec::int4_e2m1, bytes, count, out);
       return Status::success();

@@ -45,6 +45,18 @@ void stored_blobs(const SyncerCore& core, std::vector<std::vector<float>>& broad
   }
 }
 
+// A restarted syncer: stages and commits `fragments` of `core`, then restores `fresh` from what that
+// commit stored (its manifest, B_p and outer-state blobs).
+void commit_and_restore(SyncerCore& core, const std::vector<int>& fragments, double now, SyncerCore& fresh) {
+  auto staged = core.stage(fragments, now);
+  REQUIRE_MESSAGE(staged.ok(), (staged.ok() ? "" : staged.error().to_string()));
+  auto manifest = staged->manifest;
+  core.commit_succeeded(*staged, now);
+  std::vector<std::vector<float>> broadcast, outer;
+  stored_blobs(core, broadcast, outer);
+  REQUIRE(fresh.restore(core.latest_version(), broadcast, outer, manifest).ok());
+}
+
 messages::Join join_of(const std::string& id) { return {id, "n", "s", "cpu", 0, "archipelago-local"}; }
 
 messages::FragmentUpdate update_of(const std::string& id, uint32_t fragment, uint64_t count) {
@@ -889,15 +901,9 @@ TEST_CASE("syncer core: clip scales a large update down to the bound, and the kn
   CHECK(core.screening_status()["clipped"] == 1);
   const double clip = core.screening_status()["clip"].get<double>();
   CHECK(core.fragment(0).pending.back().scale == doctest::Approx(clip * median / norm_of(big)).epsilon(1e-4));
-  auto staged = core.stage({0}, 2);
-  REQUIRE(staged.ok());
-  auto manifest = staged->manifest;
-  core.commit_succeeded(*staged, 2);
-  // A restarted syncer knows the norms: the next outsized update is clipped on arrival, not held.
-  std::vector<std::vector<float>> broadcast, outer;
-  stored_blobs(core, broadcast, outer);
+  // A restarted syncer knows the norms: the next outsized update is refused on arrival, not held.
   auto restarted = make_wide_core("sync", 4, n, "refuse");
-  REQUIRE(restarted.restore(core.latest_version(), broadcast, outer, manifest).ok());
+  commit_and_restore(core, {0}, 2, restarted);
   CHECK(restarted.screening_status()["median_norm_per_lr"][0].get<double>() > 0);
   CHECK(restarted.accept({learner_id(3), 0, 2, 10, 100, 2.0f, 1, 10, 20}, big, 3) == RejectReason::outlier);
   CHECK(restarted.screening_status()["held"] == 0);
