@@ -148,10 +148,10 @@ Expected<nlohmann::json> execute(caf::actor_system& system, const AdminSpec& spe
           {"uptime_s", monotonic_seconds() - spec.started_s},
           {"goodput", goodput_now(system, spec)},
       };
-      // The syncer's tunables as they are now, what its updates came in and what it refused, by reason
-      // (null while it restarts).
+      // The syncer's tunables as they are now, what its updates came in, what it refused, by reason,
+      // and what screening clipped and refused (null while it restarts).
       for (const char* key : {"outer_lr", "outer_momentum", "quorum", "inner_steps", "uplink_codec", "downlink_codec",
-                              "updates_by_codec", "updates_by_period", "rejected"}) {
+                              "updates_by_codec", "updates_by_period", "rejected", "screening"}) {
         answer[key] = syncer.contains(key) ? syncer[key] : nlohmann::json(nullptr);
       }
       return answer;

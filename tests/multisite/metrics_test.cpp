@@ -94,6 +94,11 @@ TEST_CASE("metrics and the status page: Prometheus text checked against the run,
   CHECK(metrics.samples["archipelago_bytes_total{direction=\"sent\",link=\"node-a\"}"] > 0);
   CHECK(metrics.samples["archipelago_updates_merged_total"] > 0);
   CHECK(metrics.samples["archipelago_updates_rejected_total{reason=\"stale\"}"] == 0);
+  // Screening is on by default and honest updates pass it: the families are there, at zero.
+  REQUIRE(metrics.samples.count("archipelago_updates_rejected_total{reason=\"outlier\"}") == 1);
+  CHECK(metrics.samples["archipelago_updates_rejected_total{reason=\"outlier\"}"] == 0);
+  REQUIRE(metrics.samples.count("archipelago_updates_clipped_total") == 1);
+  CHECK(metrics.samples["archipelago_updates_clipped_total"] == 0);
   CHECK(metrics.samples["archipelago_refused_messages_total{reason=\"unauthenticated\"}"] == 0);
   CHECK(metrics.samples["archipelago_heldout_loss"] > 0);
   CHECK(metrics.samples["archipelago_heldout_loss"] < 6);  // below a uniform byte model's ln 256 = 5.55 + margin
@@ -208,6 +213,12 @@ TEST_CASE("a local run (archipelago train) serves the admin console and the metr
 
   // H too: from one period past the leading learner, every learner's fragments are due every 20 steps.
   // (An update spans 20 steps under H = 10 too when the one before it was not answered in time.)
+  // The console's status names screening's mode and counts (tests/actors/syncer_core_test.cpp drives them).
+  const auto screening = answer("status")["screening"];
+  CHECK(screening["mode"] == "refuse");
+  CHECK(screening["clipped"] == 0);
+  CHECK(screening["median_norm_per_lr"].size() == 4);
+
   auto period = answer("set train.inner_steps 20");
   CHECK(period["old"] == "10");
   CHECK(period["new"].get<std::string>().rfind("20 from step ", 0) == 0);
