@@ -80,23 +80,13 @@ Expected<StagedFragment> stage_fragment(int fragment, const FragmentState& curre
                                          rules.delayed_every);
     }
   } else {
-    // Contributions not folded yet (a value built by hand) join a copy of the running sum.
-    const training::MergeAccumulator* sum = &current.sum;
-    training::MergeAccumulator with_unfolded;
-    if (std::any_of(pending.begin(), pending.end(), [](const PendingContribution& c) { return !c.folded; })) {
-      with_unfolded = current.sum;
-      for (size_t i : order) {
-        const auto& c = pending[i];
-        if (c.folded) continue;
-        const double weight = training::merge_weight(c.tokens, std::max<int64_t>(1, c.steps), rules.merge);
-        std::vector<float> delta = c.delta;
-        for (auto& v : delta) v *= c.scale;
-        with_unfolded.add(delta.data(), weight,
-                          training::l2_norm(delta.data(), static_cast<int64_t>(delta.size()), rules.merge_threads));
-      }
-      sum = &with_unfolded;
+    if (current.sum.count() != static_cast<int64_t>(pending.size())) {
+      return make_error(ErrorCode::invalid_argument,
+                        "fragment " + std::to_string(fragment) + ": " + std::to_string(pending.size()) +
+                            " pending contribution(s), " + std::to_string(current.sum.count()) +
+                            " folded into the running sum (every one must be folded before a merge)");
     }
-    auto merged = sum->result();
+    auto merged = current.sum.result();
     if (!merged) return merged.error();
     if (share != 1.0) {
       for (auto& v : *merged) v = static_cast<float>(v * share);

@@ -45,7 +45,6 @@ struct PendingContribution {
   double screen_norm = 0;    // ‖Δ‖ / Σ inner lr over its steps (screening, SyncerCore)
   float scale = 1;           // < 1: clipped by screening to this fraction of Δ
   bool screened = true;      // false: held until enough norms are known to screen it (SyncerCore)
-  bool folded = false;       // its Δ is in the fragment's running sum (and `delta` is empty)
   // Δ = θ_p(base) − θ_local,p: held only until it is folded into the running sum, and kept for
   // Delayed Nesterov's per-arrival steps (a merge that is not a sum).
   std::vector<float> delta;
@@ -97,18 +96,18 @@ struct StagedFragment {
 // staged value starts from. The deltas of the pending contributions are most of a value's bytes.
 FragmentState without_pending(const FragmentState& state);
 
-// Merges every pending contribution of `current` (its running sum, plus any contribution not yet
-// folded into it) and steps the outer optimizer. `share` scales the
-// merged Δ (decoupled: the round's contributors ÷ the learners expected). ddp: θ ← θ − merged Δ.
-// Async with Delayed Nesterov: one arrival per contribution, in arrival order. The weights use each
-// contribution's `steps` and `tokens` (the syncer's credited figures, not the learner's claims).
+// Merges every pending contribution of `current` and steps the outer optimizer: the running sum,
+// into which every one must have been folded with the weight of its `steps` and `tokens` (the
+// syncer's credited figures, not the learner's claims; invalid_argument when one was not). `share`
+// scales the merged Δ (decoupled: the round's contributors ÷ the learners expected). ddp: θ ← θ −
+// merged Δ. Async with Delayed Nesterov: one arrival per contribution's Δ, in arrival order.
 // non_finite when the staged θ_p, B_p, momentum or accumulator would hold NaN/Inf (finite but
 // enormous updates can overflow): such a value is never returned, so it is never committed.
 Expected<StagedFragment> stage_fragment(int fragment, const FragmentState& current, const FragmentRules& rules,
                                         double share);
 // The staged value with the contributions that arrived after staging (kept pending, their on-time
-// flags re-checked against the new round; `current.sum` must hold just those, as the syncer keeps it). Takes `staged.next`; `staged.downlink` stays for the
-// broadcast. `history` bounds commit_versions.
+// flags re-checked against the new round; `current.sum` must hold just those, as the syncer keeps
+// it). Takes `staged.next`; `staged.downlink` stays for the broadcast. `history` bounds commit_versions.
 FragmentState commit_fragment(StagedFragment&& staged, FragmentState&& current, uint64_t version, size_t history);
 
 // What a version stores of a fragment: B_p as its parameters (served to joining learners), the outer

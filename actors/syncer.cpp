@@ -231,7 +231,7 @@ void on_update(SyncerActor* self, const caf::actor& sender, const DecodedEnvelop
   const std::string key = update.learner_id + "/" + std::to_string(update.fragment_id);
   auto added = st.inbox.add(key, update.chunk, /*keep_quantized=*/true);  // folded from the codes
   if (!added) {
-    const auto reason = added.error().code == ErrorCode::non_finite ? RejectReason::non_finite : RejectReason::malformed;
+    const auto reason = reject_reason_of(added.error());
     st.core->count_reject(reason, update.learner_id, 0, compute_s);
     st.log->warn("rejected an update from {}: {}", update.learner_id, added.error().to_string());
     return;
@@ -259,7 +259,7 @@ void handle(SyncerActor* self, WireBytes&& bytes, const caf::actor& sender) {
   }
   auto envelope = unwrap(std::move(bytes));
   if (!envelope) {
-    const auto reason = envelope.error().code == ErrorCode::non_finite ? RejectReason::non_finite : RejectReason::malformed;
+    const auto reason = reject_reason_of(envelope.error());
     st.core->count_reject(reason, "");
     st.log->warn("rejected a message: {}", envelope.error().to_string());
     return;

@@ -51,6 +51,10 @@ const char* to_string(RejectReason reason) {
   return "unknown";
 }
 
+RejectReason reject_reason_of(const Error& error) {
+  return error.code == ErrorCode::non_finite ? RejectReason::non_finite : RejectReason::malformed;
+}
+
 Expected<Screening::Mode> parse_screen_mode(const std::string& name) {
   if (name == "none") return Screening::Mode::none;
   if (name == "clip") return Screening::Mode::clip;
@@ -437,7 +441,7 @@ std::optional<RejectReason> SyncerCore::accept(const UpdateHeader& h, std::vecto
 
 std::optional<RejectReason> SyncerCore::accept(const UpdateHeader& h, Payload payload, double now_s) {
   auto& f = fragments_[h.fragment];
-  const double share = static_cast<double>(f.numel) / static_cast<double>(std::max<int64_t>(1, total_numel_));
+  const double share = fragment_share(static_cast<int>(h.fragment));
   const CreditedWork work = credit_work(h.inner_steps, h.tokens, schedule_.largest_period(), tokens_per_step_);
   if (!work.accept) {
     component_logger("syncer")->warn("rejected update of fragment {} from {}: {}", h.fragment, h.learner_id,
@@ -511,7 +515,7 @@ std::optional<RejectReason> SyncerCore::accept(const UpdateHeader& h, Payload pa
                                    static_cast<size_t>(f.numel));
   };
   auto refuse_payload = [&](const Error& error) {
-    const auto reason = error.code == ErrorCode::non_finite ? RejectReason::non_finite : RejectReason::malformed;
+    const auto reason = reject_reason_of(error);
     component_logger("syncer")->warn("rejected update of fragment {} from {}: {}", h.fragment, h.learner_id,
                                      error.to_string());
     count_reject(reason, h.learner_id, work.steps * share, h.compute_s);
@@ -545,10 +549,7 @@ std::optional<RejectReason> SyncerCore::accept(const UpdateHeader& h, Payload pa
     c.delta = std::move(delta);
     held_ += 1;
   } else {
-    if (!apply_verdict(c.fragment, c, verdict, delta)) {
-      count_reject(RejectReason::outlier, h.learner_id, work.steps * share, h.compute_s);
-      return RejectReason::outlier;
-    }
+    if (!apply_verdict(c.fragment, c, verdict, delta)) return RejectReason::outlier;
     if (fused) fold_encoded(c.fragment, c, payload);
     else fold(c.fragment, c, std::move(delta));
   }
@@ -560,10 +561,8 @@ std::optional<RejectReason> SyncerCore::accept(const UpdateHeader& h, Payload pa
   f.pending.push_back(std::move(c));
   update_quorum(static_cast<int>(h.fragment), now_s);
   // Enough norms with the held ones: judge them now, so that at most kMinKnown deltas are ever held.
-  if (held) {
-    size_t known = honest_norms_[h.fragment].size();  // (a learner's own held one may count twice: harmless)
-    for (const auto& pending : f.pending) known += pending.screened ? 0 : 1;
-    if (known >= Screening::kMinKnown) settle_held(static_cast<int>(h.fragment), now_s);
+  if (held && norms_with_held(static_cast<int>(h.fragment)).size() >= Screening::kMinKnown) {
+    settle_held(static_cast<int>(h.fragment), now_s);
   }
   return std::nullopt;
 }
@@ -586,6 +585,22 @@ std::vector<double> SyncerCore::known_norms(int p) const {
   return known;
 }
 
+std::vector<double> SyncerCore::norms_with_held(int p) const {
+  std::vector<double> norms = known_norms(p);
+  for (const auto& c : fragments_[p].pending) {
+    if (!c.screened) norms.push_back(c.screen_norm);
+  }
+  return norms;
+}
+
+double SyncerCore::fragment_share(int p) const {
+  return static_cast<double>(fragments_[p].numel) / static_cast<double>(std::max<int64_t>(1, total_numel_));
+}
+
+double SyncerCore::merge_weight_of(const PendingContribution& c) const {
+  return training::merge_weight(c.tokens, std::max<int64_t>(1, c.steps), rules_.merge);
+}
+
 void SyncerCore::remember_norm(int p, const std::string& learner_id, double norm) { honest_norms_[p][learner_id] = norm; }
 
 bool SyncerCore::apply_verdict(int p, PendingContribution& c, const Screening::Verdict& verdict,
@@ -595,6 +610,7 @@ bool SyncerCore::apply_verdict(int p, PendingContribution& c, const Screening::V
     component_logger("syncer")->warn("refused the update of fragment {} from {} as an outlier: its norm ({:.4g}) per "
                                      "unit of inner lr is {:.3g} times the median of the learners' latest honest ones "
                                      "(outer.screen_refuse = {})", p, c.learner_id, c.norm, verdict.ratio, screening_.refuse);
+    count_reject(RejectReason::outlier, c.learner_id, c.steps * fragment_share(p), c.compute_s);
     return false;
   }
   if (verdict.action == Screening::Action::clip) {
@@ -621,30 +637,22 @@ void SyncerCore::fold(int p, PendingContribution& c, std::vector<float> delta) {
     c.delta = std::move(delta);
     return;
   }
-  const double weight = training::merge_weight(c.tokens, std::max<int64_t>(1, c.steps), rules_.merge);
-  fragments_[p].sum.add(delta.data(), weight, c.norm * c.scale);
-  c.folded = true;
+  fragments_[p].sum.add(delta.data(), merge_weight_of(c), c.norm * c.scale);
   c.delta = {};
 }
 
 void SyncerCore::fold_encoded(int p, PendingContribution& c, const Payload& payload) {
-  const double weight = training::merge_weight(c.tokens, std::max<int64_t>(1, c.steps), rules_.merge);
   float* sum = nullptr;
-  const float factor = fragments_[p].sum.add_external(weight, c.norm * c.scale, &sum);
+  const float factor = fragments_[p].sum.add_external(merge_weight_of(c), c.norm * c.scale, &sum);
   // The codes were checked by quantized_norm: this cannot fail.
   (void)messages::accumulate_quantized(payload.codec, payload.encoded.data(), payload.encoded.size(),
                                        static_cast<size_t>(fragments_[p].numel), factor * c.scale, sum,
                                        rules_.merge_threads);
-  c.folded = true;
 }
 
 void SyncerCore::settle_held(int p, double now_s) {
   auto& f = fragments_[p];
-  std::vector<double> known = known_norms(p);
-  for (const auto& c : f.pending) {
-    if (!c.screened) known.push_back(c.screen_norm);
-  }
-  const double share = static_cast<double>(f.numel) / static_cast<double>(std::max<int64_t>(1, total_numel_));
+  const std::vector<double> known = norms_with_held(p);
   std::vector<PendingContribution> kept;
   for (auto& c : f.pending) {
     if (c.screened) {
@@ -658,10 +666,7 @@ void SyncerCore::settle_held(int p, double now_s) {
     }
     std::vector<float> delta = std::move(c.delta);
     c.delta = {};
-    if (!apply_verdict(p, c, verdict, delta)) {
-      count_reject(RejectReason::outlier, c.learner_id, c.steps * share, c.compute_s);
-      continue;
-    }
+    if (!apply_verdict(p, c, verdict, delta)) continue;
     fold(p, c, std::move(delta));
     kept.push_back(std::move(c));
   }
@@ -773,7 +778,7 @@ Expected<StagedCommit> SyncerCore::stage(const std::vector<int>& fragment_ids, d
 
 void SyncerCore::drop_non_finite_merge(int p, const std::string& why, double now_s) {
   auto& f = fragments_[p];
-  const double share = static_cast<double>(f.numel) / static_cast<double>(std::max<int64_t>(1, total_numel_));
+  const double share = fragment_share(p);
   std::set<std::string> contributors;
   for (const auto& c : f.pending) {
     count_reject(RejectReason::non_finite_merge, c.learner_id, c.steps * share, c.compute_s);
@@ -830,7 +835,7 @@ void SyncerCore::credit(std::map<std::string, LearnerRecord>& learners, const St
       auto it = learners.find(c.learner_id);
       if (it == learners.end()) continue;
       auto& r = it->second;
-      const double share = static_cast<double>(fragments_[c.fragment].numel) / std::max<int64_t>(1, total_numel_);
+      const double share = fragment_share(c.fragment);
       r.contributions_merged += 1;
       r.step_equivalents_merged += c.steps * share;
       r.compute_merged_s += c.compute_s;

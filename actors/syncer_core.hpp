@@ -56,6 +56,8 @@ inline constexpr RejectReason kRejectReasons[] = {
     RejectReason::outlier,
 };
 const char* to_string(RejectReason reason);
+// What a message or tensor that did not decode is refused as: non_finite or malformed.
+RejectReason reject_reason_of(const Error& error);
 
 struct RejectCounters {
   std::map<std::string, int64_t> by_reason;  // reason name -> count
@@ -253,11 +255,17 @@ class SyncerCore {
   void fold(int p, PendingContribution& c, std::vector<float> delta);
   // Folds a quantized update straight from its codes (times c.scale).
   void fold_encoded(int p, PendingContribution& c, const Payload& payload);
-  // Applies a verdict to `c` (clip scales `delta`); false when it was refused (counted, logged).
+  // Applies a verdict to `c` (clip scales `delta`); false when it was refused (counted as outlier, logged).
   bool apply_verdict(int p, PendingContribution& c, const Screening::Verdict& verdict, std::vector<float>& delta);
   // Judges fragment p's held contributions (before a merge), folding or refusing each.
   void settle_held(int p, double now_s);
   std::vector<double> known_norms(int p) const;
+  // The known norms and those of fragment p's held contributions: what a held one is judged against.
+  std::vector<double> norms_with_held(int p) const;
+  // Fragment p's share of the model's parameters (a contribution's step equivalents).
+  double fragment_share(int p) const;
+  // A contribution's merge weight from its credited tokens and steps.
+  double merge_weight_of(const PendingContribution& c) const;
   // Σ of the inner learning rate over the update's steps (the last `credited_steps` before to_step).
   double learning_rate_sum(uint64_t from_step, uint64_t to_step, int64_t credited_steps) const;
   void remember_norm(int p, const std::string& learner_id, double norm);

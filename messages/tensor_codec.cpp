@@ -434,7 +434,7 @@ bool is_quantized(Codec codec) {
 namespace {
 
 // The size and scale checks of decode_tensor for a quantized codec.
-Status check_quantized(Codec codec, size_t size, const uint8_t* bytes, size_t count) {
+Status check_quantized(Codec codec, const uint8_t* bytes, size_t size, size_t count) {
   if (!is_quantized(codec)) return make_error(ErrorCode::invalid_argument, "not a quantized codec");
   return decode_tensor_checks(codec, bytes, size, count);
 }
@@ -455,7 +455,7 @@ const PairSquares kUniformSquares = make_pair_squares(kUniformPairs);
 }  // namespace
 
 Expected<double> quantized_norm(Codec codec, const uint8_t* bytes, size_t size, size_t count) {
-  if (Status ok = check_quantized(codec, size, bytes, count); !ok) return ok.error();
+  if (Status ok = check_quantized(codec, bytes, size, count); !ok) return ok.error();
   double squared = 0;
   if (codec == Codec::int8) {
     const size_t blocks = ceil_div(count, kInt8BlockSize);
@@ -486,7 +486,7 @@ Expected<double> quantized_norm(Codec codec, const uint8_t* bytes, size_t size, 
 
 Status accumulate_quantized(Codec codec, const uint8_t* bytes, size_t size, size_t count, float factor, float* sum,
                             int threads) {
-  if (Status ok = check_quantized(codec, size, bytes, count); !ok) return ok;
+  if (Status ok = check_quantized(codec, bytes, size, count); !ok) return ok;
   const size_t block = codec == Codec::int8 ? kInt8BlockSize : kInt4BlockSize;
   const auto blocks = static_cast<int64_t>(ceil_div(count, block));
   const PairTable& table = codec == Codec::int4_e2m1 ? kE2m1Pairs : kUniformPairs;

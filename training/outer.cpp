@@ -115,9 +115,7 @@ Expected<std::vector<float>> merge(const std::vector<Contribution>& contribution
     double mean_norm = 0;
     for (size_t m = 0; m < contributions.size(); ++m) {
       const float* delta = contributions[m].delta;
-      double squared = 0;
-      for (int64_t i = 0; i < n; ++i) squared += static_cast<double>(delta[i]) * delta[i];
-      const double norm = std::sqrt(squared);
+      const double norm = l2_norm(delta, n);
       mean_norm += weights[m] / weight_sum * norm;
       if (norm == 0) continue;  // a zero Δ has no direction to contribute
       const double scale = weights[m] / norm;

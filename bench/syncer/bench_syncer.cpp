@@ -111,14 +111,6 @@ int64_t drain(caf::scoped_actor& self) {
   return bytes;
 }
 
-Expected<nlohmann::json> status_of(caf::scoped_actor& self, const caf::actor& syncer) {
-  Expected<nlohmann::json> result = make_error(ErrorCode::unavailable, "no answer");
-  self->request(syncer, std::chrono::seconds(600), admin_atom::value, admin_request("bench", "status"))
-      .receive([&](WireBytes& bytes) { result = read_admin_reply(std::move(bytes)); },
-               [&](caf::error& error) { result = make_error(ErrorCode::unavailable, caf::to_string(error)); });
-  return result;
-}
-
 struct Config {
   int64_t params = 0;
   int learners = 0;
@@ -188,7 +180,7 @@ Expected<nlohmann::json> run(const Config& c, double copy_rate) {
     // Wait for version 1, then join every learner.
     auto started = Clock::now();
     while (true) {
-      auto st = status_of(self, syncer);
+      auto st = ask_admin(system, syncer_name(), "bench", "status", {}, 600);
       if (st && st->value("phase", "") == "ready") break;
       if (since(started) > 300) return make_error(ErrorCode::unavailable, "the syncer did not get ready");
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -199,7 +191,8 @@ Expected<nlohmann::json> run(const Config& c, double copy_rate) {
       if (!join) return join.error();
       self->send(syncer, std::move(*join));
     }
-    if (auto st = status_of(self, syncer); !st || st->value("active_learners", 0) != c.learners) {
+    auto joined = ask_admin(system, syncer_name(), "bench", "status", {}, 600);
+    if (!joined || joined->value("active_learners", 0) != c.learners) {
       return make_error(ErrorCode::unavailable, "not every synthetic learner joined");
     }
     drain(self);
@@ -247,7 +240,7 @@ Expected<nlohmann::json> run(const Config& c, double copy_rate) {
       nlohmann::json last;
       int64_t broadcast_bytes = 0;
       while (true) {
-        auto st = status_of(self, syncer);
+        auto st = ask_admin(system, syncer_name(), "bench", "status", {}, 600);
         if (!st) return st.error();
         broadcast_bytes += drain(self);
         // Every fragment of the round committed: nothing pending, nothing in flight.

@@ -676,6 +676,11 @@ TEST_CASE("fragment state: a stage whose θ_p − B_p or B_p is not finite is re
   c.tokens = 100;
   c.delta = {0, 0, 0};
   apart.pending.push_back(c);
+  // A contribution not folded into the running sum cannot be merged: refused, not silently left out.
+  auto unfolded = stage_fragment(0, apart, rules, 1.0);
+  REQUIRE_FALSE(unfolded.ok());
+  CHECK(unfolded.error().code == archipelago::ErrorCode::invalid_argument);
+  apart.sum.add(c.delta.data(), 1.0, 0.0);  // folded, as the syncer folds every contribution before a merge
   auto staged = stage_fragment(0, apart, rules, 1.0);
   REQUIRE_FALSE(staged.ok());
   CHECK(staged.error().code == archipelago::ErrorCode::non_finite);
