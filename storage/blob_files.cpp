@@ -66,15 +66,21 @@ Status BlobFiles::create_directory() const {
 
 Status BlobFiles::write_all(const std::vector<Pending>& blobs) {
   if (blobs.empty()) return Status::success();
-  {
-    std::lock_guard<std::mutex> lock(removal_mutex_);
-    for (const Pending& blob : blobs)
-      removals_.erase(std::remove(removals_.begin(), removals_.end(), blob.name), removals_.end());
-  }
+  std::vector<std::string> names;
+  for (const Pending& blob : blobs) names.push_back(blob.name);
+  if (Status staged = write_staged(blobs, ""); !staged.ok()) return staged;
+  return publish(names, "");
+}
+
+std::string BlobFiles::staged_path(const std::string& name, const std::string& tag) const {
+  return path_of(name) + (tag.empty() ? "" : "." + tag) + kTemporarySuffix;
+}
+
+Status BlobFiles::write_staged(const std::vector<Pending>& blobs, const std::string& tag) {
   // Write everything before the first fdatasync so the kernel can stream all files to disk at once.
   std::vector<Descriptor> files(blobs.size());
   for (size_t i = 0; i < blobs.size(); ++i) {
-    std::string temporary = path_of(blobs[i].name) + kTemporarySuffix;
+    std::string temporary = staged_path(blobs[i].name, tag);
     files[i].fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (files[i].fd < 0) return os_error("cannot create " + temporary);
     size_t done = 0;
@@ -90,10 +96,30 @@ Status BlobFiles::write_all(const std::vector<Pending>& blobs) {
   }
   for (size_t i = 0; i < blobs.size(); ++i) {
     if (::fdatasync(files[i].fd) != 0) return os_error("cannot sync blob file " + blobs[i].name);
-    std::string final_path = path_of(blobs[i].name);
-    if (::rename((final_path + kTemporarySuffix).c_str(), final_path.c_str()) != 0)
+  }
+  return Status::success();
+}
+
+Status BlobFiles::publish(const std::vector<std::string>& names, const std::string& tag) {
+  if (names.empty()) return Status::success();
+  {
+    std::lock_guard<std::mutex> lock(removal_mutex_);
+    for (const std::string& name : names)
+      removals_.erase(std::remove(removals_.begin(), removals_.end(), name), removals_.end());
+  }
+  for (const std::string& name : names) {
+    std::string final_path = path_of(name);
+    if (::rename(staged_path(name, tag).c_str(), final_path.c_str()) != 0)
       return os_error("cannot rename blob file into " + final_path);
   }
+  return sync_directory();
+}
+
+void BlobFiles::discard_staged(const std::vector<std::string>& names, const std::string& tag) const {
+  for (const std::string& name : names) ::unlink(staged_path(name, tag).c_str());
+}
+
+Status BlobFiles::sync_directory() const {
   Descriptor directory{::open(directory_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)};
   if (directory.fd < 0 || ::fsync(directory.fd) != 0) return os_error("cannot sync " + directory_);
   return Status::success();

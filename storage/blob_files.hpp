@@ -45,6 +45,17 @@ class BlobFiles {
   // the directory: on success all are durable under their final names.
   Status write_all(const std::vector<Pending>& blobs);
 
+  // The same in two steps, so that the bytes can be written without the store's write mutex:
+  // write_staged makes each blob durable under a temporary name of its own (`tag` tells apart two
+  // commits staging the same content); publish renames the named ones into place (cancelling a
+  // queued removal of the same name first) and fsyncs the directory; discard_staged unlinks the
+  // staged files that were not published. Staged files left by a crash are temporaries, which the
+  // next open deletes. write_staged and discard_staged may run on any thread; publish runs under
+  // the store's write mutex.
+  Status write_staged(const std::vector<Pending>& blobs, const std::string& tag);
+  Status publish(const std::vector<std::string>& names, const std::string& tag);
+  void discard_staged(const std::vector<std::string>& names, const std::string& tag) const;
+
   // Reads the whole file into `out`. not_found when absent, io on a read error.
   Status read(const std::string& name, std::string& out) const;
 
@@ -60,6 +71,8 @@ class BlobFiles {
 
  private:
   void remove_queued();
+  std::string staged_path(const std::string& name, const std::string& tag) const;
+  Status sync_directory() const;
 
   std::string directory_;
   std::mutex removal_mutex_;  // held while unlinking, so that cancel-then-write cannot interleave

@@ -135,6 +135,18 @@ CheckpointStore::~CheckpointStore() = default;
 Expected<CommitStats> CheckpointStore::commit(const VersionData& data) {
   return guarded("commit", [&] { return impl_->commit(data); });
 }
+Expected<CheckpointStore::PreparedCommit> CheckpointStore::prepare(VersionData data, uint64_t ticket) {
+  return guarded("prepare", [&] { return impl_->prepare(std::move(data), ticket); });
+}
+Expected<CommitStats> CheckpointStore::commit_prepared(PreparedCommit&& prepared, uint64_t version,
+                                                       std::string manifest_json,
+                                                       std::vector<uint32_t> carried_fragments) {
+  return guarded("commit", [&] {
+    return impl_->commit_prepared(std::move(prepared), version, std::move(manifest_json), std::move(carried_fragments));
+  });
+}
+void CheckpointStore::discard(PreparedCommit&& prepared) { impl_->discard(std::move(prepared)); }
+
 Expected<VersionData> CheckpointStore::latest_committed() const {
   return guarded("latest_committed", [&] { return impl_->latest(true, nullptr); });
 }

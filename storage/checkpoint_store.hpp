@@ -110,6 +110,25 @@ class CheckpointStore {
   // carried fragment the newest version lacks. io: RocksDB (or the fault hook) refused the write; nothing changed.
   Expected<CommitStats> commit(const VersionData& data);
 
+  // A commit in two steps, for a caller with several commits under way (the syncer commits each
+  // fragment's rounds independently): `prepare` checks and hashes the blobs and writes the large new
+  // ones to staged files, durably, without the write mutex, so it runs on any thread while other
+  // commits land; `commit_prepared` then writes the record exactly as `commit` would (the version
+  // is chosen now, so records land in the order they are made), publishing the staged files rather
+  // than writing them. A prepared commit that is not committed is dropped with `discard`; if the
+  // process dies first, its staged files are temporaries the next open deletes. The fault hook
+  // sees "prepare.fragment.<id>" once per fragment a prepare writes.
+  struct PreparedCommit {
+    uint64_t ticket = 0;                 // the caller's name for it (names its staged files)
+    VersionData data;                    // the blobs (kept: a blob deduplicated at prepare may be gone by the record)
+    std::vector<BlobEntry> entries;      // hashed, in the order of data's parameters then optimizer state
+    std::vector<std::string> staged;     // blob keys written to staged files
+  };
+  Expected<PreparedCommit> prepare(VersionData data, uint64_t ticket);
+  Expected<CommitStats> commit_prepared(PreparedCommit&& prepared, uint64_t version, std::string manifest_json,
+                                        std::vector<uint32_t> carried_fragments);
+  void discard(PreparedCommit&& prepared);
+
   // The newest version whose record and blobs all verify; damaged newer ones are logged and skipped.
   // not_found when no intact version exists.
   Expected<VersionData> latest_committed() const;

@@ -37,6 +37,10 @@ class CheckpointStore::Impl {
 
   Status open(const std::string& path, StoreOptions options);
   Expected<CommitStats> commit(const VersionData& data);
+  Expected<PreparedCommit> prepare(VersionData data, uint64_t ticket);
+  Expected<CommitStats> commit_prepared(PreparedCommit&& prepared, uint64_t version, std::string manifest_json,
+                                        std::vector<uint32_t> carried_fragments);
+  void discard(PreparedCommit&& prepared);
   Status read_version(const rocksdb::Snapshot* snapshot, uint64_t version, VersionData* out) const;
   Expected<VersionData> latest(bool copy_bytes, uint64_t* version_out) const;
   // read_version on a snapshot of its own, so that a concurrent retention cannot delete half of it.
@@ -78,6 +82,14 @@ class CheckpointStore::Impl {
                           const std::map<std::string, const Blob*>& bytes_of,
                           const std::vector<uint64_t>& drops, CommitStats& stats,
                           std::vector<BlobFiles::Pending>& new_files, std::vector<std::string>& dead_files);
+  // The entries of `data`'s blobs (parameters, then optimizer state), hashed, and the blobs in that
+  // order; oversized when one is over 4 GiB.
+  Status hash_blobs(const VersionData& data, std::vector<BlobEntry>& entries, std::vector<const Blob*>& blobs) const;
+  // Lands a version under the write mutex: `staged` names blob keys already written as staged
+  // files with `tag` (published instead of written; those left unpublished are discarded).
+  Expected<CommitStats> land(const VersionData& data, std::vector<BlobEntry> entries,
+                             const std::vector<const Blob*>& blobs, const std::vector<std::string>& staged,
+                             const std::string& tag);
   // Appends the newest version's entries for data.carried_fragments to `record`.
   Status carry_fragments(const VersionData& data, VersionRecord& record);
   // Deletes blob files that no `refs` entry names: left by a crash between files and batch.

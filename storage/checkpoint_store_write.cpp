@@ -118,27 +118,22 @@ Status CheckpointStore::Impl::carry_fragments(const VersionData& data, VersionRe
   return Status::success();
 }
 
-Expected<CommitStats> CheckpointStore::Impl::commit(const VersionData& data) {
-  if (!data.manifest_json.empty() && !nlohmann::json::accept(data.manifest_json))
-    return make_error(ErrorCode::invalid_argument, "manifest of version " + std::to_string(data.version) + " is not JSON");
-  // Hash outside the lock: it is the only per-byte work besides the write itself. Two halves of the
-  // blobs hash on two threads, since a commit that changed one fragment still hashes all of them.
-  VersionRecord record;
-  record.version = data.version;
-  record.manifest_json = data.manifest_json;
-  std::vector<const Blob*> blobs;
+Status CheckpointStore::Impl::hash_blobs(const VersionData& data, std::vector<BlobEntry>& entries,
+                                         std::vector<const Blob*>& blobs) const {
+  // Hashing is the only per-byte work besides the write itself, and runs outside the lock. Two
+  // halves of the blobs hash on two threads, since a commit that changed one fragment still hashes all.
   for (auto [role, role_blobs] : {std::pair{BlobRole::parameters, &data.fragments},
                                   std::pair{BlobRole::optimizer_state, &data.optimizer_state}}) {
     for (const auto& [fragment, blob] : *role_blobs) {
       if (blob.size() >= (1ull << 32))
         return make_error(ErrorCode::oversized, "fragment " + std::to_string(fragment) + " blob of " +
                                                     std::to_string(blob.size()) + " bytes (RocksDB values stop at 4 GiB)");
-      record.entries.push_back(BlobEntry{role, fragment, {}, blob.size()});
+      entries.push_back(BlobEntry{role, fragment, {}, blob.size()});
       blobs.push_back(&blob);
     }
   }
   auto hash_range = [&](size_t begin, size_t end) {
-    for (size_t i = begin; i < end; ++i) record.entries[i].hash = hash_blob(blobs[i]->data(), blobs[i]->size());
+    for (size_t i = begin; i < end; ++i) entries[i].hash = hash_blob(blobs[i]->data(), blobs[i]->size());
   };
   uint64_t total_bytes = 0;
   for (const Blob* blob : blobs) total_bytes += blob->size();
@@ -149,6 +144,92 @@ Expected<CommitStats> CheckpointStore::Impl::commit(const VersionData& data) {
   } else {
     hash_range(0, blobs.size());
   }
+  return Status::success();
+}
+
+Expected<CommitStats> CheckpointStore::Impl::commit(const VersionData& data) {
+  if (!data.manifest_json.empty() && !nlohmann::json::accept(data.manifest_json))
+    return make_error(ErrorCode::invalid_argument, "manifest of version " + std::to_string(data.version) + " is not JSON");
+  std::vector<BlobEntry> entries;
+  std::vector<const Blob*> blobs;
+  if (Status hashed = hash_blobs(data, entries, blobs); !hashed.ok()) return hashed.error();
+  return land(data, std::move(entries), blobs, {}, "");
+}
+
+Expected<CheckpointStore::PreparedCommit> CheckpointStore::Impl::prepare(VersionData data, uint64_t ticket) {
+  PreparedCommit prepared;
+  prepared.ticket = ticket;
+  std::vector<const Blob*> blobs;
+  if (Status hashed = hash_blobs(data, prepared.entries, blobs); !hashed.ok()) return hashed.error();
+  // The large blobs no version references now are written (a blob referenced now but dropped before
+  // the record is written then, from the bytes kept here).
+  std::vector<BlobFiles::Pending> pending;
+  std::set<std::string> seen;
+  for (size_t i = 0; i < blobs.size(); ++i) {
+    if (blobs[i]->size() < options_.file_blob_min_bytes) continue;
+    const std::string key = encode_blob_key(prepared.entries[i].hash, prepared.entries[i].size);
+    std::string ref;
+    if (db_->Get(read_options(), refs_cf_, key, &ref).ok() || !seen.insert(key).second) continue;
+    pending.push_back(BlobFiles::Pending{blob_file_name(key), blobs[i]->data(), blobs[i]->size()});
+    prepared.staged.push_back(key);
+  }
+  if (options_.fault_hook) {
+    for (const auto& [fragment, blob] : data.fragments) {
+      Status injected = options_.fault_hook("prepare.fragment." + std::to_string(fragment));
+      if (!injected.ok()) return injected.error();
+    }
+  }
+  const std::string tag = "p" + std::to_string(ticket);
+  if (Status written = files_->write_staged(pending, tag); !written.ok()) {
+    std::vector<std::string> names;
+    for (const std::string& key : prepared.staged) names.push_back(blob_file_name(key));
+    files_->discard_staged(names, tag);
+    return written.error();
+  }
+  prepared.data = std::move(data);  // the entries' blob pointers stay valid: the vectors' buffers move
+  return prepared;
+}
+
+Expected<CommitStats> CheckpointStore::Impl::commit_prepared(PreparedCommit&& prepared, uint64_t version,
+                                                             std::string manifest_json,
+                                                             std::vector<uint32_t> carried_fragments) {
+  const std::string tag = "p" + std::to_string(prepared.ticket);
+  if (!manifest_json.empty() && !nlohmann::json::accept(manifest_json)) {
+    discard(std::move(prepared));
+    return make_error(ErrorCode::invalid_argument, "manifest of version " + std::to_string(version) + " is not JSON");
+  }
+  prepared.data.version = version;
+  prepared.data.manifest_json = std::move(manifest_json);
+  prepared.data.carried_fragments = std::move(carried_fragments);
+  std::vector<const Blob*> blobs;
+  for (const auto* role_blobs : {&prepared.data.fragments, &prepared.data.optimizer_state})
+    for (const auto& [fragment, blob] : *role_blobs) blobs.push_back(&blob);
+  return land(prepared.data, std::move(prepared.entries), blobs, prepared.staged, tag);
+}
+
+void CheckpointStore::Impl::discard(PreparedCommit&& prepared) {
+  std::vector<std::string> names;
+  for (const std::string& key : prepared.staged) names.push_back(blob_file_name(key));
+  files_->discard_staged(names, "p" + std::to_string(prepared.ticket));
+}
+
+Expected<CommitStats> CheckpointStore::Impl::land(const VersionData& data, std::vector<BlobEntry> entries,
+                                                  const std::vector<const Blob*>& blobs,
+                                                  const std::vector<std::string>& staged, const std::string& tag) {
+  // Whatever happens, no staged file outlives this call unpublished.
+  std::vector<std::string> unpublished;
+  for (const std::string& key : staged) unpublished.push_back(blob_file_name(key));
+  struct DiscardOnExit {
+    BlobFiles& files;
+    std::vector<std::string>& names;
+    const std::string& tag;
+    ~DiscardOnExit() { files.discard_staged(names, tag); }
+  } discard_on_exit{*files_, unpublished, tag};
+
+  VersionRecord record;
+  record.version = data.version;
+  record.manifest_json = data.manifest_json;
+  record.entries = std::move(entries);
   std::map<std::string, const Blob*> bytes_of;
   for (size_t i = 0; i < blobs.size(); ++i)
     bytes_of[encode_blob_key(record.entries[i].hash, record.entries[i].size)] = blobs[i];
@@ -173,8 +254,8 @@ Expected<CommitStats> CheckpointStore::Impl::commit(const VersionData& data) {
   CommitStats stats;
   std::vector<BlobFiles::Pending> new_files;
   std::vector<std::string> dead_files;
-  Status staged = stage_references(batch, record.entries, bytes_of, retention.drop, stats, new_files, dead_files);
-  if (!staged.ok()) return staged.error();
+  Status referenced = stage_references(batch, record.entries, bytes_of, retention.drop, stats, new_files, dead_files);
+  if (!referenced.ok()) return referenced.error();
   batch.Put(versions_cf_, encode_u64_key(data.version), encode_version_record(record));
   batch.Put(meta_cf_, kHighWaterKey, std::to_string(data.version));
   uint64_t next_sequence = next_event_sequence_;
@@ -188,7 +269,21 @@ Expected<CommitStats> CheckpointStore::Impl::commit(const VersionData& data) {
   if (options_.fault_hook) {
     if (Status injected = options_.fault_hook("commit.files"); !injected.ok()) return injected.error();
   }
-  if (Status files_written = files_->write_all(new_files); !files_written.ok()) return files_written.error();
+  // The new files a prepare staged are published; the others (none, unless a blob was deduplicated
+  // at prepare and dropped since) are written now.
+  std::vector<BlobFiles::Pending> to_write;
+  std::vector<std::string> to_publish;
+  for (const BlobFiles::Pending& file : new_files) {
+    auto it = std::find(unpublished.begin(), unpublished.end(), file.name);
+    if (it == unpublished.end()) {
+      to_write.push_back(file);
+    } else {
+      to_publish.push_back(file.name);
+      unpublished.erase(it);
+    }
+  }
+  if (Status files_written = files_->write_all(to_write); !files_written.ok()) return files_written.error();
+  if (Status published = files_->publish(to_publish, tag); !published.ok()) return published.error();
   Status written = write("commit", batch);
   if (!written.ok()) return written.error();
   files_->remove_later(dead_files);

@@ -3,7 +3,10 @@
 
 #include <doctest/doctest.h>
 
+#include <atomic>
+#include <chrono>
 #include <fstream>
+#include <thread>
 
 #include "tests/storage/test_support.hpp"
 
@@ -404,6 +407,116 @@ TEST_CASE("a commit refused by the fault hook leaves no trace, before or after i
     check_same(store->latest_committed().value(), version(2, 20));
     CHECK(store->stats()->blobs == 3);
   }
+}
+
+// Staged files of prepared commits (temporaries) in the store's blob directory.
+size_t count_staged(const std::string& store_path) {
+  size_t staged = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(store_path + "/" + kBlobFilesDirectory))
+    staged += entry.path().extension() == ".tmp";
+  return staged;
+}
+
+TEST_CASE("two-step commits: prepared apart, recorded in the order they land, staged files never leak") {
+  TempDir dir;
+  StoreOptions options;
+  options.retention.keep_last = 2;
+  options.file_blob_min_bytes = 1024;  // every fragment a file
+  auto store = open_or_fail(dir.store(), options);
+  REQUIRE(store->commit(make_version(1, {10, 11}, 2048)).ok());
+
+  // Fragment 0's new value and fragment 1's are prepared as two commits; fragment 1's lands first.
+  VersionData only0, only1;
+  only0.fragments[0] = pattern_blob(20, 2048);
+  only1.fragments[1] = pattern_blob(21, 2048);
+  auto prepared0 = store->prepare(only0, 7);
+  auto prepared1 = store->prepare(only1, 8);
+  REQUIRE(prepared0.ok());
+  REQUIRE(prepared1.ok());
+  CHECK(prepared0->staged.size() == 1);
+  CHECK(count_staged(dir.store()) == 2);
+  CHECK(store->latest_committed_version().value() == 1);  // nothing lands at prepare
+  REQUIRE(store->commit_prepared(std::move(*prepared1), 2, "{\"v\":2}", {0}).ok());
+  REQUIRE(store->commit_prepared(std::move(*prepared0), 3, "{\"v\":3}", {1}).ok());
+  // Each record carries the other fragment from the newest version at the moment it landed.
+  auto v2 = store->get(2).value();
+  CHECK(v2.fragments.at(0) == pattern_blob(10, 2048));
+  CHECK(v2.fragments.at(1) == pattern_blob(21, 2048));
+  auto v3 = store->get(3).value();
+  CHECK(v3.fragments.at(0) == pattern_blob(20, 2048));
+  CHECK(v3.fragments.at(1) == pattern_blob(21, 2048));
+  CHECK(v3.manifest_json == "{\"v\":3}");
+  CHECK(store->verify(3).ok());
+  CHECK(count_staged(dir.store()) == 0);
+  CHECK(store->stats()->blob_files == 3);  // versions 2 and 3 (blobs 10, 21, 20); version 1 dropped
+
+  // A blob that was referenced at prepare (so not staged) and dropped before the record is written
+  // from the bytes the prepared commit kept.
+  VersionData back;
+  back.fragments[0] = pattern_blob(20, 2048);  // the content version 3 holds
+  auto dedup = store->prepare(back, 9);
+  REQUIRE(dedup.ok());
+  CHECK(dedup->staged.empty());
+  VersionData other = make_version(4, {30, 31}, 2048);
+  REQUIRE(store->commit(other).ok());
+  REQUIRE(store->commit(make_version(5, {40, 41}, 2048)).ok());  // 3 (and with it blob 20) dropped
+  REQUIRE(store->commit_prepared(std::move(*dedup), 6, "{}", {1}).ok());
+  auto v6 = store->get(6).value();
+  CHECK(v6.fragments.at(0) == pattern_blob(20, 2048));
+  CHECK(v6.fragments.at(1) == pattern_blob(41, 2048));
+
+  // A prepared commit whose record is refused, or that is discarded, leaves no file behind.
+  VersionData late;
+  late.fragments[0] = pattern_blob(50, 2048);
+  auto refused = store->prepare(late, 10);
+  REQUIRE(refused.ok());
+  auto conflict = store->commit_prepared(std::move(*refused), 6, "{}", {1});
+  REQUIRE(!conflict.ok());
+  CHECK(conflict.error().code == ErrorCode::conflict);
+  auto dropped = store->prepare(late, 11);
+  REQUIRE(dropped.ok());
+  CHECK(count_staged(dir.store()) == 1);
+  store->discard(std::move(*dropped));
+  CHECK(count_staged(dir.store()) == 0);
+  CHECK(store->stats()->blob_files == 3);  // versions 5 and 6: blobs 40, 41, 20
+}
+
+TEST_CASE("a slow prepare does not hold back another commit") {
+  TempDir dir;
+  StoreOptions options;
+  options.file_blob_min_bytes = 1024;
+  std::atomic<bool> in_slow_prepare{false};
+  std::atomic<bool> release{false};
+  options.fault_hook = [&](std::string_view name) -> Status {
+    if (name == "prepare.fragment.0") {
+      in_slow_prepare = true;
+      while (!release) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    return Status::success();
+  };
+  auto store = open_or_fail(dir.store(), options);
+  REQUIRE(store->commit(make_version(1, {10, 11}, 2048)).ok());
+  VersionData only0;
+  only0.fragments[0] = pattern_blob(20, 2048);
+  Expected<CheckpointStore::PreparedCommit> slow = make_error(ErrorCode::io, "not run");
+  std::thread preparing([&] { slow = store->prepare(only0, 1); });
+  while (!in_slow_prepare) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  // While fragment 0's prepare is stuck, fragment 1 prepares and lands twice.
+  for (uint64_t v : {2, 3}) {
+    VersionData only1;
+    only1.fragments[1] = pattern_blob(20 + v, 2048);
+    auto prepared = store->prepare(only1, 10 + v);
+    REQUIRE(prepared.ok());
+    REQUIRE(store->commit_prepared(std::move(*prepared), v, "{}", {0}).ok());
+  }
+  CHECK(store->latest_committed_version().value() == 3);
+  release = true;
+  preparing.join();
+  REQUIRE(slow.ok());
+  REQUIRE(store->commit_prepared(std::move(*slow), 4, "{}", {1}).ok());
+  auto v4 = store->get(4).value();
+  CHECK(v4.fragments.at(0) == pattern_blob(20, 2048));
+  CHECK(v4.fragments.at(1) == pattern_blob(23, 2048));
 }
 
 TEST_CASE("a second open of a store that is already open is refused") {
