@@ -149,9 +149,11 @@ Expected<nlohmann::json> execute(caf::actor_system& system, const AdminSpec& spe
           {"goodput", goodput_now(system, spec)},
       };
       // The syncer's tunables as they are now, what its updates came in, what it refused, by reason,
-      // and what screening clipped and refused (null while it restarts).
+      // what screening clipped and refused, and the model version as its fragments' versions, with
+      // the fragments whose commit is under way (null while it restarts).
       for (const char* key : {"outer_lr", "outer_momentum", "quorum", "inner_steps", "uplink_codec", "downlink_codec",
-                              "updates_by_codec", "updates_by_period", "rejected", "screening"}) {
+                              "updates_by_codec", "updates_by_period", "rejected", "screening", "fragment_versions",
+                              "fragments_in_flight"}) {
         answer[key] = syncer.contains(key) ? syncer[key] : nlohmann::json(nullptr);
       }
       return answer;

@@ -87,6 +87,7 @@ struct StagedFragment {
   FragmentState next;                      // without pending contributions
   std::vector<PendingContribution> merged; // the contributions it merged, deltas dropped
   BroadcastMessage downlink;               // Q(θ_new − B_old), or θ_new
+  double share = 1.0;                      // the merged Δ's scale (stage_fragment's `share`)
   // The running sum the merge was made from, moved out of the current value by the syncer so that
   // later arrivals start a new one; a failed commit hands it back (SyncerCore::commit_failed).
   training::MergeAccumulator merged_sum;

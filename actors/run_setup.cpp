@@ -41,6 +41,7 @@ Expected<std::shared_ptr<storage::CheckpointStore>> open_run_store(const Runtime
   storage::StoreOptions store_options;
   store_options.sync = options.store_sync;
   store_options.retention.keep_last = options.keep_versions;
+  store_options.fault_hook = options.store_fault_hook;
   auto store = storage::CheckpointStore::open((std::filesystem::path(options.run_dir) / "store").string(), store_options);
   if (!store) return store.error();
   return std::shared_ptr<storage::CheckpointStore>(std::move(*store));

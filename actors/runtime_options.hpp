@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "common/error.hpp"
 #include "training/reference_engine.hpp"
@@ -83,6 +84,9 @@ struct RuntimeOptions {
   double run_started_unix_s = 0;
   std::shared_ptr<const LedgerCarry> ledger_at_start;
   std::shared_ptr<EventLog> events;  // recent events for operators (null: none kept); shared by copies
+  // The run store's fault-injection seam (storage::StoreOptions::fault_hook): tests delay or fail
+  // its writes. Empty in production.
+  std::function<Status(std::string_view)> store_fault_hook;
 };
 
 }  // namespace archipelago::actors

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <map>
+#include <mutex>
+#include <optional>
 #include <set>
 
 #include <caf/all.hpp>
@@ -14,12 +16,31 @@ namespace {
 
 using namespace archipelago::messages;
 
+// A ticket's commit in two steps (archipelago.capnp, CommitEnd): its chunks as they arrive, then
+// its prepared blobs until the syncer records them as a version.
+struct TicketCommit {
+  std::map<std::pair<uint32_t, PersistKind>, Reassembler> streams;
+  storage::VersionData building;
+  bool preparing = false;
+  bool abandoned = false;  // given up by the syncer while its worker ran: dropped when it is done
+  std::optional<storage::CheckpointStore::PreparedCommit> prepared;
+};
+
+// Where a prepare worker leaves its result for the store actor (the worker may outlive the actor).
+struct PrepareResults {
+  std::mutex mutex;
+  std::map<uint64_t, Expected<storage::CheckpointStore::PreparedCommit>> done;
+};
+
 struct StoreState {
   std::shared_ptr<storage::CheckpointStore> store;
   Outbox outbox{"store"};
   uint64_t receiving_version = 0;
   std::map<std::pair<uint32_t, PersistKind>, Reassembler> streams;
   storage::VersionData building;
+  std::map<uint64_t, TicketCommit> tickets;
+  std::map<uint64_t, caf::actor> ticket_senders;
+  std::shared_ptr<PrepareResults> prepare_results = std::make_shared<PrepareResults>();
   int64_t commits = 0;
   int64_t failed_commits = 0;
   int64_t bytes_received = 0;  // from the syncer
@@ -39,42 +60,159 @@ void send_bytes(StoreActor* self, const caf::actor& to, WireBytes bytes, bool to
   self->send(to, std::move(bytes));
 }
 
-void reply_persisted(StoreActor* self, const caf::actor& to, uint64_t version, bool ok, const std::string& reason) {
-  auto bytes = self->state.outbox.wrap(Persisted{version, ok, reason});
+void reply_persisted(StoreActor* self, const caf::actor& to, uint64_t version, bool ok, const std::string& reason,
+                     uint64_t ticket = 0) {
+  auto bytes = self->state.outbox.wrap(Persisted{version, ok, reason, ticket});
   if (bytes) self->send(to, std::move(*bytes));
+}
+
+// Adds a chunk to the tensor it belongs to; a whole tensor moves into `building`.
+void add_chunk(StoreActor* self, std::map<std::pair<uint32_t, PersistKind>, Reassembler>& streams,
+               storage::VersionData& building, const Persist& persist) {
+  auto key = std::make_pair(persist.fragment_id, persist.kind);
+  auto it = streams.find(key);
+  if (it == streams.end()) it = streams.emplace(key, Reassembler(kMaxTensorBytes)).first;
+  Status added = it->second.add(persist.chunk);
+  if (!added) {
+    self->state.log->warn("version {} (ticket {}): bad chunk for fragment {}: {}", persist.version, persist.ticket,
+                          persist.fragment_id, added.error().to_string());
+    return;
+  }
+  if (it->second.complete()) {
+    auto bytes = it->second.take();
+    if (!bytes) return;
+    auto& target = persist.kind == PersistKind::parameters ? building.fragments : building.optimizer_state;
+    target[persist.fragment_id] = std::move(*bytes);
+    streams.erase(it);
+  }
+}
+
+// A ticket's chunks are all here: its blobs are written by a worker of their own (a slow write of one
+// fragment never holds back another's commit, nor the store's serving), which reports back.
+void prepare_ticket(StoreActor* self, const caf::actor& sender, uint64_t ticket) {
+  auto& st = self->state;
+  auto it = st.tickets.find(ticket);
+  if (it == st.tickets.end() || it->second.preparing || it->second.prepared) {
+    reply_persisted(self, sender, 0, false, "ticket " + std::to_string(ticket) + " has no chunks to prepare", ticket);
+    return;
+  }
+  if (!it->second.streams.empty()) {
+    st.tickets.erase(it);
+    st.failed_commits += 1;
+    reply_persisted(self, sender, 0, false, "incomplete tensors", ticket);
+    return;
+  }
+  it->second.preparing = true;
+  st.ticket_senders[ticket] = sender;
+  auto data = std::make_shared<storage::VersionData>(std::move(it->second.building));
+  auto store = st.store;
+  auto results = st.prepare_results;
+  caf::actor owner = caf::actor_cast<caf::actor>(self);
+  self->spawn<caf::detached>([=](caf::blocking_actor* worker) {
+    auto prepared = store->prepare(std::move(*data), ticket);
+    {
+      std::lock_guard<std::mutex> lock(results->mutex);
+      results->done.emplace(ticket, std::move(prepared));
+    }
+    worker->send(owner, prepared_atom::value, ticket);
+  });
+}
+
+void on_prepared(StoreActor* self, uint64_t ticket) {
+  auto& st = self->state;
+  std::optional<Expected<storage::CheckpointStore::PreparedCommit>> result;
+  {
+    std::lock_guard<std::mutex> lock(st.prepare_results->mutex);
+    auto done = st.prepare_results->done.find(ticket);
+    if (done == st.prepare_results->done.end()) return;
+    result.emplace(std::move(done->second));
+    st.prepare_results->done.erase(done);
+  }
+  caf::actor sender = st.ticket_senders[ticket];
+  st.ticket_senders.erase(ticket);
+  auto it = st.tickets.find(ticket);
+  if (it != st.tickets.end() && it->second.abandoned) {
+    if (result->ok()) st.store->discard(std::move(**result));
+    st.tickets.erase(it);
+    return;
+  }
+  if (!result->ok() || it == st.tickets.end()) {
+    if (result->ok()) st.store->discard(std::move(**result));
+    st.tickets.erase(ticket);
+    st.failed_commits += 1;
+    const std::string reason = result->ok() ? "the ticket was dropped" : result->error().to_string();
+    st.log->error("preparing commit ticket {} failed: {}", ticket, reason);
+    reply_persisted(self, sender, 0, false, reason, ticket);
+    return;
+  }
+  it->second.preparing = false;
+  it->second.prepared = std::move(**result);
+  reply_persisted(self, sender, 0, true, "", ticket);
+}
+
+// Records a prepared ticket as `end.version`, carrying the fragments its manifest names.
+void record_ticket(StoreActor* self, const caf::actor& sender, const CommitEnd& end,
+                   const nlohmann::json& manifest) {
+  auto& st = self->state;
+  auto it = st.tickets.find(end.ticket);
+  if (it == st.tickets.end() || !it->second.prepared) {
+    st.failed_commits += 1;
+    reply_persisted(self, sender, end.version, false, "ticket " + std::to_string(end.ticket) + " is not prepared",
+                    end.ticket);
+    return;
+  }
+  auto prepared = std::move(*it->second.prepared);
+  st.tickets.erase(it);
+  std::vector<uint32_t> carried;
+  for (const auto& p : manifest.value("carried", nlohmann::json::array())) carried.push_back(p.get<uint32_t>());
+  auto stats = st.store->commit_prepared(std::move(prepared), end.version, end.manifest_json, std::move(carried));
+  if (!stats) {
+    st.failed_commits += 1;
+    st.log->error("commit of version {} failed: {}", end.version, stats.error().to_string());
+    reply_persisted(self, sender, end.version, false, stats.error().to_string(), end.ticket);
+    return;
+  }
+  st.commits += 1;
+  reply_persisted(self, sender, end.version, true, "", end.ticket);
 }
 
 void on_persist(StoreActor* self, const caf::actor& sender, const Persist& persist) {
   auto& st = self->state;
+  if (persist.ticket != 0) {
+    auto& ticket = st.tickets[persist.ticket];
+    if (ticket.preparing || ticket.prepared) return;  // a chunk after its ticket's end: ignored
+    add_chunk(self, ticket.streams, ticket.building, persist);
+    return;
+  }
   if (persist.version != st.receiving_version) {
     st.streams.clear();
     st.building = storage::VersionData{};
     st.building.version = persist.version;
     st.receiving_version = persist.version;
   }
-  {
-    auto key = std::make_pair(persist.fragment_id, persist.kind);
-    auto it = st.streams.find(key);
-    if (it == st.streams.end()) it = st.streams.emplace(key, Reassembler(kMaxTensorBytes)).first;
-    Status added = it->second.add(persist.chunk);
-    if (!added) {
-      st.log->warn("version {}: bad chunk for fragment {}: {}", persist.version, persist.fragment_id,
-                   added.error().to_string());
-      return;
-    }
-    if (it->second.complete()) {
-      auto bytes = it->second.take();
-      if (!bytes) return;
-      auto& target = persist.kind == PersistKind::parameters ? st.building.fragments : st.building.optimizer_state;
-      target[persist.fragment_id] = std::move(*bytes);
-      st.streams.erase(it);
-    }
-  }
+  add_chunk(self, st.streams, st.building, persist);
 }
 
 // The end of a version's stream: commit what arrived, carrying the fragments the manifest names.
 void on_commit_end(StoreActor* self, const caf::actor& sender, const CommitEnd& persist) {
   auto& st = self->state;
+  if (persist.ticket != 0 && persist.version == 0) {
+    prepare_ticket(self, sender, persist.ticket);
+    return;
+  }
+  if (persist.ticket != 0) {
+    auto manifest = nlohmann::json::parse(persist.manifest_json, nullptr, false);
+    if (manifest.is_discarded()) {
+      if (auto it = st.tickets.find(persist.ticket); it != st.tickets.end() && it->second.prepared)
+        st.store->discard(std::move(*it->second.prepared));
+      st.tickets.erase(persist.ticket);
+      st.failed_commits += 1;
+      reply_persisted(self, sender, persist.version, false, "manifest is not JSON", persist.ticket);
+      return;
+    }
+    record_ticket(self, sender, persist, manifest);
+    return;
+  }
   if (persist.version != st.receiving_version) {
     // No chunk of this version arrived (every fragment is carried), or chunks of another: drop those.
     st.streams.clear();
@@ -192,6 +330,16 @@ caf::behavior store_behavior(StoreActor* self, std::shared_ptr<storage::Checkpoi
           on_persist(self, sender, *persist);
         } else if (auto* end = std::get_if<CommitEnd>(&envelope->body)) {
           on_commit_end(self, sender, *end);
+        } else if (auto* abandon = std::get_if<Persisted>(&envelope->body); abandon && !abandon->ok) {
+          // syncer -> store: it gave ticket `ticket` up (timed out); its prepared blobs are dropped.
+          if (auto it = st.tickets.find(abandon->ticket); it != st.tickets.end()) {
+            if (it->second.preparing) {
+              it->second.abandoned = true;
+            } else {
+              if (it->second.prepared) st.store->discard(std::move(*it->second.prepared));
+              st.tickets.erase(it);
+            }
+          }
         } else if (auto* fetch = std::get_if<Fetch>(&envelope->body)) {
           serve_latest(self, sender, false, fetch->learner_id, fetch->held_digests);
         } else if (std::holds_alternative<Restore>(envelope->body)) {
@@ -200,6 +348,7 @@ caf::behavior store_behavior(StoreActor* self, std::shared_ptr<storage::Checkpoi
           st.log->warn("ignored a {} message", message_name(envelope->body));
         }
       },
+      [=](prepared_atom, uint64_t ticket) { on_prepared(self, ticket); },
       // The admin actor's typed store commands; answered with (ok, reason or JSON).
       [=](pin_atom, uint64_t version) -> std::tuple<bool, std::string> {
         Status pinned = self->state.store->pin(version);

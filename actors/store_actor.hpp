@@ -1,10 +1,15 @@
 // The checkpoint-store actor: the only owner of storage::CheckpointStore inside an actor system.
 //
 // Protocol (every message an Envelope, see actors/wire.hpp):
-//   syncer  -> store  Persist* (tensor chunks of version v: the broadcast state B_p and the outer-state
-//                     blob of the changed fragments, actors/fragment_state.hpp), then one Persist
-//                     whose manifestJson is set (end marker, empty tensor; the manifest lists
-//                     "carried" fragments taken from the newest version) -> Persisted{v, ok, reason}
+//   syncer  -> store  Persist{ticket t}* (tensor chunks of a commit: the broadcast state B_p and the
+//                     outer-state blob of the changed fragments, actors/fragment_state.hpp), then
+//                     CommitEnd{version 0, ticket t} -> prepared by a worker of its own (the blobs
+//                     written, storage::CheckpointStore::prepare), so that one commit's slow write
+//                     holds back neither another commit nor serving -> Persisted{0, ok, reason, t};
+//                     then CommitEnd{v, manifest, t} (the manifest lists the "carried" fragments
+//                     taken from the newest version) -> recorded as version v -> Persisted{v, ok, reason, t}.
+//                     Persisted{0, ok=false, t} from the syncer: it gave t up; what was prepared is dropped.
+//                     Ticket 0: the chunks and CommitEnd{v} of one version, committed in one step.
 //   learner -> store  Join{heldDigests} (fetch the latest committed version)
 //                                                   -> Welcome{v, P, heldFragments, fragmentVersions}
 //                     then GlobalFragment* (fp32 B_p, labelled with the version p last changed at) of

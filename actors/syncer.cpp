@@ -34,7 +34,13 @@ struct SyncerState {
   std::vector<std::vector<float>> restore_broadcast, restore_outer;  // per fragment, from the store
   double restore_requested_s = -1;
   std::deque<std::pair<WireBytes, caf::actor>> deferred;  // arrived before the state was ready, with sender
-  std::optional<StagedCommit> staged;
+  // Commits under way, by ticket: each is prepared by the store (its blobs written), then sealed and
+  // recorded, one record at a time, in the order their blobs became durable (`to_record`).
+  std::map<uint64_t, StagedCommit> commits;
+  std::deque<uint64_t> to_record;
+  uint64_t recording = 0;                  // the ticket whose record is in flight (0: none)
+  // An operator's `checkpoint` waiting for its commit (by ticket): answered when it lands or fails.
+  std::map<uint64_t, caf::typed_response_promise<bool, std::string, uint64_t>> checkpoints;
   uint64_t restored_version = 0;           // the version the last restore loaded (0: none)
   nlohmann::json restored_digests;         // broadcast_digests() right after that restore
   std::map<std::string, caf::actor> learner_handles;
@@ -65,6 +71,7 @@ void request_restore(SyncerActor* self) {
   if (bytes) self->send(store, std::move(*bytes));
 }
 
+// Streams a staged commit's blobs to the store under its ticket and asks for them to be prepared.
 void send_persist(SyncerActor* self, const StagedCommit& commit) {
   auto& st = self->state;
   auto store = lookup(self, store_name());
@@ -72,7 +79,7 @@ void send_persist(SyncerActor* self, const StagedCommit& commit) {
   auto send_tensor = [&](int fragment, const std::vector<float>& values, PersistKind kind) {
     auto encoded = float_bytes(values);
     auto messages = st.outbox.wrap_tensor(Codec::fp32, values.size(), encoded, [&](TensorChunk chunk) -> Message {
-      return Persist{commit.version, static_cast<uint32_t>(fragment), kind, std::move(chunk), ""};
+      return Persist{0, static_cast<uint32_t>(fragment), kind, std::move(chunk), "", commit.ticket};
     });
     if (!messages) return;
     for (auto& m : *messages) {
@@ -86,7 +93,24 @@ void send_persist(SyncerActor* self, const StagedCommit& commit) {
     send_tensor(staged.fragment, stored.broadcast, PersistKind::parameters);
     send_tensor(staged.fragment, stored.outer, PersistKind::outer_momentum);
   }
-  nlohmann::json manifest = commit.manifest;
+  auto end = st.outbox.wrap(CommitEnd{0, "", commit.ticket});
+  if (end) self->send(store, std::move(*end));
+}
+
+// Seals the oldest prepared commit (its version and manifest, from the state now) and asks the store
+// to record it; one record at a time, so that each carries what the one before it committed.
+void record_next(SyncerActor* self) {
+  auto& st = self->state;
+  while (st.recording == 0 && !st.to_record.empty()) {
+    const uint64_t ticket = st.to_record.front();
+    st.to_record.pop_front();
+    auto it = st.commits.find(ticket);
+    if (it == st.commits.end()) continue;  // timed out meanwhile
+    auto store = lookup(self, store_name());
+    if (!store) return;  // the commit times out and is rolled back
+    StagedCommit& commit = it->second;
+    st.core->seal(commit, st.now());
+    nlohmann::json manifest = commit.manifest;
   manifest["bytes_from_learners"] = st.core->bytes_from_learners;
   manifest["bytes_to_learners"] = st.core->bytes_to_learners;
   if (manifest.contains("accounting")) {
@@ -94,8 +118,44 @@ void send_persist(SyncerActor* self, const StagedCommit& commit) {
     manifest["accounting"]["bytes_to_learners"] = st.core->bytes_to_learners;
     if (!st.ledger_carry.is_null()) manifest["accounting"]["ledger"] = st.ledger_carry;
   }
-  auto end = st.outbox.wrap(CommitEnd{commit.version, manifest.dump()});
-  if (end) self->send(store, std::move(*end));
+    auto end = st.outbox.wrap(CommitEnd{commit.version, manifest.dump(), ticket});
+    if (!end) return;
+    st.recording = ticket;
+    self->send(store, std::move(*end));
+  }
+}
+
+// Gives a commit up (the store failed it, or did not answer): its contributions stay pending.
+void fail_commit(SyncerActor* self, uint64_t ticket, const std::string& reason) {
+  auto& st = self->state;
+  auto it = st.commits.find(ticket);
+  if (it == st.commits.end()) return;
+  st.core->commit_failed(it->second, reason);
+  st.commits.erase(it);
+  if (st.recording == ticket) st.recording = 0;
+  if (auto promise = st.checkpoints.find(ticket); promise != st.checkpoints.end()) {
+    promise->second.deliver(false, "the commit failed: " + reason, uint64_t{0});
+    st.checkpoints.erase(promise);
+  }
+}
+
+// Stages `fragments` and sends the commit on its way; its ticket, or 0 when nothing was staged.
+uint64_t start_commit(SyncerActor* self, const std::vector<int>& fragments, std::string* error = nullptr) {
+  auto& st = self->state;
+  auto staged = st.core->stage(fragments, st.now());
+  if (!staged) {
+    // A non-finite merge was logged (once) and dropped by the core; anything else is logged here.
+    if (staged.error().code != ErrorCode::non_finite) st.log->error("merge failed: {}", staged.error().to_string());
+    if (error) *error = staged.error().to_string();
+    return 0;
+  }
+  const uint64_t ticket = staged->ticket;
+  if (st.log->should_log(spdlog::level::debug)) {
+    st.log->debug("staged fragments {} as commit ticket {}", nlohmann::json(staged->fragment_ids()).dump(), ticket);
+  }
+  auto& commit = st.commits.emplace(ticket, std::move(*staged)).first->second;
+  send_persist(self, commit);
+  return ticket;
 }
 
 void broadcast(SyncerActor* self, const StagedCommit& commit) {
@@ -136,23 +196,14 @@ void broadcast(SyncerActor* self, const StagedCommit& commit) {
   }
 }
 
+// Stages every fragment whose merge is due and has no commit in flight: fragments commit
+// independently, so one slow commit never holds back another fragment's rounds.
 void try_merge(SyncerActor* self) {
   auto& st = self->state;
-  if (st.phase != Phase::ready || st.core->commit_in_flight()) return;
+  if (st.phase != Phase::ready) return;
   double deadline = -1;
   auto ready = st.core->ready_fragments(st.now(), &deadline);
-  if (ready.empty()) return;
-  auto staged = st.core->stage(ready, st.now());
-  if (!staged) {
-    // A non-finite merge was logged (once) and dropped by the core; anything else is logged here.
-    if (staged.error().code != ErrorCode::non_finite) st.log->error("merge failed: {}", staged.error().to_string());
-    return;
-  }
-  st.staged = std::move(*staged);
-  if (st.log->should_log(spdlog::level::debug)) {
-    st.log->debug("staged version {}: {}", st.staged->version, st.staged->manifest["contributors"].dump());
-  }
-  send_persist(self, *st.staged);
+  if (!ready.empty()) start_commit(self, ready);
 }
 
 void finish_restore(SyncerActor* self, const CommitEnd& marker) {
@@ -179,31 +230,55 @@ void finish_restore(SyncerActor* self, const CommitEnd& marker) {
 void on_persisted(SyncerActor* self, const Persisted& persisted) {
   auto& st = self->state;
   if (st.phase == Phase::restoring) {
+    if (persisted.ticket != 0) return;  // a late answer about a commit made before a restore
     // Nothing stored yet: commit version 1 (the initial parameters).
     st.log->info("no committed version in the store ({}): committing the initial parameters", persisted.reason);
     st.phase = Phase::initializing;
-    st.staged = st.core->stage_initial(st.now());
-    send_persist(self, *st.staged);
+    StagedCommit initial = st.core->stage_initial(st.now());
+    const uint64_t ticket = initial.ticket;
+    send_persist(self, st.commits.emplace(ticket, std::move(initial)).first->second);
     return;
   }
-  if (!st.staged || st.staged->version != persisted.version) return;  // a late answer to a timed-out commit
-  StagedCommit commit = std::move(*st.staged);
-  st.staged.reset();
-  if (!persisted.ok) {
-    st.core->commit_failed(commit, persisted.reason);
-    if (st.phase == Phase::initializing) {
-      st.phase = Phase::restoring;
-      request_restore(self);
+  auto it = st.commits.find(persisted.ticket);
+  if (it == st.commits.end() || (persisted.version != 0 && st.recording != persisted.ticket)) {
+    // A late answer to a commit given up: the store drops what it prepared for it.
+    if (persisted.version == 0 && persisted.ok) {
+      auto store = lookup(self, store_name());
+      auto abandon = st.outbox.wrap(Persisted{0, false, "given up", persisted.ticket});
+      if (store && abandon) self->send(store, std::move(*abandon));
     }
     return;
   }
+  if (!persisted.ok) {
+    const bool initial = it->second.initial;
+    fail_commit(self, persisted.ticket, persisted.reason);
+    if (initial) {
+      st.phase = Phase::restoring;
+      request_restore(self);
+    }
+    record_next(self);
+    return;
+  }
+  if (persisted.version == 0) {  // its blobs are durable: it may be recorded
+    st.to_record.push_back(persisted.ticket);
+    record_next(self);
+    return;
+  }
+  StagedCommit commit = std::move(it->second);
+  st.commits.erase(it);
+  st.recording = 0;
   st.core->commit_succeeded(commit, st.now());
-  if (st.phase == Phase::initializing) {
+  if (commit.initial) {
     st.phase = Phase::ready;
-    st.log->info("committed version 1 (initial parameters)");
+    st.log->info("committed version {} (initial parameters)", commit.version);
   } else {
     broadcast(self, commit);
   }
+  if (auto promise = st.checkpoints.find(commit.ticket); promise != st.checkpoints.end()) {
+    promise->second.deliver(true, std::string("committed"), commit.version);
+    st.checkpoints.erase(promise);
+  }
+  record_next(self);
 }
 
 void on_update(SyncerActor* self, const caf::actor& sender, const DecodedEnvelope& envelope,
@@ -327,28 +402,47 @@ caf::behavior syncer_behavior(SyncerActor* self, SyncerSpec spec) {
         st.log->info("{}: {} -> {} (admin set)", key, change->first, change->second);
         return {true, change->first, change->second};
       },
-      [=](checkpoint_atom) -> std::tuple<bool, std::string, uint64_t> {
-        // An operator's `checkpoint`: what is pending is merged and committed now, quorum or not.
+      [=](checkpoint_atom) -> caf::result<bool, std::string, uint64_t> {
+        // An operator's `checkpoint`: what is pending is merged and committed now, quorum or not;
+        // answered once that version is committed (its number is chosen when it lands).
         auto& st = self->state;
-        if (st.phase != Phase::ready) return {false, "the syncer is restoring its state", 0};
-        if (st.core->commit_in_flight()) return {false, "a commit is in flight: try again", 0};
+        if (st.phase != Phase::ready) return {false, "the syncer is restoring its state", uint64_t{0}};
         auto pending = st.core->fragments_with_pending();
-        if (pending.empty()) return {true, "nothing pending: the latest version is committed", st.core->latest_version()};
-        auto staged = st.core->stage(pending, st.now());
-        if (!staged) return {false, staged.error().to_string(), 0};
-        st.staged = std::move(*staged);
-        const uint64_t version = st.staged->version;
-        st.log->info("checkpoint (admin): committing version {} with {} fragment(s)", version, pending.size());
-        send_persist(self, *st.staged);
-        return {true, "committing", version};
+        std::vector<int> free;
+        for (int p : pending) {
+          if (!st.core->fragment_in_flight(p)) free.push_back(p);
+        }
+        if (pending.empty()) {
+          return {true, "nothing pending: the latest version is committed", st.core->latest_version()};
+        }
+        if (free.empty()) return {false, "a commit of every pending fragment is in flight: try again", uint64_t{0}};
+        std::string error;
+        const uint64_t ticket = start_commit(self, free, &error);
+        if (ticket == 0) return {false, error, uint64_t{0}};
+        st.log->info("checkpoint (admin): committing {} fragment(s) as ticket {}", free.size(), ticket);
+        auto promise = self->make_response_promise<bool, std::string, uint64_t>();
+        st.checkpoints.emplace(ticket, promise);
+        return promise;
       },
       [=](tick_atom) {
         auto& st = self->state;
         if (st.phase == Phase::restoring && st.now() - st.restore_requested_s > kRestoreRetryS) request_restore(self);
-        if (st.staged && st.now() - st.staged->started_s > kCommitTimeoutS) {
-          st.core->commit_failed(*st.staged, "the checkpoint store did not answer");
-          st.staged.reset();
+        std::vector<uint64_t> overdue;
+        for (const auto& [ticket, commit] : st.commits) {
+          if (st.now() - commit.started_s > kCommitTimeoutS) overdue.push_back(ticket);
         }
+        for (uint64_t ticket : overdue) {
+          const bool initial = st.commits.at(ticket).initial;
+          auto store = lookup(self, store_name());
+          auto abandon = st.outbox.wrap(Persisted{0, false, "given up", ticket});
+          if (store && abandon) self->send(store, std::move(*abandon));
+          fail_commit(self, ticket, "the checkpoint store did not answer");
+          if (initial) {
+            st.phase = Phase::restoring;
+            request_restore(self);
+          }
+        }
+        if (!overdue.empty()) record_next(self);
         try_merge(self);
         self->delayed_send(self, kTick, tick_atom::value);
       },

@@ -140,22 +140,52 @@ SyncerCore::SyncerCore(RuntimeOptions options, std::vector<std::vector<float>> i
 
 StagedCommit SyncerCore::stage_initial(double now_s) {
   StagedCommit commit;
-  commit.version = 1;
-  last_attempted_version_ = 1;
+  commit.ticket = ++last_ticket_;
+  commit.initial = true;
   commit.started_s = now_s;
-  nlohmann::json outer_state = nlohmann::json::array();
   for (int p = 0; p < fragment_count(); ++p) {
     StagedFragment staged;
     staged.fragment = p;
     staged.next = without_pending(fragments_[p]);
-    outer_state.push_back(stored_entry(staged.next));
     commit.fragments.push_back(std::move(staged));
+    in_flight_.insert(p);
   }
-  commit.manifest = {{"version", 1}, {"kind", "initial"}, {"mode", mode_}, {"fragments", commit.fragment_ids()},
-                     {"fragment_versions", std::vector<uint64_t>(fragments_.size(), 1)},
-                     {"outer_state", outer_state}, {"accounting", accounting_json()}};
-  in_flight_ = true;
   return commit;
+}
+
+void SyncerCore::seal(StagedCommit& commit, double now_s) {
+  commit.version = std::max(latest_version_, last_attempted_version_) + 1;
+  last_attempted_version_ = commit.version;
+  std::vector<uint64_t> fragment_versions;
+  std::vector<int> carried;
+  nlohmann::json outer_state = nlohmann::json::array();
+  nlohmann::json contributors = nlohmann::json::array();
+  for (int p = 0; p < fragment_count(); ++p) {
+    const StagedFragment* staged = commit.find(p);
+    fragment_versions.push_back(staged ? commit.version : fragments_[p].version);
+    if (!staged) carried.push_back(p);
+    outer_state.push_back(stored_entry(staged ? staged->next : fragments_[p]));
+    for (const auto& c : staged ? staged->merged : std::vector<PendingContribution>{}) {
+      contributors.push_back({{"learner", c.learner_id}, {"fragment", p}, {"base", c.base_version},
+                              {"share", staged->share}, {"round", c.round}, {"on_time", c.on_time},
+                              {"staleness", c.staleness}, {"steps", c.steps}, {"tokens", c.tokens},
+                              {"train_loss", c.train_loss}});
+    }
+  }
+  commit.manifest = {{"version", commit.version}, {"mode", mode_}, {"fragments", commit.fragment_ids()},
+                     {"carried", carried}, {"fragment_versions", fragment_versions},
+                     {"outer_state", outer_state}};
+  if (commit.initial) {
+    commit.manifest["kind"] = "initial";
+  } else {
+    commit.manifest["contributors"] = contributors;
+  }
+  auto credited = learners_;
+  credit(credited, commit, now_s);
+  commit.manifest["accounting"] = accounting_json(credited);
+  nlohmann::json norms = nlohmann::json::array();
+  for (const auto& known : honest_norms_) norms.push_back(known);
+  commit.manifest["screening_norms"] = norms;
 }
 
 Status SyncerCore::restore(uint64_t version, std::vector<std::vector<float>> broadcast,
@@ -184,7 +214,7 @@ Status SyncerCore::restore(uint64_t version, std::vector<std::vector<float>> bro
   fragments_ = std::move(restored);
   latest_version_ = version;
   last_attempted_version_ = std::max(last_attempted_version_, version);
-  in_flight_ = false;
+  in_flight_.clear();
   if (manifest.contains("accounting")) restore_accounting(manifest["accounting"]);
   // The screening's known norms, so that a restarted syncer screens from its first update.
   const nlohmann::json norms = manifest.value("screening_norms", nlohmann::json::array());
@@ -680,6 +710,7 @@ std::vector<int> SyncerCore::ready_fragments(double now_s, double* next_deadline
   const double grace = grace_s();
   for (int p = 0; p < fragment_count(); ++p) {
     update_quorum(p, now_s);  // the quorum shrinks when learners leave
+    if (fragment_in_flight(p)) continue;  // looked at again when its commit has landed or failed
     const auto& f = fragments_[p];
     PendingFragment pending;
     std::set<std::string> on_time, any;
@@ -706,13 +737,12 @@ std::vector<int> SyncerCore::ready_fragments(double now_s, double* next_deadline
 }
 
 Expected<StagedCommit> SyncerCore::stage(const std::vector<int>& fragment_ids, double now_s) {
-  if (in_flight_) return make_error(ErrorCode::conflict, "a commit is already in flight");
+  for (int p : fragment_ids) {
+    if (fragment_in_flight(p))
+      return make_error(ErrorCode::conflict, "fragment " + std::to_string(p) + " has a commit in flight");
+  }
   StagedCommit commit;
-  commit.version = std::max(latest_version_, last_attempted_version_) + 1;
   commit.started_s = now_s;
-  nlohmann::json contributors = nlohmann::json::array();
-  std::vector<uint64_t> fragment_versions;
-  for (const auto& f : fragments_) fragment_versions.push_back(f.version);
   int dropped = 0;
   for (int p : fragment_ids) {
     settle_held(p, now_s);
@@ -737,42 +767,21 @@ Expected<StagedCommit> SyncerCore::stage(const std::vector<int>& fragment_ids, d
       continue;
     }
     if (!staged) return staged.error();
-    fragment_versions[p] = commit.version;
-    for (const auto& c : staged->merged) {
-      contributors.push_back({{"learner", c.learner_id}, {"fragment", p}, {"base", c.base_version}, {"share", share},
-                              {"round", c.round}, {"on_time", c.on_time}, {"staleness", c.staleness},
-                              {"steps", c.steps}, {"tokens", c.tokens}, {"train_loss", c.train_loss}});
-    }
+    staged->share = share;
     commit.fragments.push_back(std::move(*staged));
   }
   if (commit.fragments.empty() && dropped > 0) {
     return make_error(ErrorCode::non_finite, "every merge came out non-finite and was dropped");
   }
   if (commit.fragments.empty()) return make_error(ErrorCode::invalid_argument, "no fragment had pending updates");
-  last_attempted_version_ = commit.version;
-  std::vector<int> carried;
-  nlohmann::json outer_state = nlohmann::json::array();
-  for (int p = 0; p < fragment_count(); ++p) {
-    const StagedFragment* staged = commit.find(p);
-    if (!staged) carried.push_back(p);
-    outer_state.push_back(stored_entry(staged ? staged->next : fragments_[p]));
-  }
-  commit.manifest = {{"version", commit.version}, {"mode", mode_}, {"fragments", commit.fragment_ids()},
-                     {"carried", carried}, {"fragment_versions", fragment_versions},
-                     {"outer_state", outer_state}, {"contributors", contributors}};
-  auto credited = learners_;
-  credit(credited, commit, now_s);
-  commit.manifest["accounting"] = accounting_json(credited);
-  nlohmann::json norms = nlohmann::json::array();
-  for (const auto& known : honest_norms_) norms.push_back(known);
-  commit.manifest["screening_norms"] = norms;
+  commit.ticket = ++last_ticket_;
   // What arrives from now on starts a new running sum; the commit keeps the one it merged.
   for (auto& staged : commit.fragments) {
     auto& sum = fragments_[staged.fragment].sum;
     staged.merged_sum = std::move(sum);
     sum = staged.merged_sum.fresh();
+    in_flight_.insert(staged.fragment);
   }
-  in_flight_ = true;
   return commit;
 }
 
@@ -795,8 +804,8 @@ void SyncerCore::drop_non_finite_merge(int p, const std::string& why, double now
 }
 
 void SyncerCore::commit_succeeded(StagedCommit& commit, double now_s) {
-  in_flight_ = false;
-  latest_version_ = commit.version;
+  for (const auto& staged : commit.fragments) in_flight_.erase(staged.fragment);
+  latest_version_ = std::max(latest_version_, commit.version);
   commits_ += 1;
   credit(learners_, commit, now_s);
   for (auto& staged : commit.fragments) {
@@ -818,14 +827,16 @@ void SyncerCore::commit_succeeded(StagedCommit& commit, double now_s) {
 }
 
 void SyncerCore::commit_failed(StagedCommit& commit, const std::string& reason) {
-  in_flight_ = false;
   size_t merged = 0;
   for (auto& f : commit.fragments) {
+    in_flight_.erase(f.fragment);
     merged += f.merged.size();
     fragments_[f.fragment].sum.absorb(std::move(f.merged_sum));  // its contributions are still pending
   }
-  component_logger("syncer")->error("commit of version {} failed ({}): the staged state is dropped; {} "
-                                    "contribution(s) stay pending for the next attempt", commit.version, reason, merged);
+  const std::string which = commit.version ? "version " + std::to_string(commit.version)
+                                           : "ticket " + std::to_string(commit.ticket);
+  component_logger("syncer")->error("commit of {} failed ({}): the staged state is dropped; {} "
+                                    "contribution(s) stay pending for the next attempt", which, reason, merged);
 }
 
 void SyncerCore::credit(std::map<std::string, LearnerRecord>& learners, const StagedCommit& commit,
@@ -927,7 +938,8 @@ nlohmann::json SyncerCore::status(double now_s) const {
           {"version", latest_version_},
           {"commits", commits_},
           {"merged_contributions", merges_},
-          {"commit_in_flight", in_flight_},
+          {"commit_in_flight", commit_in_flight()},
+          {"fragments_in_flight", in_flight_},
           {"pending", pending},
           {"active_learners", active_learners()},
           {"fragment_versions", fragment_versions},

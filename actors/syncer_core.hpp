@@ -3,8 +3,13 @@
 //
 // State: one FragmentState value per fragment (actors/fragment_state.hpp: θ_p, B_p, the whole
 // outer-optimizer state, versions, the open round, pending contributions) plus the learners' records
-// and counters. A global `version` counts commits; one commit carries every fragment that was ready
-// to merge at that moment. Decoupled mode runs rounds per fragment: an update sent in a schedule
+// and counters. Fragments commit independently: each fragment has at most one commit in flight, and
+// commits of different fragments are under way at once, so a slow commit of one never holds back
+// another's rounds. A commit is made in two steps: stage() merges (the ticket's blobs then go to the
+// store), seal() chooses its version and manifest once those blobs are durable. A model version is
+// the vector of its fragments' versions (`fragment_versions` in every manifest); the global
+// `version` numbers the records in the order they land, each carrying the fragments it did not
+// change from the one before. Decoupled mode runs rounds per fragment: an update sent in a schedule
 // slot behind the fragment's open round is late; it merges with that round but does not count
 // towards its quorum, so one round is at most one outer step, one version and one broadcast of p.
 // In decoupled mode a merge of k of the n expected learners (active ∪ contributors) is scaled by
@@ -17,8 +22,8 @@
 // Invariants: a fragment's θ_p, B_p and outer state only change through stage() → commit_succeeded(),
 // which swaps in the staged value; commit_failed() drops it and leaves every value as it was; a
 // merge that would make any of them NaN/Inf is dropped in stage() (with the contributions it held,
-// counted as non_finite_merge) and the committed value stays; at most one commit is in flight;
-// committed versions are strictly increasing; a rejected update changes nothing but a counter.
+// counted as non_finite_merge) and the committed value stays; at most one commit per fragment is in
+// flight, and one sealed commit at a time; committed versions are strictly increasing; a rejected update changes nothing but a counter.
 // Not thread-safe: owned by one syncer actor.
 #pragma once
 
@@ -87,11 +92,14 @@ struct LearnerRecord {
   std::vector<uint64_t> received_until;  // per fragment: to_step of its last accepted update (0: none); persisted
 };
 
-// One commit being made durable: the staged value of every merged fragment and its manifest.
+// One commit being made durable: the staged value of every merged fragment and, once sealed, its
+// version and manifest.
 struct StagedCommit {
-  uint64_t version = 0;
+  uint64_t ticket = 0;    // names it at the store before it has a version
+  uint64_t version = 0;   // 0 until seal()
+  bool initial = false;   // the initial parameters (stage_initial)
   std::vector<StagedFragment> fragments;
-  nlohmann::json manifest;
+  nlohmann::json manifest;  // made by seal()
   double started_s = 0;
 
   std::vector<int> fragment_ids() const;
@@ -151,7 +159,9 @@ class SyncerCore {
   int fragment_count() const { return static_cast<int>(fragments_.size()); }
   int64_t fragment_numel(int p) const { return fragments_[p].numel; }
   uint64_t latest_version() const { return latest_version_; }
-  bool commit_in_flight() const { return in_flight_; }
+  // Some fragment's commit is under way (staged, not yet committed or failed).
+  bool commit_in_flight() const { return !in_flight_.empty(); }
+  bool fragment_in_flight(int p) const { return in_flight_.count(p) > 0; }
   // Fragments holding contributions not yet merged (an operator's `checkpoint` commits them now).
   std::vector<int> fragments_with_pending() const;
   const FragmentState& fragment(int p) const { return fragments_[p]; }
@@ -203,14 +213,21 @@ class SyncerCore {
                     double compute_s = 0);
 
   // ---- merging ---------------------------------------------------------------------------------
-  // Fragments whose merge is due now; `next_deadline_s` (< 0: none) says when to look again.
+  // Fragments whose merge is due now (none with a commit in flight); `next_deadline_s` (< 0: none)
+  // says when to look again.
   std::vector<int> ready_fragments(double now_s, double* next_deadline_s);
   // Stages new values of the fragments (merge, outer step, downlink) and returns the commit to
-  // persist; the current values do not change. Requires !commit_in_flight(). A fragment whose merge
+  // persist, with a ticket and no version yet; the current values do not change. conflict when one
+  // of them has a commit in flight. A fragment whose merge
   // comes out non-finite is left out: its pending contributions are discarded (each counted as
   // non_finite_merge and as rejected work of its learner), logged once, and its committed value
   // stays; non_finite when that leaves nothing to commit.
   Expected<StagedCommit> stage(const std::vector<int>& fragments, double now_s);
+  // Chooses the version of a staged commit whose blobs are durable (the next number) and makes its
+  // manifest from the state now: the other fragments as committed, the learners' accounting with
+  // this commit's credits. One sealed commit at a time: the next is sealed once this one landed or
+  // failed, so each record carries what the one before it committed.
+  void seal(StagedCommit& commit, double now_s);
   // Swaps the staged values in (the commit's broadcasts may go out now). Empties `commit.fragments`' values.
   void commit_succeeded(StagedCommit& commit, double now_s);
   void commit_failed(StagedCommit& commit, const std::string& reason);
@@ -297,7 +314,8 @@ class SyncerCore {
   SyncTimings timings_;
   uint64_t latest_version_ = 0;
   uint64_t last_attempted_version_ = 0;  // a timed-out commit may still land: never reuse its number
-  bool in_flight_ = false;
+  std::set<int> in_flight_;              // fragments with a commit under way
+  uint64_t last_ticket_ = 0;
   int64_t commits_ = 0;
   int64_t merges_ = 0;
   double loss_sum_ = 0;   // train loss of merged contributions since the last status

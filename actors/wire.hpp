@@ -55,6 +55,8 @@ using pause_atom = caf::atom_constant<caf::atom("pause")>;
 // next update leaves with one payload bit flipped (drill hook).
 using throttle_atom = caf::atom_constant<caf::atom("throttle")>;
 using corrupt_atom = caf::atom_constant<caf::atom("corrupt")>;
+// A store actor's prepare worker -> the store actor (local only): (prepared, ticket) is done.
+using prepared_atom = caf::atom_constant<caf::atom("prepared")>;
 // To the syncer (local only): commit every fragment with pending contributions now.
 using checkpoint_atom = caf::atom_constant<caf::atom("checkpoint")>;
 // A learner control for a node (LearnerControl): gateway -> node link -> node watcher.

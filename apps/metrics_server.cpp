@@ -126,6 +126,13 @@ std::string MetricsBoard::prometheus() const {
   const uint64_t version = whole(p, "version");
   family(out, "archipelago_committed_version", "gauge", "Latest committed global version.");
   out << "archipelago_committed_version " << version << "\n";
+  family(out, "archipelago_fragment_version", "gauge",
+         "Committed version of each fragment: the model version is the vector of these (fragments commit independently).");
+  const auto fragment_versions = part(p, "fragment_versions", true);
+  for (size_t f = 0; f < fragment_versions.size(); ++f) {
+    out << "archipelago_fragment_version{fragment=\"" << f << "\"} "
+        << (fragment_versions[f].is_number() ? fragment_versions[f].get<uint64_t>() : 0) << "\n";
+  }
   family(out, "archipelago_versions_committed_total", "counter", "Versions committed since this coordinator started.");
   const uint64_t start = whole(p, "start_version");
   out << "archipelago_versions_committed_total " << (version > start ? version - start : 0) << "\n";

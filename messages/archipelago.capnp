@@ -193,6 +193,7 @@ struct Persist {
   kind @2 :PersistKind;      # parameters or optimizer state.
   chunk @3 :TensorChunk;     # the encoded tensor, or one chunk of it.
   manifestJson @4 :Text;     # unused (the manifest travels in CommitEnd).
+  ticket @5 :UInt64;         # a prepared commit's ticket (its version is chosen at its record); 0: none.
 }
 
 # checkpoint store -> syncer: a version is durable (committed) or failed to be.
@@ -200,6 +201,7 @@ struct Persisted {
   version @0 :UInt64;  # the version the store wrote.
   ok @1 :Bool;         # true: the version is committed and will never change.
   reason @2 :Text;     # why it failed (empty when ok).
+  ticket @3 :UInt64;   # with version 0: ticket `ticket` is prepared (its blobs are durable, unrecorded).
 }
 
 enum LeaveCode {
@@ -230,9 +232,13 @@ struct Restore {
 
 # The end of a version's Persist stream. syncer -> store: commit the chunks that arrived, with this
 # manifest. store -> syncer: the restore stream is complete.
+# A commit in two steps (fragments commit independently): the syncer streams a ticket's chunks and
+# sends CommitEnd{version 0, ticket}: the store prepares them (writes the blobs) and answers
+# Persisted{version 0, ticket}. Then CommitEnd{version V, ticket, manifest} records version V.
 struct CommitEnd {
   version @0 :UInt64;
   manifestJson @1 :Text;
+  ticket @2 :UInt64;
 }
 
 # console -> admin actor: one command (status, kill, restart, pause, resume, set, checkpoint, pin).

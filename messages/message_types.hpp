@@ -158,12 +158,14 @@ struct Persist {
   PersistKind kind = PersistKind::parameters;
   TensorChunk chunk;
   std::string manifest_json;
+  uint64_t ticket = 0;  // a prepared commit's chunks (archipelago.capnp, CommitEnd); 0: a version's
 };
 
 struct Persisted {
   uint64_t version = 0;
   bool ok = false;
   std::string reason;
+  uint64_t ticket = 0;  // version 0: this ticket is prepared (or failed to be)
 };
 
 enum class LeaveCode : uint8_t { finished = 0, dead = 1, stopped = 2 };
@@ -203,6 +205,7 @@ struct AdminCommand {
 struct CommitEnd {
   uint64_t version = 0;
   std::string manifest_json;
+  uint64_t ticket = 0;  // version 0: prepare this ticket's chunks; otherwise record them as `version`
 };
 
 struct AdminRequest {

@@ -149,11 +149,13 @@ void write_body(capnp::MessageBuilder& builder, wire::Envelope::Body::Builder bo
           out.setKind(static_cast<wire::PersistKind>(m.kind));
           write_chunk(builder, out.initChunk(), m.chunk, external);
           out.setManifestJson(text(m.manifest_json));
+          out.setTicket(m.ticket);
         } else if constexpr (std::is_same_v<T, Persisted>) {
           auto out = body.initPersisted();
           out.setVersion(m.version);
           out.setOk(m.ok);
           out.setReason(text(m.reason));
+          out.setTicket(m.ticket);
         } else if constexpr (std::is_same_v<T, Leave>) {
           auto out = body.initLeave();
           out.setLearnerId(text(m.learner_id));
@@ -179,6 +181,7 @@ void write_body(capnp::MessageBuilder& builder, wire::Envelope::Body::Builder bo
           auto out = body.initCommitEnd();
           out.setVersion(m.version);
           out.setManifestJson(text(m.manifest_json));
+          out.setTicket(m.ticket);
         } else if constexpr (std::is_same_v<T, AdminRequest>) {
           auto out = body.initAdminRequest();
           out.setRequestId(m.request_id);
@@ -277,11 +280,11 @@ Expected<Message> read_body(wire::Envelope::Body::Reader body,
       auto chunk = read_chunk(in.getChunk(), owner);
       if (!chunk) return chunk.error();
       return Message(Persist{in.getVersion(), in.getFragmentId(), static_cast<PersistKind>(raw_kind),
-                             std::move(*chunk), string(in.getManifestJson())});
+                             std::move(*chunk), string(in.getManifestJson()), in.getTicket()});
     }
     case Which::PERSISTED: {
       auto in = body.getPersisted();
-      return Message(Persisted{in.getVersion(), in.getOk(), string(in.getReason())});
+      return Message(Persisted{in.getVersion(), in.getOk(), string(in.getReason()), in.getTicket()});
     }
     case Which::LEAVE: {
       auto in = body.getLeave();
@@ -303,7 +306,7 @@ Expected<Message> read_body(wire::Envelope::Body::Reader body,
     }
     case Which::COMMIT_END: {
       auto in = body.getCommitEnd();
-      return Message(CommitEnd{in.getVersion(), string(in.getManifestJson())});
+      return Message(CommitEnd{in.getVersion(), string(in.getManifestJson()), in.getTicket()});
     }
     case Which::ADMIN_REQUEST: {
       auto in = body.getAdminRequest();

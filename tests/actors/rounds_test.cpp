@@ -4,8 +4,11 @@
 // kill, a learner recovering from a non-finite step, and bytes measured on the links.
 // Tests wait on conditions (status polling with deadlines), never on sleeps.
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <doctest/doctest.h>
@@ -116,6 +119,46 @@ TEST_CASE("decoupled rounds with a 3x straggler: at most one version per fragmen
     CHECK(result->versions_per_fragment_round <= 1.3);
     CHECK(result->heldout_loss < result->initial_heldout_loss);
   }
+}
+
+TEST_CASE("fragments commit independently: a commit of fragment 0 held 5 s does not delay fragment 1's rounds") {
+  auto options = testing::tiny_options("slow-commit", "decoupled", 2, 30);
+  std::atomic<bool> armed{false}, holding{false};
+  // The store's prepare of fragment 0's next commit (its blobs' write) takes 5 s.
+  options.store_fault_hook = [&](std::string_view name) -> Status {
+    if (name == "prepare.fragment.0" && armed.exchange(false)) {
+      holding = true;
+      std::this_thread::sleep_for(std::chrono::seconds(5));
+      holding = false;
+    }
+    return Status::success();
+  };
+  auto cluster = start_cluster(options);
+  REQUIRE(cluster->wait_for([&] { return status(*cluster, syncer_name()).value("version", 0) >= 3; }, 20));
+  armed = true;
+  REQUIRE(cluster->wait_for([&] { return holding.load(); }, 20));
+  auto before = status(*cluster, syncer_name());
+  const uint64_t fragment0 = before["fragment_versions"][0].get<uint64_t>();
+  const int64_t commits1 = before["fragment_commits"][1].get<int64_t>();
+  // While fragment 0's commit is held, fragment 1's rounds close and commit as before.
+  json during;
+  CHECK(cluster->wait_for(
+      [&] {
+        during = status(*cluster, syncer_name());
+        return during["fragment_commits"][1].get<int64_t>() >= commits1 + 3;
+      },
+      5));
+  CHECK(holding.load());  // all of it inside fragment 0's 5 s
+  CHECK(during["fragment_versions"][0].get<uint64_t>() == fragment0);
+  CHECK(during["fragments_in_flight"] == json::array({0}));
+  CHECK(during["fragment_versions"][1].get<uint64_t>() > fragment0);
+  // Once its blobs are written, fragment 0's commit lands as the next version and its rounds go on.
+  CHECK(cluster->wait_for(
+      [&] { return status(*cluster, syncer_name())["fragment_versions"][0].get<uint64_t>() > fragment0; }, 10));
+  check_copies(*cluster, 2, options.setup.outer.fragments);
+  auto result = cluster->run();
+  REQUIRE(result.ok());
+  CHECK(result->heldout_loss < result->initial_heldout_loss);
 }
 
 TEST_CASE("every learner holds the syncer's broadcast state bit for bit, for each downlink codec") {

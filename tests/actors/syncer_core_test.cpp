@@ -16,6 +16,12 @@ using namespace archipelago;
 
 namespace {
 
+// A staged commit whose blobs are durable is sealed (its version and manifest) and lands.
+void landed(SyncerCore& core, StagedCommit& commit, double now) {
+  core.seal(commit, now);
+  core.commit_succeeded(commit, now);
+}
+
 SyncerCore make_core(const std::string& mode, int quorum = 1) {
   auto o = testing::tiny_options("core", mode, 2, 10);
   o.setup.outer.quorum = quorum;
@@ -24,7 +30,7 @@ SyncerCore make_core(const std::string& mode, int quorum = 1) {
   o.setup.outer.momentum = 0.0;
   SyncerCore core(o, {{1, 1, 1}, {2, 2}});
   auto initial = core.stage_initial(0);
-  core.commit_succeeded(initial, 0);
+  landed(core, initial, 0);
   return core;
 }
 
@@ -32,7 +38,7 @@ SyncerCore make_core(const std::string& mode, int quorum = 1) {
 void merge_and_commit(SyncerCore& core, const std::vector<int>& fragments, double now) {
   auto staged = core.stage(fragments, now);
   REQUIRE_MESSAGE(staged.ok(), (staged.ok() ? "" : staged.error().to_string()));
-  core.commit_succeeded(*staged, now);
+  landed(core, *staged, now);
 }
 
 // What the store would hand a restarting syncer: per fragment B_p and the outer-state blob.
@@ -50,6 +56,7 @@ void stored_blobs(const SyncerCore& core, std::vector<std::vector<float>>& broad
 void commit_and_restore(SyncerCore& core, const std::vector<int>& fragments, double now, SyncerCore& fresh) {
   auto staged = core.stage(fragments, now);
   REQUIRE_MESSAGE(staged.ok(), (staged.ok() ? "" : staged.error().to_string()));
+  core.seal(*staged, now);
   auto manifest = staged->manifest;
   core.commit_succeeded(*staged, now);
   std::vector<std::vector<float>> broadcast, outer;
@@ -116,6 +123,7 @@ TEST_CASE("syncer core: work that starts before the end of work already accepted
   // The bound is part of what a commit persists: a restarted syncer keeps refusing the resend.
   auto staged = core.stage({0, 1}, 4);
   REQUIRE(staged.ok());
+  core.seal(*staged, 4);
   auto manifest = staged->manifest;
   core.commit_succeeded(*staged, 4);
   std::vector<std::vector<float>> broadcast, outer;
@@ -176,6 +184,7 @@ TEST_CASE("syncer core: set outer.codec and train.inner_steps, the schedule is b
   // Every committed version's accounting carries it: a restored syncer broadcasts the same schedule.
   auto staged = core.stage({0}, 1);
   REQUIRE(staged.ok());
+  core.seal(*staged, 1);
   auto manifest = staged->manifest;
   core.commit_succeeded(*staged, 1);
   std::vector<std::vector<float>> broadcast, outer;
@@ -203,10 +212,12 @@ TEST_CASE("syncer core: merge, outer step, commit and staleness") {
   REQUIRE(ready == std::vector<int>{0});  // every active learner contributed: no grace needed
   auto staged = core.stage(ready, 1);
   REQUIRE(staged.ok());
-  CHECK(staged->version == 2);
+  CHECK(staged->version == 0);  // chosen when its blobs are durable
   CHECK(core.commit_in_flight());
   CHECK(staged->find(0)->next.parameters[0] == doctest::Approx(1 - 0.3));  // lr 1, momentum 0: θ − mean Δ
   CHECK(core.fragment(0).parameters[0] == 1);  // not in place before the store committed it
+  core.seal(*staged, 2);
+  CHECK(staged->version == 2);
   core.commit_succeeded(*staged, 2);
   CHECK(core.fragment(0).parameters[0] == doctest::Approx(1 - 0.3));
   CHECK(core.latest_version() == 2);
@@ -218,6 +229,8 @@ TEST_CASE("syncer core: merge, outer step, commit and staleness") {
   // One of the two active learners: the merged Δ counts for half a round.
   CHECK(second->find(0)->next.parameters[0] == doctest::Approx(0.7 - 0.5));
   CHECK(core.fragment(0).parameters[0] == doctest::Approx(0.7));
+  core.seal(*second, 3);  // its record is refused
+  CHECK(second->version == 3);
   core.commit_failed(*second, "injected");
   CHECK(core.fragment(0).parameters[0] == doctest::Approx(0.7));
   CHECK(core.fragment(0).pending.size() == 1);  // kept for the next attempt
@@ -226,6 +239,7 @@ TEST_CASE("syncer core: merge, outer step, commit and staleness") {
   REQUIRE_FALSE(core.accept(b, {1, 1, 1}, 4).has_value());
   auto third = core.stage({0}, 4);
   REQUIRE(third.ok());
+  core.seal(*third, 4);
   CHECK(third->version == 4);
   CHECK(third->find(0)->merged.size() == 2);
   core.commit_succeeded(*third, 4);
@@ -235,12 +249,56 @@ TEST_CASE("syncer core: merge, outer step, commit and staleness") {
   o.syncer.max_staleness = 0;
   SyncerCore strict(o, {{0, 0}});
   auto strict_initial = strict.stage_initial(0);
-  strict.commit_succeeded(strict_initial, 0);
+  landed(strict, strict_initial, 0);
   REQUIRE(strict.join(join_of("learner-0"), 0).accepted);
   REQUIRE_FALSE(strict.accept({"learner-0", 0, 1, 1, 1, 0}, {1, 1}, 0).has_value());
   merge_and_commit(strict, {0}, 0);
   CHECK(strict.accept({"learner-0", 0, 1, 1, 1, 0}, {1, 1}, 0) == RejectReason::stale);
   CHECK(strict.rejects().by_reason.at("stale") == 1);
+}
+
+TEST_CASE("syncer core: fragments commit independently; versions number records as they land") {
+  auto core = make_core("decoupled", 1);  // fragments {1, 1, 1} and {2, 2}; mean, lr 1, momentum 0
+  REQUIRE(core.join(join_of("learner-0"), 0).accepted);
+  REQUIRE_FALSE(core.accept({"learner-0", 0, 1, 10, 100, 1.0f, 0, 0, 10}, {0.5f, 0.5f, 0.5f}, 1).has_value());
+  double deadline = 0;
+  REQUIRE(core.ready_fragments(1, &deadline) == std::vector<int>{0});
+  auto slow = core.stage({0}, 1);  // fragment 0's commit: its blobs are slow to write
+  REQUIRE(slow.ok());
+  CHECK(core.fragment_in_flight(0));
+  CHECK_FALSE(core.fragment_in_flight(1));
+  // Fragment 1's round closes and commits twice meanwhile; fragment 0 is neither ready nor stageable.
+  for (int round = 0; round < 2; ++round) {
+    const double now = 2 + round;
+    auto refused = core.accept({"learner-0", 1, core.fragment(1).version, 10, 100, 1.0f,
+                                static_cast<uint64_t>(round), static_cast<uint64_t>(10 * round),
+                                static_cast<uint64_t>(10 + 10 * round)},
+                               {0.25f, 0.25f}, now);
+    REQUIRE_MESSAGE(!refused.has_value(), to_string(refused.value_or(RejectReason::stale)));
+    REQUIRE(core.ready_fragments(now, &deadline) == std::vector<int>{1});
+    CHECK(core.stage({0}, now).error().code == ErrorCode::conflict);
+    auto fast = core.stage({1}, now);
+    REQUIRE(fast.ok());
+    core.seal(*fast, now);
+    CHECK(fast->version == static_cast<uint64_t>(2 + round));
+    // The model version is the vector of its fragments' versions: fragment 0 still at 1.
+    CHECK(fast->manifest["fragment_versions"] == nlohmann::json::array({1, 2 + round}));
+    CHECK(fast->manifest["carried"] == nlohmann::json::array({0}));
+    core.commit_succeeded(*fast, now);
+    CHECK(core.fragment(1).version == static_cast<uint64_t>(2 + round));
+  }
+  CHECK(core.fragment(0).parameters[0] == 1);  // not in place before its commit lands
+  // Fragment 0's blobs are durable at last: its record is the next version, carrying fragment 1.
+  core.seal(*slow, 5);
+  CHECK(slow->version == 4);
+  CHECK(slow->manifest["fragment_versions"] == nlohmann::json::array({4, 3}));
+  CHECK(slow->manifest["carried"] == nlohmann::json::array({1}));
+  CHECK(slow->manifest["accounting"]["learners"]["learner-0"]["contributions_merged"] == 3);
+  core.commit_succeeded(*slow, 5);
+  CHECK_FALSE(core.commit_in_flight());
+  CHECK(core.fragment(0).parameters[0] == doctest::Approx(0.5));
+  CHECK(core.latest_version() == 4);
+  CHECK(core.status(5)["fragment_versions"] == nlohmann::json::array({4, 3}));
 }
 
 TEST_CASE("syncer core: restore brings back parameters, versions and counters") {
@@ -250,6 +308,7 @@ TEST_CASE("syncer core: restore brings back parameters, versions and counters") 
   double deadline = 0;
   auto staged = core.stage(core.ready_fragments(0, &deadline), 0);
   REQUIRE(staged.ok());
+  core.seal(*staged, 0);
   auto manifest = staged->manifest;
   core.commit_succeeded(*staged, 0);
   std::vector<std::vector<float>> broadcast, outer;
@@ -279,7 +338,7 @@ SyncerCore make_async_core(int every, int momentum_warmup = 0) {
   o.setup.outer.momentum = 0.9;
   SyncerCore core(o, {{1, 2, 3}});
   auto initial = core.stage_initial(0);
-  core.commit_succeeded(initial, 0);
+  landed(core, initial, 0);
   REQUIRE(core.join(join_of("learner-0"), 0).accepted);
   REQUIRE(core.join(join_of("learner-1"), 0).accepted);
   return core;
@@ -428,7 +487,7 @@ SyncerCore make_decoupled_core(int learners, int quorum) {
   o.syncer.grace_max_s = 0;  // a round closes as soon as its quorum is in
   SyncerCore core(o, {{0, 0}, {0, 0}});
   auto initial = core.stage_initial(0);
-  core.commit_succeeded(initial, 0);
+  landed(core, initial, 0);
   for (int m = 0; m < learners; ++m) REQUIRE(core.join(join_of("learner-" + std::to_string(m)), 0).accepted);
   return core;
 }
@@ -461,10 +520,11 @@ TEST_CASE("syncer core: decoupled rounds, an update behind its round merges with
   auto staged = core.stage({0}, 3);
   REQUIRE(staged.ok());
   REQUIRE(staged->find(0)->merged.size() == 2);  // the late one merges with round 1
+  core.seal(*staged, 3);
   int late = 0;
   for (const auto& c : staged->manifest["contributors"]) late += c["on_time"].get<bool>() ? 0 : 1;
   CHECK(late == 1);
-  core.commit_succeeded(*staged, 3);
+  landed(core, *staged, 3);
   CHECK(core.fragment(0).next_round == 2);
   CHECK(core.status(3)["fragment_commits"][0] == 2);
   CHECK(core.learners().at("learner-1").contributions_merged == 1);
@@ -509,7 +569,7 @@ TEST_CASE("syncer core: the downlink moves B exactly as a receiver applies it, a
   for (size_t i = 0; i < initial.size(); ++i) initial[i] = std::sin(0.1 * i);
   SyncerCore core(o, {initial});
   auto first = core.stage_initial(0);
-  core.commit_succeeded(first, 0);
+  landed(core, first, 0);
   REQUIRE(core.join(join_of("learner-0"), 0).accepted);
   BroadcastCopy receiver{1, core.fragment(0).broadcast};  // what a learner fetched from the store
   for (int round = 0; round < 3; ++round) {
@@ -523,7 +583,7 @@ TEST_CASE("syncer core: the downlink moves B exactly as a receiver applies it, a
     CHECK(message.codec == messages::kInt4);
     CHECK(message.delta_base == core.fragment(0).version);
     CHECK(message.payload.size() < initial.size());  // 4 bits a value and block scales, not 32 bits
-    core.commit_succeeded(*staged, round + 1.0);
+    landed(core, *staged, round + 1.0);
     auto decoded = messages::decode_tensor(message.codec, message.payload.data(), message.payload.size(), initial.size());
     REQUIRE(decoded.ok());
     REQUIRE(apply_broadcast(receiver, core.fragment(0).version, message.delta_base, std::move(*decoded)) ==
@@ -547,7 +607,7 @@ SyncerCore make_weighted_core(const std::string& name) {
   o.setup.outer.momentum = 0.0;
   SyncerCore core(o, {{0, 0, 0}});
   auto initial = core.stage_initial(0);
-  core.commit_succeeded(initial, 0);
+  landed(core, initial, 0);
   REQUIRE(core.join(join_of("learner-0"), 0).accepted);
   REQUIRE(core.join(join_of("learner-1"), 0).accepted);
   return core;
@@ -572,7 +632,7 @@ TEST_CASE("syncer core: a claim of 2^40 tokens does not outweigh an honest learn
     CHECK(staged->find(0)->next.parameters[i] == doctest::Approx(-(liar[i] + honest[i]) / 2).epsilon(1e-6));
   }
   CHECK(core.claims_corrected() == 1);
-  core.commit_succeeded(*staged, 1);
+  landed(core, *staged, 1);
   // The token ledger (and so train.max_tokens) counts the credited tokens, not the claim.
   CHECK(core.learners().at("learner-0").tokens_merged == 10 * T);
   CHECK(core.status(1)["claims_corrected"] == 1);
@@ -592,7 +652,7 @@ TEST_CASE("syncer core: a claim of 2^40 tokens does not outweigh an honest learn
     CHECK(second->find(0)->next.parameters[i] ==
           doctest::Approx(before[i] - (k * liar[i] + honest[i]) / (k + 1)).epsilon(1e-6));
   }
-  core.commit_succeeded(*second, 2);
+  landed(core, *second, 2);
 
   // No learner sends 0 steps; an update of weight 0 alone would make its merge fail.
   UpdateHeader none{"learner-1", 0, 3, 0, 0, 1.0f, 2, 20, 30};
@@ -639,8 +699,9 @@ TEST_CASE("syncer core: a merge that comes out non-finite is dropped, counted, a
   auto staged = core.stage({0, 1}, 2);
   REQUIRE_MESSAGE(staged.ok(), (staged.ok() ? "" : staged.error().to_string()));
   CHECK(staged->fragment_ids() == std::vector<int>{1});
+  core.seal(*staged, 2);
   CHECK(staged->manifest["fragment_versions"][0] == 2);
-  core.commit_succeeded(*staged, 2);
+  landed(core, *staged, 2);
   CHECK(core.fragment(1).parameters[0] == doctest::Approx(1.5));
   check_same_outer_state(core.fragment(0), before);
   CHECK(core.fragment(0).version == 2);
@@ -744,7 +805,7 @@ SyncerCore make_wide_core(const std::string& mode, int learners, int64_t n, cons
   o.setup.outer.screen = screen;
   SyncerCore core(o, {std::vector<float>(static_cast<size_t>(n), 0.0f)});
   auto initial = core.stage_initial(0);
-  core.commit_succeeded(initial, 0);
+  landed(core, initial, 0);
   for (int m = 0; m < learners; ++m) REQUIRE(core.join(join_of(learner_id(m)), 0).accepted);
   return core;
 }
@@ -827,7 +888,7 @@ TEST_CASE("syncer core: the streaming merge equals the batch merge with updates 
   auto staged = core.stage({0}, 1);
   REQUIRE(staged.ok());
   REQUIRE_FALSE(core.accept({learner_id(3), 0, 1, 10, 100, 2.0f, 0, 0, 10}, deltas[3], 1.1).has_value());
-  core.commit_succeeded(*staged, 1.2);
+  landed(core, *staged, 1.2);
   const std::vector<float> after_first = core.fragment(0).parameters;
   REQUIRE(core.fragment(0).pending.size() == 1);
   CHECK(core.fragment(0).sum.count() == 1);

@@ -135,15 +135,17 @@ TEST_CASE("every message kind round-trips with all its fields") {
   CHECK(verb.target == "l1");
 
   auto persist = std::get<Persist>(
-      round_trip(wrap(Persist{9, 1, PersistKind::outer_momentum, small, "{\"a\":1}"})).body);
+      round_trip(wrap(Persist{9, 1, PersistKind::outer_momentum, small, "{\"a\":1}", 30})).body);
   CHECK(persist.version == 9);
+  CHECK(persist.ticket == 30);
   CHECK(persist.fragment_id == 1);
   CHECK(persist.kind == PersistKind::outer_momentum);
   CHECK(persist.manifest_json == "{\"a\":1}");
   check_same_chunk(persist.chunk, small);
 
-  auto persisted = std::get<Persisted>(round_trip(wrap(Persisted{9, true, "fine"})).body);
+  auto persisted = std::get<Persisted>(round_trip(wrap(Persisted{9, true, "fine", 31})).body);
   CHECK(persisted.version == 9);
+  CHECK(persisted.ticket == 31);
   CHECK(persisted.ok);
   CHECK(persisted.reason == "fine");
 
@@ -161,8 +163,9 @@ TEST_CASE("every message kind round-trips with all its fields") {
   CHECK(fetch.learner_id == "l5");
   CHECK(fetch.held_digests == std::vector<uint64_t>{7, 0, 9});
   CHECK(std::get<Restore>(round_trip(wrap(Restore{12})).body).request_id == 12);
-  auto end = std::get<CommitEnd>(round_trip(wrap(CommitEnd{9, "{\"a\":1}"})).body);
+  auto end = std::get<CommitEnd>(round_trip(wrap(CommitEnd{9, "{\"a\":1}", 32})).body);
   CHECK(end.version == 9);
+  CHECK(end.ticket == 32);
   CHECK(end.manifest_json == "{\"a\":1}");
   CHECK(std::string(message_name(Message(end))) == "commit_end");
   auto command = std::get<AdminCommand>(round_trip(wrap(AdminCommand{3, AdminVerb::pin, 41, 0})).body);

@@ -99,6 +99,15 @@ TEST_CASE("metrics and the status page: Prometheus text checked against the run,
   CHECK(metrics.samples["archipelago_updates_rejected_total{reason=\"outlier\"}"] == 0);
   REQUIRE(metrics.samples.count("archipelago_updates_clipped_total") == 1);
   CHECK(metrics.samples["archipelago_updates_clipped_total"] == 0);
+  // Each fragment's committed version; the newest of them is the latest global version.
+  double newest_fragment = 0;
+  for (int f = 0; f < 4; ++f) {
+    const std::string key = "archipelago_fragment_version{fragment=\"" + std::to_string(f) + "\"}";
+    REQUIRE(metrics.samples.count(key) == 1);
+    CHECK(metrics.samples[key] >= 1);
+    newest_fragment = std::max(newest_fragment, metrics.samples[key]);
+  }
+  CHECK(newest_fragment == metrics.samples["archipelago_committed_version"]);
   CHECK(metrics.samples["archipelago_refused_messages_total{reason=\"unauthenticated\"}"] == 0);
   CHECK(metrics.samples["archipelago_heldout_loss"] > 0);
   CHECK(metrics.samples["archipelago_heldout_loss"] < 6);  // below a uniform byte model's ln 256 = 5.55 + margin
@@ -218,6 +227,11 @@ TEST_CASE("a local run (archipelago train) serves the admin console and the metr
   CHECK(screening["mode"] == "refuse");
   CHECK(screening["clipped"] == 0);
   CHECK(screening["median_norm_per_lr"].size() == 4);
+  // ... and the model version as the vector of its fragments' versions, none above the latest.
+  const auto versions = answer("status");
+  REQUIRE(versions["fragment_versions"].size() == 4);
+  for (const auto& v : versions["fragment_versions"]) CHECK(v.get<uint64_t>() <= versions["committed_version"].get<uint64_t>());
+  CHECK(versions["fragments_in_flight"].is_array());
 
   auto period = answer("set train.inner_steps 20");
   CHECK(period["old"] == "10");
