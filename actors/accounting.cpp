@@ -184,7 +184,8 @@ nlohmann::json operator_sample(double elapsed_s, uint64_t start_version, const n
   for (const auto& [id, r] : slots.items()) restarts += r.value("restarts", 0);
   return {{"elapsed_s", elapsed_s},
           {"version", static_cast<uint64_t>(number_of(syncer, "version"))},
-          {"fragment_versions", member(syncer, "fragment_versions")},
+          {"fragment_versions", syncer.is_object() && syncer.contains("fragment_versions") && syncer["fragment_versions"].is_array()
+                                    ? syncer["fragment_versions"] : nlohmann::json::array()},
           {"start_version", start_version},
           {"heldout_loss", scored ? evaluator["heldout_loss"].get<double>() : std::nan("")},
           {"merged", static_cast<int64_t>(number_of(syncer, "merged_contributions"))},
