@@ -15,13 +15,14 @@ def main(path):
     folds = all("fold_s" in r["rounds"][-1] for r in rows)
     print("| parameters | learners | updates/s | merge s | limit s | merge ÷ limit |"
           + (" folds s | folds ÷ limit |" if folds else "")
-          + " commit s | syncer CPU s | peak RSS MiB | peak above start, fp32 copies |")
-    print("|---:|---:|---:|---:|---:|---:|" + ("---:|---:|" if folds else "") + "---:|---:|---:|---:|")
+          + " commit s | round s | syncer CPU s | peak RSS MiB | peak above start, fp32 copies |")
+    print("|---:|---:|---:|---:|---:|---:|" + ("---:|---:|" if folds else "") + "---:|---:|---:|---:|---:|")
     for r in rows:
         last = r["rounds"][-1]  # the first round pays for first-touch allocations
         fold = f" {last['fold_s']:.2f} | {last['fold_vs_limit']:.1f} |" if folds else ""
         print(f"| {r['params'] / 1e6:.0f} M | {r['learners']} | {last['updates_per_s']:.1f} | {last['merge_s']:.2f} "
               f"| {last['limit_s']:.2f} | {last['merge_vs_limit']:.1f} |{fold} {last['commit_s']:.2f} "
+              f"| {last['merge_s'] + last['commit_s']:.2f} "
               f"| {last['syncer_cpu_s']:.2f} | {r['peak_rss_mib']} | {r['peak_above_before_fp32_copies']:.2f} |")
     print()
     print(f"memcpy: {rows[0]['memcpy_gb_per_s']:.2f} GB/s (this run); figures of each configuration's last round "
@@ -30,15 +31,14 @@ def main(path):
     largest = max(r["params"] for r in rows)
     row = max((r for r in rows if r["params"] == largest), key=lambda r: r["learners"])
     last = row["rounds"][-1]
-    merge_per_learner = last["merge_s"] / row["learners"] * (1e9 / largest)  # s per learner at 1 B parameters
-    commit_1b = last["commit_s"] * (1e9 / largest)
+    round_s = last["merge_s"] + last["commit_s"]  # first update sent -> every fragment committed
+    per_learner_1b = round_s / row["learners"] * (1e9 / largest)  # s of a round per learner at 1 B parameters
     period_s = 25.0
     print()
     print(f"Extrapolation, not a measurement (linear in parameters, from the {largest / 1e6:.0f} M, "
-          f"{row['learners']}-learner row): at 1 B parameters a learner's updates of one period take "
-          f"{merge_per_learner:.2f} s of merge and a commit {commit_1b:.0f} s. One commit in flight at a time "
-          f"cannot keep a {period_s:.0f} s period at that size whatever the learners; with commits off the merge "
-          f"path, the merge alone serves {period_s / merge_per_learner:.0f} learners per {period_s:.0f} s period.")
+          f"{row['learners']}-learner row, whose round of merges and commits took {round_s:.1f} s): at 1 B "
+          f"parameters each learner's updates of one period cost the syncer {per_learner_1b:.2f} s of a round, so "
+          f"one syncer on this machine serves {period_s / per_learner_1b:.0f} learners per {period_s:.0f} s period.")
 
 
 if __name__ == "__main__":
