@@ -9,7 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "actors/run_setup.hpp"
-#include "apps/config.hpp"
+#include "apps/committed_model.hpp"
 
 namespace archipelago::apps {
 namespace fs = std::filesystem;
@@ -134,52 +134,24 @@ int run_export(const ExportArguments& arguments) {
     return fail(2, "--dtype must be fp32 or bf16, not '" + arguments.dtype + "'");
   }
   const bool bf16 = arguments.dtype == "bf16";
-  const fs::path run_dir(arguments.run_dir);
-  if (!fs::is_directory(run_dir)) return fail(2, "no run directory " + arguments.run_dir);
-  if (!fs::exists(run_dir / "config.toml") || !fs::is_directory(run_dir / "store")) {
-    return fail(2, arguments.run_dir + " is not a run directory (it needs config.toml and store/)");
-  }
-  auto runtime = stored_run_options(arguments.run_dir);
-  if (!runtime) return fail(2, "invalid configuration: " + runtime.error().reason);
-  runtime->setup.run.device = "cpu";  // the layout only: no accelerator needed to export
-  auto start = actors::build_model_start(runtime->setup);
-  if (!start) return fail(1, "model: " + start.error().reason);
-  const auto& layout = *start->layout;
-
-  // Retention acts on commits only: an export, which never commits, removes nothing.
-  auto store = actors::open_run_store(*runtime);
-  if (!store) return fail(1, "cannot open the store of " + arguments.run_dir + " (is a coordinator still using it?): " + store.error().reason);
-  auto latest = (*store)->latest_committed_version();
-  if (!latest) return fail(2, arguments.run_dir + " has no committed version");
-  const uint64_t version = arguments.version.value_or(*latest);
-  auto data = (*store)->get(version);
-  if (!data) {
-    if (data.error().code == ErrorCode::not_found) {
-      return fail(2, "version " + std::to_string(version) + " is not a committed version of " + arguments.run_dir +
-                         " (latest: " + std::to_string(*latest) + ")");
-    }
-    return fail(1, "version " + std::to_string(version) + " does not verify: " + data.error().reason);
-  }
-  if (data->fragments.size() != layout.plan.fragments.size()) {
-    return fail(1, "version " + std::to_string(version) + " holds " + std::to_string(data->fragments.size()) + " of " +
-                       std::to_string(layout.plan.fragments.size()) + " fragments");
-  }
-  auto flat = actors::flat_parameters(layout, *data);
-  if (!flat) return fail(1, "version " + std::to_string(version) + ": " + flat.error().reason);
-  for (float v : *flat) {
-    if (!std::isfinite(v)) return fail(1, "version " + std::to_string(version) + " holds a non-finite parameter");
-  }
+  auto loaded = load_committed_model(arguments.run_dir, arguments.version);
+  if (auto* failure = std::get_if<LoadFailure>(&loaded)) return fail(failure->exit_code, failure->message);
+  auto& model_version = std::get<CommittedModel>(loaded);
+  const auto& layout = *model_version.start.layout;
+  const auto& runtime = model_version.runtime;
+  const uint64_t version = model_version.version;
+  const auto* flat = &model_version.flat;
 
   std::error_code ec;
   fs::create_directories(arguments.out, ec);
   if (ec) return fail(2, "cannot create " + arguments.out + ": " + ec.message());
   const fs::path out(arguments.out);
   const auto tensors = safetensors_bytes(layout.parameters, *flat, bf16, version);
-  const auto model = model_config_json(runtime->setup.model, layout.parameters, layout.parameter_count, bf16,
+  const auto model = model_config_json(runtime.setup.model, layout.parameters, layout.parameter_count, bf16,
                                        arguments.run_dir, version);
   for (const auto& [name, bytes] : {std::pair<std::string, std::string>{"model.safetensors", tensors},
                                     {"config.json", model.dump(2) + "\n"},
-                                    {"tokenizer.json", byte_tokenizer_json(runtime->setup.model.vocab).dump(2) + "\n"}}) {
+                                    {"tokenizer.json", byte_tokenizer_json(runtime.setup.model.vocab).dump(2) + "\n"}}) {
     if (auto written = write_file(out / name, bytes); !written) return fail(1, written.error().reason);
   }
   nlohmann::json summary = {{"version", version},       {"out", fs::absolute(out).string()}, {"dtype", arguments.dtype},

@@ -9,6 +9,7 @@
 #include "apps/coordinator_command.hpp"
 #include "apps/drill_command.hpp"
 #include "apps/export_command.hpp"
+#include "apps/sample_command.hpp"
 #include "apps/node_command.hpp"
 #include "apps/train_command.hpp"
 #include "sim/sim_command.hpp"
@@ -37,6 +38,8 @@ int main(int argc, char** argv) {
                             "continue the run in this directory from its latest committed version")
       ->check(CLI::ExistingDirectory);
   train_command->add_flag("--json", train.json, "print a one-line JSON summary as the last line of stdout");
+  train_command->add_flag_function("--no-sample", [&](int64_t) { train.sample = false; },
+                                   "do not print a sample of the final version under the summary");
   train_command->add_option_function<std::string>("--admin-listen", [&](const std::string& v) { train.admin_listen = v; },
                                                   "HOST:PORT for `archipelago console` (needs an admin token)");
   train_command->add_option_function<std::string>("--admin-token-file",
@@ -156,7 +159,24 @@ int main(int argc, char** argv) {
   export_command->add_option("--dtype", export_arguments.dtype, "fp32 (default) | bf16");
   export_command->add_flag("--json", export_arguments.json, "print a one-line JSON summary as the last line of stdout");
 
+  archipelago::apps::SampleArguments sample;
+  auto* sample_command = app.add_subcommand(
+      "sample", "generate text with a committed version of a run (KV cache; a seed gives the same text every time)");
+  sample_command->add_option("--run-dir", sample.run_dir, "the run's directory (its config.toml and store/)")->required();
+  sample_command->add_option_function<uint64_t>("--version", [&](uint64_t v) { sample.version = v; },
+                                                "the committed version (default: the latest)");
+  sample_command->add_option("--prompt", sample.prompt, "the text to continue (default: a newline)");
+  sample_command->add_option("--tokens", sample.sampling.tokens, "tokens to generate (default 256)");
+  sample_command->add_option("--temperature", sample.sampling.temperature, "0: greedy (default 0.8)");
+  sample_command->add_option("--top-k", sample.sampling.top_k, "draw from the k most likely tokens (default 0: all)");
+  sample_command->add_option("--top-p", sample.sampling.top_p, "draw from the nucleus of mass p (default 1: all)");
+  sample_command->add_option("--seed", sample.sampling.seed, "the draws' seed (default 0)");
+  sample_command->add_flag_function("--no-cache", [&](int64_t) { sample.sampling.kv_cache = false; },
+                                    "run the whole context for each token (slower; for comparison)");
+  sample_command->add_flag("--json", sample.json, "print a one-line JSON summary as the last line of stdout");
+
   CLI11_PARSE(app, argc, argv);
+  if (sample_command->parsed()) return archipelago::apps::run_sample(sample);
   if (export_command->parsed()) return archipelago::apps::run_export(export_arguments);
   if (ca_command->parsed()) return archipelago::apps::run_ca(ca);
   if (sim_command->parsed()) return archipelago::sim::run_sim(sim);

@@ -18,6 +18,7 @@
 #include "apps/config.hpp"
 #include "apps/coordinator_command.hpp"
 #include "apps/metrics_server.hpp"
+#include "apps/sample_command.hpp"
 #include "net/auth.hpp"
 #include "common/log.hpp"
 #include "training/blas_check.hpp"
@@ -338,9 +339,25 @@ int run_train(const TrainArguments& arguments) {
         {"rejected_by_reason", r.details["syncer"].value("rejected", json::object())},
         {"kill_to_merge_s", r.kill_to_merge_s}, {"links_bytes", r.details["links_bytes"]},
     };
+    if (arguments.sample && r.final_version > 0) {
+      // What the model learned, in its own words: a short seeded sample of the final version.
+      auto sample = sample_final_version(run_dir.string(), r.final_version, "The ", 160);
+      if (sample) {
+        summary["sample"] = *sample;
+      } else {
+        log->warn("no sample of version {}: {}", r.final_version, sample.error().reason);
+      }
+    }
     std::ofstream(run_dir / "summary.json") << summary.dump(2) << "\n";
     std::ofstream(run_dir / "actors.json") << r.details.dump(2) << "\n";
     print_summary_table(summary);
+    if (summary.contains("sample") && !arguments.json) {
+      const auto& s = summary["sample"];
+      std::printf("\nsample of version %llu (seed %llu, temperature %.1f; archipelago sample --run-dir %s):\n%s%s\n",
+                  static_cast<unsigned long long>(s["version"].get<uint64_t>()),
+                  static_cast<unsigned long long>(s["seed"].get<uint64_t>()), s["temperature"].get<double>(),
+                  run_dir.string().c_str(), s["prompt"].get<std::string>().c_str(), s["text"].get<std::string>().c_str());
+    }
     if (arguments.json) std::printf("%s\n", summary.dump().c_str());
     std::fflush(stdout);
     return 0;

@@ -16,6 +16,7 @@ struct TrainArguments {
   std::string run_dir;                 // empty: archipelago-runs/<run-id>
   std::string resume_dir;              // --resume: continue the run in this directory (actors engine)
   bool json = false;                   // print the JSON summary as the last line of stdout
+  bool sample = true;                  // a short sample of the final version under the summary (actors engine)
   std::optional<std::string> admin_listen;      // HOST:PORT of the admin console (actors engine; none: off)
   std::optional<std::string> admin_token_file;  // its secret (else $ARCHIPELAGO_ADMIN_TOKEN_FILE)
   std::optional<std::string> metrics_token_file;  // the read-only credential of /metrics off loopback

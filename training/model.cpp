@@ -25,7 +25,8 @@ CausalSelfAttentionImpl::CausalSelfAttentionImpl(const ModelConfig& config) : he
   k_norm_ = register_module("k_norm", torch::nn::LayerNorm(torch::nn::LayerNormOptions({head_dim})));
 }
 
-torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x) {
+torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x, torch::Tensor* past_keys,
+                                              torch::Tensor* past_values) {
   const auto B = x.size(0), T = x.size(1), C = x.size(2);
   const auto head_dim = C / heads_;
   auto qkv = qkv_->forward(x).view({B, T, 3, heads_, head_dim});  // (B, T, 3, H, D)
@@ -34,8 +35,19 @@ torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x) {
   auto q = q_norm_->forward(qkv.select(2, 0).to(torch::kFloat)).transpose(1, 2);  // (B, H, T, D)
   auto k = k_norm_->forward(qkv.select(2, 1).to(torch::kFloat)).transpose(1, 2);  // (B, H, T, D)
   auto v = qkv.select(2, 2).transpose(1, 2);                      // (B, H, T, D)
-  auto scores = torch::matmul(q, k.transpose(-2, -1)) / std::sqrt(static_cast<double>(head_dim));  // (B, H, T, T)
-  auto future = torch::ones({T, T}, torch::TensorOptions().dtype(torch::kBool).device(x.device())).triu(1);
+  int64_t past = 0;
+  if (past_keys && past_values) {
+    if (past_keys->defined()) {
+      past = past_keys->size(2);
+      k = torch::cat({*past_keys, k}, 2);  // (B, H, past + T, D)
+      v = torch::cat({*past_values, v}, 2);
+    }
+    *past_keys = k;
+    *past_values = v;
+  }
+  auto scores = torch::matmul(q, k.transpose(-2, -1)) / std::sqrt(static_cast<double>(head_dim));  // (B, H, T, past + T)
+  // Query i sits at position past + i: it sees the keys up to there.
+  auto future = torch::ones({T, past + T}, torch::TensorOptions().dtype(torch::kBool).device(x.device())).triu(past + 1);
   scores = scores.masked_fill(future, -std::numeric_limits<float>::infinity());
   auto attention = torch::softmax(scores, -1);
   auto y = torch::matmul(attention, v).transpose(1, 2).reshape({B, T, C});  // (B, T, C)
@@ -61,8 +73,8 @@ BlockImpl::BlockImpl(const ModelConfig& config) {
   mlp_ = register_module("mlp", Mlp(config));
 }
 
-torch::Tensor BlockImpl::forward(const torch::Tensor& x) {
-  auto h = x + attn_->forward(attn_norm_->forward(x));
+torch::Tensor BlockImpl::forward(const torch::Tensor& x, torch::Tensor* past_keys, torch::Tensor* past_values) {
+  auto h = x + attn_->forward(attn_norm_->forward(x), past_keys, past_values);
   return h + mlp_->forward(mlp_norm_->forward(h));
 }
 
@@ -92,6 +104,23 @@ torch::Tensor TransformerImpl::forward(const torch::Tensor& tokens) {
   for (const auto& block : *blocks_) x = block->as<BlockImpl>()->forward(x);
   x = final_norm_->forward(x);
   return torch::matmul(x, token_embedding_->weight.t());  // (B, T, V), tied weights
+}
+
+torch::Tensor TransformerImpl::forward(const torch::Tensor& tokens, KvCache& cache) {
+  const auto T = tokens.size(1);
+  TORCH_CHECK(cache.length + T <= config_.seq_len, "KvCache: ", cache.length + T, " positions, the model has ",
+              config_.seq_len);
+  cache.keys.resize(blocks_->size());
+  cache.values.resize(blocks_->size());
+  auto positions = torch::arange(cache.length, cache.length + T,
+                                 torch::TensorOptions().dtype(torch::kLong).device(tokens.device()));
+  auto x = token_embedding_->forward(tokens) + position_embedding_->forward(positions);  // (B, T, C)
+  for (size_t i = 0; i < blocks_->size(); ++i) {
+    x = (*blocks_)[i]->as<BlockImpl>()->forward(x, &cache.keys[i], &cache.values[i]);
+  }
+  cache.length += T;
+  x = final_norm_->forward(x);
+  return torch::matmul(x, token_embedding_->weight.t());
 }
 
 LossParts language_model_loss(const torch::Tensor& logits, const torch::Tensor& targets, double z_loss) {

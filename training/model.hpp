@@ -12,10 +12,19 @@
 
 namespace archipelago::training {
 
+// The keys and values of the positions a sequence has seen, per block: generation feeds one new
+// token at a time and attends over these instead of running the whole prefix again.
+struct KvCache {
+  std::vector<torch::Tensor> keys, values;  // per block: (B, H, T_past, D), undefined while empty
+  int64_t length = 0;                       // T_past: the next token's position
+};
+
 class CausalSelfAttentionImpl : public torch::nn::Module {
  public:
   CausalSelfAttentionImpl(const ModelConfig& config);
-  torch::Tensor forward(const torch::Tensor& x);  // (B, T, C) -> (B, T, C)
+  // (B, T, C) -> (B, T, C). With `past_keys`/`past_values` (a KvCache's entries of this block, may be
+  // undefined), the T positions follow theirs: they attend to them too and are appended to them.
+  torch::Tensor forward(const torch::Tensor& x, torch::Tensor* past_keys = nullptr, torch::Tensor* past_values = nullptr);
 
  private:
   int heads_;
@@ -38,7 +47,7 @@ TORCH_MODULE(Mlp);
 class BlockImpl : public torch::nn::Module {
  public:
   BlockImpl(const ModelConfig& config);
-  torch::Tensor forward(const torch::Tensor& x);
+  torch::Tensor forward(const torch::Tensor& x, torch::Tensor* past_keys = nullptr, torch::Tensor* past_values = nullptr);
 
  private:
   torch::nn::LayerNorm attn_norm_{nullptr}, mlp_norm_{nullptr};
@@ -51,6 +60,9 @@ class TransformerImpl : public torch::nn::Module {
  public:
   explicit TransformerImpl(const ModelConfig& config);
   torch::Tensor forward(const torch::Tensor& tokens);  // (B, T) int64 -> logits (B, T, V)
+  // The logits of `tokens` (B, T) at positions cache.length ... cache.length + T − 1, attending to
+  // the cached positions before them; the cache grows by T. cache.length + T ≤ seq_len.
+  torch::Tensor forward(const torch::Tensor& tokens, KvCache& cache);
 
   const ModelConfig& config() const { return config_; }
 

@@ -216,6 +216,71 @@ std::vector<float> Replica::logits(const std::vector<uint8_t>& tokens) {
   return std::vector<float>(out.data_ptr<float>(), out.data_ptr<float>() + out.numel());
 }
 
+namespace {
+
+torch::Tensor token_tensor(const int32_t* tokens, int64_t count, const torch::Device& device) {
+  return torch::from_blob(const_cast<int32_t*>(tokens), {1, count}, torch::kInt).to(device, torch::kLong);
+}
+
+// The last position's logits, host side.
+std::vector<float> last_logits(const torch::Tensor& logits) {
+  auto row = logits.select(1, logits.size(1) - 1).select(0, 0).to(torch::kCPU, torch::kFloat).contiguous();
+  return std::vector<float>(row.data_ptr<float>(), row.data_ptr<float>() + row.numel());
+}
+
+}  // namespace
+
+std::vector<float> Replica::logits_incremental(const std::vector<uint8_t>& tokens, int64_t prefill) {
+  torch::NoGradGuard no_grad;
+  impl_->model->eval();
+  std::vector<int32_t> ids(tokens.begin(), tokens.end());
+  KvCache cache;
+  std::vector<torch::Tensor> parts;
+  int64_t at = 0;
+  while (at < static_cast<int64_t>(ids.size())) {
+    const int64_t count = at == 0 ? std::max<int64_t>(1, prefill) : 1;
+    parts.push_back(impl_->model->forward(token_tensor(ids.data() + at, count, impl_->device), cache));
+    at += count;
+  }
+  auto out = torch::cat(parts, 1).to(torch::kCPU, torch::kFloat).contiguous();
+  return std::vector<float>(out.data_ptr<float>(), out.data_ptr<float>() + out.numel());
+}
+
+std::vector<int32_t> Replica::generate(const std::vector<int32_t>& prompt, const SamplingOptions& options,
+                                       const std::function<void(int32_t)>& emit) {
+  if (prompt.empty()) return {};
+  torch::NoGradGuard no_grad;
+  impl_->model->eval();
+  const int64_t context = impl_->model_config.seq_len;
+  std::mt19937_64 rng(options.seed);
+  std::vector<int32_t> sequence = prompt;
+  std::vector<int32_t> generated;
+  KvCache cache;
+  // The first pass of the cache, and each restart: the newest tokens that leave room to grow.
+  auto prefill = [&](int64_t keep) {
+    cache = KvCache{};
+    const int64_t count = std::min<int64_t>(keep, static_cast<int64_t>(sequence.size()));
+    return impl_->model->forward(token_tensor(sequence.data() + sequence.size() - count, count, impl_->device), cache);
+  };
+  torch::Tensor logits;
+  if (options.kv_cache) logits = prefill(context);
+  for (int64_t i = 0; i < options.tokens; ++i) {
+    if (!options.kv_cache) {
+      const int64_t count = std::min<int64_t>(context, static_cast<int64_t>(sequence.size()));
+      logits = impl_->model->forward(token_tensor(sequence.data() + sequence.size() - count, count, impl_->device));
+    }
+    const int32_t next = draw_token(last_logits(logits), options, rng);
+    sequence.push_back(next);
+    generated.push_back(next);
+    if (emit) emit(next);
+    if (options.kv_cache && i + 1 < options.tokens) {
+      logits = cache.length < context ? impl_->model->forward(token_tensor(&sequence.back(), 1, impl_->device), cache)
+                                       : prefill(context / 2);
+    }
+  }
+  return generated;
+}
+
 const ModelConfig& Replica::model_config() const { return impl_->model_config; }
 const std::vector<ParameterInfo>& Replica::parameters() const { return impl_->parameters; }
 int64_t Replica::parameter_count() const { return impl_->flat.numel(); }

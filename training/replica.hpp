@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -16,6 +17,7 @@
 #include "training/corpus.hpp"
 #include "training/fragments.hpp"
 #include "training/options.hpp"
+#include "training/sampling.hpp"
 
 namespace archipelago::training {
 
@@ -56,6 +58,15 @@ class Replica {
   double evaluate(const std::vector<Batch>& batches);
   // Logits (T × V, row-major) for one sequence, for inspection and tests.
   std::vector<float> logits(const std::vector<uint8_t>& tokens);
+  // The logits of the same sequence fed through a KV cache: the first `prefill` tokens at once, then
+  // one at a time (tests: equal to `logits`).
+  std::vector<float> logits_incremental(const std::vector<uint8_t>& tokens, int64_t prefill);
+  // Continues `prompt` (at least one token) by options.tokens tokens drawn with draw_token, calling
+  // `emit` with each as it is drawn. With the KV cache each token costs one position's pass; when
+  // the context reaches seq_len the cache restarts from the newest seq_len / 2 tokens (the learned
+  // positions end there). Without it, each token runs the newest seq_len tokens whole.
+  std::vector<int32_t> generate(const std::vector<int32_t>& prompt, const SamplingOptions& options,
+                                const std::function<void(int32_t)>& emit = {});
 
   const ModelConfig& model_config() const;
   const std::vector<ParameterInfo>& parameters() const;

@@ -1,5 +1,6 @@
 // The transformer, its inner loop and the reference engine, through torch-free headers.
 #include <cmath>
+#include <map>
 #include <fstream>
 #include <random>
 #include <sstream>
@@ -58,6 +59,93 @@ TEST_CASE("causal mask: changing token t+1 never changes logits at positions <= 
     CHECK(max_past < 1e-6);
     CHECK(max_changed > 1e-4);  // the position that sees the changed token does change
   }
+}
+
+TEST_CASE("KV cache: logits fed one token at a time equal the whole sequence's, to 1e-5") {
+  set_compute_threads(1);
+  auto replica = Replica::create(tiny(), InnerOptions{}, "cpu", 5);
+  REQUIRE(replica.ok());
+  const int T = tiny().seq_len, V = 256;
+  std::mt19937 rng(2);
+  std::vector<uint8_t> tokens(T);
+  for (auto& t : tokens) t = static_cast<uint8_t>(rng());
+  const auto whole = (*replica)->logits(tokens);
+  for (int64_t prefill : {1, 9, T}) {
+    CAPTURE(prefill);
+    const auto stepped = (*replica)->logits_incremental(tokens, prefill);
+    REQUIRE(stepped.size() == static_cast<size_t>(T * V));
+    double worst = 0;
+    for (size_t i = 0; i < whole.size(); ++i) worst = std::max(worst, std::fabs(double(whole[i]) - stepped[i]));
+    CHECK(worst < 1e-5);
+  }
+}
+
+TEST_CASE("generate: seeded draws repeat, the cache and the full context agree within the context, and past it") {
+  set_compute_threads(1);
+  auto replica = Replica::create(tiny(), InnerOptions{}, "cpu", 6);
+  REQUIRE(replica.ok());
+  const std::vector<int32_t> prompt = {84, 104, 101, 32};  // "The "
+  SamplingOptions options;
+  options.tokens = 40;
+  options.seed = 11;
+  std::vector<int32_t> emitted;
+  const auto first = (*replica)->generate(prompt, options, [&](int32_t t) { emitted.push_back(t); });
+  CHECK(first.size() == 40);
+  CHECK(emitted == first);  // each token was handed out as it was drawn
+  CHECK((*replica)->generate(prompt, options) == first);
+  options.seed = 12;
+  CHECK((*replica)->generate(prompt, options) != first);
+  // Greedy within the context (4 + 40 < 64 positions): the cached pass picks what the full one does.
+  options.temperature = 0;
+  const auto cached = (*replica)->generate(prompt, options);
+  options.kv_cache = false;
+  CHECK((*replica)->generate(prompt, options) == cached);
+  // Past the context the cache restarts from the newest half; generation goes on.
+  options.kv_cache = true;
+  options.tokens = 3 * tiny().seq_len;
+  CHECK((*replica)->generate(prompt, options).size() == static_cast<size_t>(3 * tiny().seq_len));
+}
+
+TEST_CASE("draw_token: greedy, top-k and top-p keep to their sets; options out of range are refused") {
+  const std::vector<float> logits = {0.0f, 3.0f, 2.9f, -1.0f, 3.0f};
+  std::mt19937_64 rng(1);
+  SamplingOptions greedy;
+  greedy.temperature = 0;
+  CHECK(draw_token(logits, greedy, rng) == 1);  // a tie keeps the lower id
+  SamplingOptions top2;
+  top2.temperature = 1;
+  top2.top_k = 2;
+  SamplingOptions nucleus;
+  nucleus.temperature = 1;
+  nucleus.top_p = 0.5;  // {1, 4}: each ~0.35 of the mass, together past 0.5
+  std::map<int32_t, int> seen_k, seen_p;
+  for (int i = 0; i < 2000; ++i) {
+    ++seen_k[draw_token(logits, top2, rng)];
+    ++seen_p[draw_token(logits, nucleus, rng)];
+  }
+  CHECK(seen_k.size() == 2);
+  CHECK(seen_k.count(1) == 1);
+  CHECK(seen_k.count(4) == 1);
+  CHECK(seen_p.size() == 2);
+  CHECK(seen_p.count(1) == 1);
+  // Unrestricted at temperature 1, token 0 (probability e^0 / Σ ≈ 0.023) turns up near its share.
+  SamplingOptions all;
+  all.temperature = 1;
+  int zeros = 0;
+  for (int i = 0; i < 20000; ++i) zeros += draw_token(logits, all, rng) == 0;
+  double total = 0;
+  for (float l : logits) total += std::exp(double(l));
+  CHECK(zeros / 20000.0 == doctest::Approx(1.0 / total).epsilon(0.2));
+  SamplingOptions bad;
+  bad.top_p = 0;
+  CHECK(validate(bad).error().reason.find("--top-p") != std::string::npos);
+  bad = SamplingOptions{};
+  bad.temperature = -1;
+  CHECK(!validate(bad).ok());
+  bad = SamplingOptions{};
+  bad.top_k = -2;
+  CHECK(!validate(bad).ok());
+  CHECK(validate(SamplingOptions{}).ok());
 }
 
 TEST_CASE("the tiny model's held-out loss drops by a clear margin within a few hundred steps") {

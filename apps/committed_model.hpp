@@ -1,0 +1,34 @@
+// One committed version of a run, loaded for use outside training: `export` writes it out, `sample`
+// generates text with it, `train` samples its final version. The version is read from the run's
+// store with every blob's checksum verified, and refused with the version named when one does not.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <variant>
+#include <string>
+#include <vector>
+
+#include "actors/run_setup.hpp"
+
+namespace archipelago::apps {
+
+struct CommittedModel {
+  actors::RuntimeOptions runtime;  // the run's configuration (config.toml)
+  actors::ModelStart start;        // a replica of the run's model (its weights are not yet the version's)
+  uint64_t version = 0;
+  std::vector<float> flat;         // the version's parameters, in the replica's order
+};
+
+struct LoadFailure {
+  int exit_code;  // 2: bad input (no run directory, not a run, no such version); 1: unreadable or damaged
+  std::string message;
+};
+
+// `version`: none for the latest committed. The store is opened read-only in effect (no commit, so
+// no retention runs); it fails while a coordinator holds it.
+std::variant<CommittedModel, LoadFailure> load_committed_model(const std::string& run_dir,
+                                                               std::optional<uint64_t> version);
+
+}  // namespace archipelago::apps
