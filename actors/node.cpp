@@ -344,6 +344,9 @@ struct Node::Impl {
     if (!node_config) return node_config.error();
     auto& runtime_options = node_config->runtime;
     runtime_options.syncer.auth_token = kSessionJoinToken;  // the plane proved the token for the session
+    // A node's learners start from the committed versions they fetch: the coordinator's
+    // model.init_from (a directory on its machine) is the coordinator's to apply.
+    runtime_options.setup.model.init_from.clear();
     auto prepared = prepare_run(runtime_options, *node_config->corpus);
     if (!prepared) return prepared.error();
     setup = std::move(*prepared);

@@ -8,6 +8,7 @@
 #include "actors/syncer.hpp"
 #include "actors/supervisor.hpp"
 #include "actors/wire.hpp"
+#include "training/exported_model.hpp"
 #include "training/replica.hpp"
 
 namespace archipelago::actors {
@@ -17,10 +18,17 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 }  // namespace
 
-Expected<ModelStart> build_model_start(const training::ReferenceSetup& setup) {
+Expected<ModelStart> build_model_start(const training::ReferenceSetup& setup, bool apply_init_from) {
   const auto& run = setup.run;
   auto replica = training::Replica::create(setup.model, setup.inner, run.device, run.seed);
   if (!replica) return replica.error();
+  if (apply_init_from && !setup.model.init_from.empty()) {
+    auto exported = training::read_export(setup.model.init_from);
+    if (!exported) return make_error(ErrorCode::invalid_argument, "model.init_from: " + exported.error().reason);
+    auto flat = training::exported_parameters(*exported, (*replica)->parameters());
+    if (!flat) return make_error(ErrorCode::invalid_argument, "model.init_from: " + flat.error().reason);
+    (*replica)->write_parameters(*flat);
+  }
   auto layout = std::make_shared<ModelLayout>();
   layout->parameters = (*replica)->parameters();
   layout->parameter_count = (*replica)->parameter_count();

@@ -32,13 +32,16 @@ struct RunSetup {
 };
 
 // The model layout with its fragment plan and θ0 per fragment, read from one replica built with the
-// run's seed (same seed: same θ0 in every process). The replica comes along for a first evaluation.
+// run's seed (same seed: same θ0 in every process), or with the weights of model.init_from (an
+// export; invalid_argument naming a missing or mis-shaped tensor) when `apply_init_from`: the
+// process that commits version 1 applies it, a node or a reader of stored versions need not. The
+// replica comes along for a first evaluation.
 struct ModelStart {
   std::unique_ptr<training::Replica> replica;
   std::shared_ptr<const ModelLayout> layout;
   std::shared_ptr<const std::vector<std::vector<float>>> initial_fragments;
 };
-Expected<ModelStart> build_model_start(const training::ReferenceSetup& setup);
+Expected<ModelStart> build_model_start(const training::ReferenceSetup& setup, bool apply_init_from = true);
 
 // A stored version's fragments as one flat parameter vector in `layout`'s order. inconsistent:
 // a fragment this layout does not have, or one of another size.

@@ -18,7 +18,7 @@ std::variant<CommittedModel, LoadFailure> load_committed_model(const std::string
   auto runtime = stored_run_options(run_dir);
   if (!runtime) return LoadFailure{2, "invalid configuration: " + runtime.error().reason};
   runtime->setup.run.device = "cpu";  // what is loaded runs here, whatever trained it
-  auto start = actors::build_model_start(runtime->setup);
+  auto start = actors::build_model_start(runtime->setup, /*apply_init_from=*/false);  // the version's weights follow
   if (!start) return LoadFailure{1, "model: " + start.error().reason};
   const auto& layout = *start->layout;
 

@@ -159,6 +159,7 @@ Expected<Config> to_config(const toml::table& table) {
   c.model = *preset;
   c.model.mlp = r.get_string("model.mlp");
   c.model.z_loss = r.get_double("model.z_loss");
+  c.model.init_from = r.get_string("model.init_from");
 
   c.engine = r.get_string("train.engine");
   c.run.mode = r.get_string("train.mode");

@@ -9,6 +9,7 @@
 #include "apps/coordinator_command.hpp"
 #include "apps/drill_command.hpp"
 #include "apps/export_command.hpp"
+#include "apps/eval_command.hpp"
 #include "apps/sample_command.hpp"
 #include "apps/node_command.hpp"
 #include "apps/train_command.hpp"
@@ -38,6 +39,8 @@ int main(int argc, char** argv) {
                             "continue the run in this directory from its latest committed version")
       ->check(CLI::ExistingDirectory);
   train_command->add_flag("--json", train.json, "print a one-line JSON summary as the last line of stdout");
+  train_command->add_option_function<std::string>("--init-from", [&](const std::string& v) { train.init_from = v; },
+                                                  "start from an export's weights (model.init_from)");
   train_command->add_flag_function("--no-sample", [&](int64_t) { train.sample = false; },
                                    "do not print a sample of the final version under the summary");
   train_command->add_option_function<std::string>("--admin-listen", [&](const std::string& v) { train.admin_listen = v; },
@@ -175,7 +178,20 @@ int main(int argc, char** argv) {
                                     "run the whole context for each token (slower; for comparison)");
   sample_command->add_flag("--json", sample.json, "print a one-line JSON summary as the last line of stdout");
 
+  archipelago::apps::EvalArguments eval;
+  auto* eval_command = app.add_subcommand(
+      "eval", "loss and bits per byte of a committed version or an export on a text file");
+  eval_command->add_option("--run-dir", eval.run_dir, "a run's directory: score one of its committed versions");
+  eval_command->add_option_function<uint64_t>("--version", [&](uint64_t v) { eval.version = v; },
+                                              "the committed version (default: the latest)");
+  eval_command->add_option("--export", eval.export_dir, "an export directory (archipelago export) instead");
+  eval_command->add_option("--text", eval.text, "the text file to score")->required();
+  eval_command->add_option("--max-bytes", eval.max_bytes, "score only the first N bytes (default: all)");
+  eval_command->add_option("--batch-size", eval.batch_size, "context windows per pass (default 16)");
+  eval_command->add_flag("--json", eval.json, "print a one-line JSON summary as the last line of stdout");
+
   CLI11_PARSE(app, argc, argv);
+  if (eval_command->parsed()) return archipelago::apps::run_eval(eval);
   if (sample_command->parsed()) return archipelago::apps::run_sample(sample);
   if (export_command->parsed()) return archipelago::apps::run_export(export_arguments);
   if (ca_command->parsed()) return archipelago::apps::run_ca(ca);

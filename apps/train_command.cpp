@@ -195,6 +195,7 @@ int run_train(const TrainArguments& arguments) {
   if (arguments.engine) overrides.push_back("train.engine=" + *arguments.engine);
   if (arguments.device) overrides.push_back("train.device=" + *arguments.device);
   if (arguments.corpus) overrides.push_back("data.corpus=" + *arguments.corpus);
+  if (arguments.init_from) overrides.push_back("model.init_from=" + *arguments.init_from);
   auto config = load_config(file->text, file->origin, overrides);
   if (!config) {
     std::fprintf(stderr, "archipelago: invalid configuration: %s\n", config.error().reason.c_str());

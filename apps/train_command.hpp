@@ -13,6 +13,7 @@ struct TrainArguments {
   std::optional<std::string> engine;   // --engine, overrides train.engine
   std::optional<std::string> device;   // --device, overrides train.device
   std::optional<std::string> corpus;   // --corpus, overrides data.corpus
+  std::optional<std::string> init_from;  // --init-from, overrides model.init_from
   std::string run_dir;                 // empty: archipelago-runs/<run-id>
   std::string resume_dir;              // --resume: continue the run in this directory (actors engine)
   bool json = false;                   // print the JSON summary as the last line of stdout

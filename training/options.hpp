@@ -20,6 +20,9 @@ struct ModelConfig {
   int seq_len = 128;        // context length in tokens
   std::string mlp = "swiglu";  // swiglu | gelu
   double z_loss = 1e-4;     // weight of the log(Z)^2 term that keeps logits from drifting
+  // An export directory (archipelago export) whose weights replace the random initialization:
+  // version 1 of an actors run, every replica of the reference engine. Empty: random (train.seed).
+  std::string init_from;
 };
 
 // Presets: `tiny` (tests, trains in seconds), `small` (~3 M params, default), `base` (~25 M params).

@@ -1,4 +1,5 @@
 #include "training/reference_engine.hpp"
+#include "training/exported_model.hpp"
 
 #include <chrono>
 #include <cmath>
@@ -87,6 +88,13 @@ Expected<ReferenceResult> run_reference(const ReferenceSetup& setup, std::shared
     auto replica = Replica::create(setup.model, inner, run.device, run.seed);  // same seed: same θ0
     if (!replica) return replica.error();
     replicas.push_back(std::move(*replica));
+  }
+  if (!setup.model.init_from.empty()) {  // every replica starts from the export's weights
+    auto exported = read_export(setup.model.init_from);
+    if (!exported) return make_error(ErrorCode::invalid_argument, "model.init_from: " + exported.error().reason);
+    auto flat = exported_parameters(*exported, replicas[0]->parameters());
+    if (!flat) return make_error(ErrorCode::invalid_argument, "model.init_from: " + flat.error().reason);
+    for (auto& replica : replicas) replica->write_parameters(*flat);
   }
   Replica& global_view = *replicas[0];
   const auto& parameters = global_view.parameters();

@@ -1,7 +1,11 @@
-// `archipelago sample` as a user runs it, on a run that `archipelago train` just made: a seeded
-// sample is the same text twice, `train` printed one of its final version, bad input exits 2 with
-// its reason, and a damaged store blob is refused with the version named.
+// Using a trained model as a user does, on runs that `archipelago train` just made: `sample` (a
+// seeded sample is the same text twice, `train` printed one of its final version, bad input exits 2
+// with its reason, a damaged store blob is refused with the version named), `eval` (a version and
+// its export score alike, in bits per byte too) and `--init-from` (a run started from an export
+// begins at the exported version's held-out loss; a mis-shaped export is refused naming the tensor).
+#include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <string>
 
 #include <doctest/doctest.h>
@@ -15,19 +19,18 @@ namespace {
 using archipelago::testing::last_line_json;
 using archipelago::testing::run_cli;
 
+const std::string kTiny =
+    " --set model.preset=tiny --set train.learners=2 --set inner.batch_size=8 --set train.inner_steps=10"
+    " --set train.max_seconds=0 --set train.threads=1 --set runtime.store_sync=false --set data.eval_batches=2"
+    " --set data.cache_dir=" + (std::filesystem::temp_directory_path() / "archipelago-test-data").string();
+
 }  // namespace
 
 TEST_CASE("sample: a seeded sample is the same text twice, train prints one, bad input and damage are refused") {
   const auto dir = std::filesystem::temp_directory_path() / "archipelago-sample-test";
   std::filesystem::remove_all(dir);
   const std::string run_dir = (dir / "run").string();
-  const std::string data = (std::filesystem::temp_directory_path() / "archipelago-test-data").string();
-  auto train = run_cli("train --json --run-dir " + run_dir +
-                           " --set model.preset=tiny --set train.learners=2 --set inner.batch_size=8"
-                           " --set train.inner_steps=10 --set train.max_tokens=81920 --set train.max_seconds=0"
-                           " --set train.threads=1 --set runtime.store_sync=false --set data.eval_batches=2"
-                           " --set data.cache_dir=" + data,
-                       240);
+  auto train = run_cli("train --json --run-dir " + run_dir + kTiny + " --set train.max_tokens=81920", 240);
   CAPTURE(train.out);
   REQUIRE(train.exit_code == 0);
   const auto summary = last_line_json(train.out);
@@ -86,5 +89,61 @@ TEST_CASE("sample: a seeded sample is the same text twice, train prints one, bad
   REQUIRE(damaged > 0);
   refused("--run-dir " + run_dir + " --version " + std::to_string(final_version), 1,
           "version " + std::to_string(final_version) + " does not verify");
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("eval and --init-from: an export scores as its version does, and a run started from it begins at its loss") {
+  const auto dir = std::filesystem::temp_directory_path() / "archipelago-init-from-test";
+  std::filesystem::remove_all(dir);
+  const std::string run_dir = (dir / "run").string(), exported = (dir / "export").string();
+  auto train = run_cli("train --json --no-sample --run-dir " + run_dir + kTiny + " --set train.max_tokens=81920", 240);
+  CAPTURE(train.out);
+  REQUIRE(train.exit_code == 0);
+  const auto first = last_line_json(train.out);
+  CHECK_FALSE(first.contains("sample"));  // --no-sample
+  const uint64_t version = first["final_version"].get<uint64_t>();
+  REQUIRE(run_cli("export --run-dir " + run_dir + " --out " + exported, 60).exit_code == 0);
+
+  // eval: the version and its export on the same text, in nats and in bits per byte (bytes: loss / ln 2).
+  const std::string text = (dir / "text.txt").string();
+  {
+    std::ofstream out(text);
+    for (int i = 0; i < 200; ++i) out << "In the beginning was the word, and the word was with the text " << i << ".\n";
+  }
+  auto eval = [&](const std::string& model) {
+    auto outcome = run_cli("eval --json --text " + text + " " + model, 60);
+    CAPTURE(outcome.out);
+    REQUIRE(outcome.exit_code == 0);
+    return last_line_json(outcome.out);
+  };
+  const auto stored = eval("--run-dir " + run_dir);
+  const auto from_export = eval("--export " + exported);
+  CHECK(stored["version"] == version);
+  CHECK(from_export["version"] == version);
+  CHECK(stored["tokens"].get<int64_t>() == static_cast<int64_t>(std::filesystem::file_size(text)) - 1);
+  CHECK(from_export["loss"].get<double>() == doctest::Approx(stored["loss"].get<double>()).epsilon(1e-6));
+  CHECK(stored["bits_per_byte"].get<double>() ==
+        doctest::Approx(stored["loss"].get<double>() / std::log(2.0)).epsilon(1e-9));
+  {
+    auto not_export = run_cli("eval --text " + text + " --export " + run_dir, 60);
+    CHECK(not_export.exit_code == 2);
+    CHECK(not_export.out.find("is not an export") != std::string::npos);
+  }
+
+  // A new run from the export starts where the exported version ended: its first held-out loss
+  // (same held-out text) is the one the first run measured for that version.
+  auto resumed = run_cli("train --json --no-sample --run-dir " + (dir / "second").string() + kTiny +
+                             " --set train.max_tokens=8192 --init-from " + exported,
+                         240);
+  CAPTURE(resumed.out);
+  REQUIRE(resumed.exit_code == 0);
+  const auto second = last_line_json(resumed.out);
+  CHECK(second["initial_heldout_loss"].get<double>() == doctest::Approx(first["heldout_loss"].get<double>()).epsilon(1e-6));
+  // A model of another shape is refused, naming the tensor.
+  auto refused = run_cli("train --run-dir " + (dir / "third").string() + kTiny +
+                             " --set model.preset=small --set train.max_tokens=8192 --init-from " + exported,
+                         60);
+  CHECK(refused.exit_code == 2);
+  CHECK(refused.out.find("tensor token_embedding.weight is [256, 64] in the export") != std::string::npos);
   std::filesystem::remove_all(dir);
 }

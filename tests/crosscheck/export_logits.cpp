@@ -41,7 +41,7 @@ int main(int argc, char** argv) {
   if (!runtime) return fail(runtime.error().reason);
   runtime->setup.run.device = "cpu";
   training::set_compute_threads(1);
-  auto start = actors::build_model_start(runtime->setup);
+  auto start = actors::build_model_start(runtime->setup, /*apply_init_from=*/false);
   if (!start) return fail(start.error().reason);
   auto store = actors::open_run_store(*runtime);
   if (!store) return fail(store.error().reason);
