@@ -15,6 +15,7 @@
 #include "actors/wire.hpp"
 #include "common/log.hpp"
 #include "messages/envelope.hpp"
+#include "training/text_score.hpp"
 
 namespace archipelago::actors {
 namespace {
@@ -141,6 +142,10 @@ Expected<nlohmann::json> execute(caf::actor_system& system, const AdminSpec& spe
           {"committed_version", syncer.value("version", uint64_t{0})},
           {"phase", syncer.value("phase", "")},
           {"heldout_loss", scored ? measured(number_or_null_nan(evaluator, "heldout_loss")) : nlohmann::json(nullptr)},
+          // Byte-level tokens: bits per byte is the loss ÷ ln 2 (training/text_score.hpp).
+          {"heldout_bits_per_byte", scored ? measured(training::bits_per_byte(
+                                                 number_or_null_nan(evaluator, "heldout_loss"), 1, 1))
+                                           : nlohmann::json(nullptr)},
           {"heldout_version", evaluator.value("scored_version", uint64_t{0})},
           {"learners_alive", monitor.value("alive", 0)},
           {"bytes_up", bytes.up},

@@ -22,6 +22,7 @@
 #include "net/auth.hpp"
 #include "common/log.hpp"
 #include "training/blas_check.hpp"
+#include "training/text_score.hpp"
 #include "training/reference_engine.hpp"
 #include "training/replica.hpp"
 
@@ -132,6 +133,16 @@ class ClusterProgressPrinter {
   int rows_ = 0;
 };
 
+// The held-out figures in bits per byte too, the unit that compares tokenizers (byte-level: one
+// byte a token, so loss ÷ ln 2).
+void add_bits_per_byte(json& s) {
+  for (const char* key : {"initial_heldout_loss", "heldout_loss"}) {
+    const double loss = s[key].is_number() ? s[key].get<double>() : std::nan("");
+    s[std::string(key).replace(std::string(key).find("loss"), 4, "bits_per_byte")] =
+        std::isfinite(loss) ? json(training::bits_per_byte(loss, 1, 1)) : json(nullptr);
+  }
+}
+
 void print_summary_table(const json& s) {
   std::printf("\nrun %s finished\n", s["run_id"].get<std::string>().c_str());
   auto row = [](const char* name, const std::string& value) { std::printf("  %-24s %s\n", name, value.c_str()); };
@@ -146,7 +157,8 @@ void print_summary_table(const json& s) {
   row("rounds / steps", std::to_string(s["rounds"].get<int64_t>()) + " / " + std::to_string(s["steps"].get<int64_t>()));
   row("tokens", std::to_string(s["tokens"].get<int64_t>()));
   row("held-out loss", num(s["initial_heldout_loss"].get<double>(), "%.4f") + " -> " +
-                           num(s["heldout_loss"].get<double>(), "%.4f"));
+                           num(s["heldout_loss"].get<double>(), "%.4f") + " nats/token (" +
+                           num(s["heldout_bits_per_byte"].get<double>(), "%.3f") + " bits per byte)");
   row("wall time", num(s["wall_s"].get<double>(), "%.1f s"));
   row("tokens / s", num(s["tokens_per_s"].get<double>(), "%.0f"));
   if (s.contains("bytes_up")) {
@@ -349,6 +361,7 @@ int run_train(const TrainArguments& arguments) {
         log->warn("no sample of version {}: {}", r.final_version, sample.error().reason);
       }
     }
+    add_bits_per_byte(summary);
     std::ofstream(run_dir / "summary.json") << summary.dump(2) << "\n";
     std::ofstream(run_dir / "actors.json") << r.details.dump(2) << "\n";
     print_summary_table(summary);
@@ -404,6 +417,7 @@ int run_train(const TrainArguments& arguments) {
       {"dropped_outer_gradients", result->dropped_outer_gradients},
       {"rounds_without_outer_step", result->rounds_without_outer_step},
   };
+  add_bits_per_byte(summary);
   std::ofstream(run_dir / "summary.json") << summary.dump(2) << "\n";
   print_summary_table(summary);
   if (arguments.json) std::printf("%s\n", summary.dump().c_str());

@@ -101,6 +101,8 @@ TEST_CASE("eval and --init-from: an export scores as its version does, and a run
   REQUIRE(train.exit_code == 0);
   const auto first = last_line_json(train.out);
   CHECK_FALSE(first.contains("sample"));  // --no-sample
+  CHECK(first["heldout_bits_per_byte"].get<double>() ==
+        doctest::Approx(first["heldout_loss"].get<double>() / std::log(2.0)).epsilon(1e-9));
   const uint64_t version = first["final_version"].get<uint64_t>();
   REQUIRE(run_cli("export --run-dir " + run_dir + " --out " + exported, 60).exit_code == 0);
 

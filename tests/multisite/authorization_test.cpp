@@ -487,6 +487,7 @@ TEST_CASE("the console: an admin session with the admin token answers status, le
   CHECK(status["bytes_down"].get<int64_t>() > 0);
   CHECK(status["uptime_s"].get<double>() > 0);
   CHECK((status["heldout_loss"].is_null() || status["heldout_loss"].get<double>() > 0));
+  CHECK(status["heldout_bits_per_byte"].is_null() == status["heldout_loss"].is_null());
 
   // A learner counts as alive from its first heartbeat, which comes before its first step (it joins and
   // fetches first): wait until each of the four has stepped before reading their rows.

@@ -1,5 +1,6 @@
 // The coordinator's /metrics (Prometheus text format) and status page, read over HTTP and in a real
 // headless Chromium, checked against what the coordinator reports itself. Loopback only.
+#include <cmath>
 #include <cstdlib>
 #include <map>
 #include <regex>
@@ -111,6 +112,8 @@ TEST_CASE("metrics and the status page: Prometheus text checked against the run,
   CHECK(metrics.samples["archipelago_refused_messages_total{reason=\"unauthenticated\"}"] == 0);
   CHECK(metrics.samples["archipelago_heldout_loss"] > 0);
   CHECK(metrics.samples["archipelago_heldout_loss"] < 6);  // below a uniform byte model's ln 256 = 5.55 + margin
+  CHECK(metrics.samples["archipelago_heldout_bits_per_byte"] ==
+        doctest::Approx(metrics.samples["archipelago_heldout_loss"] / std::log(2.0)).epsilon(1e-6));
   // The goodput ledger: two of four slots have no node, so at most half the allocated time is goodput;
   // goodput and the badput parts add up to one.
   const double goodput = metrics.samples["archipelago_goodput_ratio"];
