@@ -343,6 +343,20 @@ caf::behavior store_behavior(StoreActor* self, std::shared_ptr<storage::Checkpoi
         } else if (auto* fetch = std::get_if<Fetch>(&envelope->body)) {
           serve_latest(self, sender, false, fetch->learner_id, fetch->held_digests);
         } else if (std::holds_alternative<Restore>(envelope->body)) {
+          // A syncer that restores has no commit under way: what an earlier incarnation left
+          // (chunks, prepared blobs, staged files) is dropped, and its tickets may be reused.
+          for (auto& [ticket, commit] : st.tickets) {
+            if (commit.preparing) continue;
+            if (commit.prepared) st.store->discard(std::move(*commit.prepared));
+          }
+          for (auto it = st.tickets.begin(); it != st.tickets.end();) {
+            if (it->second.preparing) {
+              it->second.abandoned = true;
+              ++it;
+            } else {
+              it = st.tickets.erase(it);
+            }
+          }
           serve_latest(self, sender, true);
         } else {
           st.log->warn("ignored a {} message", message_name(envelope->body));

@@ -103,11 +103,14 @@ void record_next(SyncerActor* self) {
   auto& st = self->state;
   while (st.recording == 0 && !st.to_record.empty()) {
     const uint64_t ticket = st.to_record.front();
-    st.to_record.pop_front();
     auto it = st.commits.find(ticket);
-    if (it == st.commits.end()) continue;  // timed out meanwhile
+    if (it == st.commits.end()) {  // timed out meanwhile
+      st.to_record.pop_front();
+      continue;
+    }
     auto store = lookup(self, store_name());
-    if (!store) return;  // the commit times out and is rolled back
+    if (!store) return;  // tried again at the next answer or timeout; past 30 s it is rolled back
+    st.to_record.pop_front();
     StagedCommit& commit = it->second;
     st.core->seal(commit, st.now());
     nlohmann::json manifest = commit.manifest;
