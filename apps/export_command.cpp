@@ -10,6 +10,7 @@
 
 #include "actors/run_setup.hpp"
 #include "apps/committed_model.hpp"
+#include "training/replica.hpp"
 
 namespace archipelago::apps {
 namespace fs = std::filesystem;
@@ -149,6 +150,12 @@ int run_export(const ExportArguments& arguments) {
   const auto tensors = safetensors_bytes(layout.parameters, *flat, bf16, version);
   const auto model = model_config_json(runtime.setup.model, layout.parameters, layout.parameter_count, bf16,
                                        arguments.run_dir, version);
+  if (arguments.torch_save) {
+    const auto pickled = training::torch_saved_state_dict(layout.parameters, *flat, bf16);
+    if (auto written = write_file(out / "model.pt", std::string(pickled.begin(), pickled.end())); !written) {
+      return fail(1, written.error().reason);
+    }
+  }
   for (const auto& [name, bytes] : {std::pair<std::string, std::string>{"model.safetensors", tensors},
                                     {"config.json", model.dump(2) + "\n"},
                                     {"tokenizer.json", byte_tokenizer_json(runtime.setup.model.vocab).dump(2) + "\n"}}) {

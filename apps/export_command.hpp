@@ -6,6 +6,8 @@
 //   config.json        the architecture: dimensions, block structure, norms, tied embeddings, the
 //                      tokenizer, and where the weights came from (run, version, digest)
 //   tokenizer.json     the tokenizer: byte-level (token = one byte of UTF-8 text)
+//   model.pt           with --torch-save: the same tensors as a state dict that torch.load opens
+//                      (LibTorch's pickle_save), for tools that read no safetensors
 #pragma once
 
 #include <cstdint>
@@ -19,6 +21,7 @@ struct ExportArguments {
   std::optional<uint64_t> version;  // none: the latest committed version
   std::string out;                  // the export directory (created; existing files are replaced)
   std::string dtype = "fp32";       // fp32 | bf16
+  bool torch_save = false;          // also model.pt: the state dict as torch.save writes it
   bool json = false;                // print a one-line JSON summary
 };
 

@@ -160,6 +160,8 @@ int main(int argc, char** argv) {
                                                 "the committed version (default: the latest)");
   export_command->add_option("--out", export_arguments.out, "the export directory (created)")->required();
   export_command->add_option("--dtype", export_arguments.dtype, "fp32 (default) | bf16");
+  export_command->add_flag("--torch-save", export_arguments.torch_save,
+                           "also write model.pt, the state dict as torch.save writes it (torch.load opens it)");
   export_command->add_flag("--json", export_arguments.json, "print a one-line JSON summary as the last line of stdout");
 
   archipelago::apps::SampleArguments sample;

@@ -216,6 +216,16 @@ std::vector<float> Replica::logits(const std::vector<uint8_t>& tokens) {
   return std::vector<float>(out.data_ptr<float>(), out.data_ptr<float>() + out.numel());
 }
 
+std::vector<char> torch_saved_state_dict(const std::vector<ParameterInfo>& parameters, const std::vector<float>& flat,
+                                         bool bf16) {
+  c10::Dict<std::string, at::Tensor> state;  // keeps insertion order, as a state dict does
+  for (const auto& p : parameters) {
+    auto tensor = torch::from_blob(const_cast<float*>(flat.data() + p.offset), p.shape, torch::kFloat).clone();
+    state.insert(p.name, bf16 ? tensor.to(torch::kBFloat16) : tensor);
+  }
+  return torch::pickle_save(c10::IValue(state));
+}
+
 namespace {
 
 torch::Tensor token_tensor(const int32_t* tokens, int64_t count, const torch::Device& device) {

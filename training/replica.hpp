@@ -41,6 +41,11 @@ struct OptimizerState {
   std::vector<float> exp_avg_sq;  // second moments
 };
 
+// A state dict (parameter name -> tensor, in `parameters`' order) of the flat parameters as the bytes
+// of a file `torch.load` opens (LibTorch's torch::pickle_save), fp32 or rounded to bf16.
+std::vector<char> torch_saved_state_dict(const std::vector<ParameterInfo>& parameters, const std::vector<float>& flat,
+                                         bool bf16);
+
 class Replica {
  public:
   // Builds the model with weights drawn from `seed` (same seed → same weights) on `device`.

@@ -15,7 +15,9 @@ Checks, each exiting 1 with the reason:
   - the fp32 export's logits on REFERENCE_DIR/tokens.u8 equal the C++ model's (logits.f32, written
     by export_logits from the run's store) to 1e-4;
   - the bf16 export holds, bit for bit, each fp32 tensor rounded by torch's `.to(torch.bfloat16)`,
-    and its logits stay within BF16_LOGIT_TOLERANCE of the fp32 ones (relative to the largest).
+    and its logits stay within BF16_LOGIT_TOLERANCE of the fp32 ones (relative to the largest);
+  - each export's model.pt (--torch-save) opens with torch.load as a state dict holding the same
+    tensors, names in the same order, dtypes and bits, as its model.safetensors.
 """
 import json
 import math
@@ -139,12 +141,20 @@ def main():
         bf16_error = (logits_of(bf16_model, tokens) - expected).abs().max().item() / scale
         if not bf16_error <= BF16_LOGIT_TOLERANCE:
             raise Bad(f"bf16 export: logits differ from fp32 by {bf16_error:.2e} of the largest (tolerance {BF16_LOGIT_TOLERANCE:g})")
+        for directory, tensors, dtype in ((fp32_dir, fp32, torch.float32), (bf16_dir, bf16, torch.bfloat16)):
+            state = torch.load(os.path.join(directory, "model.pt"))
+            if list(state.keys()) != list(tensors.keys()):
+                raise Bad(f"{directory}/model.pt: names {list(state.keys())[:3]}... differ from model.safetensors'")
+            for name, t in tensors.items():
+                if state[name].dtype != dtype or not torch.equal(state[name], t):
+                    raise Bad(f"{directory}/model.pt: {name} is not model.safetensors' {name}")
     except (Bad, KeyError, ValueError, OSError) as bad:
         print(f"load_export: FAILED: {bad}", file=sys.stderr)
         return 1
     print(f"load_export: version {metadata.get('version')}: {len(fp32)} tensors, {sum(t.numel() for t in fp32.values())} "
           f"parameters; fp32 logits match the C++ model to {error:.2e} (tolerance {LOGIT_TOLERANCE:g}); bf16 is the "
-          f"fp32 export rounded, its logits within {bf16_error:.2e} (tolerance {BF16_LOGIT_TOLERANCE:g})")
+          f"fp32 export rounded, its logits within {bf16_error:.2e} (tolerance {BF16_LOGIT_TOLERANCE:g}); model.pt "
+          f"(torch.load) holds the same tensors in both")
     return 0
 
 

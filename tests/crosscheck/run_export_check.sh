@@ -18,10 +18,10 @@ timeout 300 "$archipelago" train --run-dir "$dir/run" --set model.preset=tiny --
   --set train.threads=1 --set runtime.store_sync=false --set data.cache_dir="${TMPDIR:-/tmp}/archipelago-test-data" \
   > "$dir/train.out" 2>&1 || { cat "$dir/train.out" >&2; fail "the training run failed"; }
 
-"$archipelago" export --run-dir "$dir/run" --out "$dir/fp32" --json > "$dir/export.out" || fail "export fp32"
+"$archipelago" export --run-dir "$dir/run" --out "$dir/fp32" --torch-save --json > "$dir/export.out" || fail "export fp32"
 version=$("$python" -c 'import json,sys; print(json.loads(sys.stdin.read().splitlines()[-1])["version"])' < "$dir/export.out")
 [ "$version" -ge 2 ] || fail "the run committed only version $version"
-"$archipelago" export --run-dir "$dir/run" --version "$version" --dtype bf16 --out "$dir/bf16" > /dev/null || fail "export bf16"
+"$archipelago" export --run-dir "$dir/run" --version "$version" --dtype bf16 --torch-save --out "$dir/bf16" > /dev/null || fail "export bf16"
 "$export_logits" --run-dir "$dir/run" --version "$version" --out "$dir/reference"
 "$python" "$loader" "$dir/fp32" "$dir/bf16" "$dir/reference"
 
