@@ -7,9 +7,9 @@ markers `<!-- using-model:begin ... -->` and `<!-- using-model:end -->`).
 import json
 import sys
 
-RUN = "bench/results/default-run-2026-12-04.json"
-SAMPLE = "bench/results/default-run-sample-2026-12-04.json"
-EVAL = "bench/results/default-run-eval-gpl3-2026-12-04.json"
+RUN = "bench/results/default-run/default-run-2026-12-04.json"
+SAMPLE = "bench/results/default-run/default-run-sample-2026-12-04.json"
+EVAL = "bench/results/default-run/default-run-eval-gpl3-2026-12-04.json"
 
 
 def main(commit):
