@@ -15,9 +15,10 @@
 //                     then GlobalFragment* (fp32 B_p, labelled with the version p last changed at) of
 //                     every fragment whose digest the requester did not already hold,
 //                     or Welcome{accepted=false} when nothing is committed yet
-//   syncer  -> store  AdminRequest "restore"        -> the latest version replayed as Persist*
+//   syncer  -> store  Restore                        -> the latest version replayed as Persist*
 //                     (B_p + outer state of every fragment) and the manifest end marker,
-//                     or Persisted{ok=false} when nothing is committed
+//                     or Persisted{ok=false} when nothing is committed; what tickets an earlier
+//                     syncer left under way (chunks, prepared blobs, staged files) is dropped
 //   anyone  -> store  (admin_atom, AdminRequest "status") -> AdminReply
 // A version is announced by the syncer only after Persisted{ok}: only committed versions are ever
 // served. Runs detached (synced RocksDB writes take milliseconds); the store handle is shared so a
