@@ -23,10 +23,8 @@ Expected<ModelStart> build_model_start(const training::ReferenceSetup& setup, bo
   auto replica = training::Replica::create(setup.model, setup.inner, run.device, run.seed);
   if (!replica) return replica.error();
   if (apply_init_from && !setup.model.init_from.empty()) {
-    auto exported = training::read_export(setup.model.init_from);
-    if (!exported) return make_error(ErrorCode::invalid_argument, "model.init_from: " + exported.error().reason);
-    auto flat = training::exported_parameters(*exported, (*replica)->parameters());
-    if (!flat) return make_error(ErrorCode::invalid_argument, "model.init_from: " + flat.error().reason);
+    auto flat = training::init_from_weights(setup.model.init_from, (*replica)->parameters());
+    if (!flat) return flat.error();
     (*replica)->write_parameters(*flat);
   }
   auto layout = std::make_shared<ModelLayout>();

@@ -35,9 +35,6 @@ struct PrepareResults {
 struct StoreState {
   std::shared_ptr<storage::CheckpointStore> store;
   Outbox outbox{"store"};
-  uint64_t receiving_version = 0;
-  std::map<std::pair<uint32_t, PersistKind>, Reassembler> streams;
-  storage::VersionData building;
   std::map<uint64_t, TicketCommit> tickets;
   std::map<uint64_t, caf::actor> ticket_senders;
   std::shared_ptr<PrepareResults> prepare_results = std::make_shared<PrepareResults>();
@@ -150,6 +147,18 @@ void on_prepared(StoreActor* self, uint64_t ticket) {
   reply_persisted(self, sender, 0, true, "", ticket);
 }
 
+// Drops a ticket the syncer gave up: what it prepared is discarded now, or, while its worker runs,
+// when the worker is done (on_prepared).
+void drop_ticket(StoreActor* self, std::map<uint64_t, TicketCommit>::iterator it) {
+  auto& st = self->state;
+  if (it->second.preparing) {
+    it->second.abandoned = true;
+    return;
+  }
+  if (it->second.prepared) st.store->discard(std::move(*it->second.prepared));
+  st.tickets.erase(it);
+}
+
 // Records a prepared ticket as `end.version`, carrying the fragments its manifest names.
 void record_ticket(StoreActor* self, const caf::actor& sender, const CommitEnd& end,
                    const nlohmann::json& manifest) {
@@ -178,71 +187,35 @@ void record_ticket(StoreActor* self, const caf::actor& sender, const CommitEnd& 
 
 void on_persist(StoreActor* self, const caf::actor& sender, const Persist& persist) {
   auto& st = self->state;
-  if (persist.ticket != 0) {
-    auto& ticket = st.tickets[persist.ticket];
-    if (ticket.preparing || ticket.prepared) return;  // a chunk after its ticket's end: ignored
-    add_chunk(self, ticket.streams, ticket.building, persist);
+  if (persist.ticket == 0) {  // every commit is made under a ticket (archipelago.capnp, CommitEnd)
+    st.log->warn("ignored a chunk of fragment {} without a commit ticket", persist.fragment_id);
     return;
   }
-  if (persist.version != st.receiving_version) {
-    st.streams.clear();
-    st.building = storage::VersionData{};
-    st.building.version = persist.version;
-    st.receiving_version = persist.version;
-  }
-  add_chunk(self, st.streams, st.building, persist);
+  auto& ticket = st.tickets[persist.ticket];
+  if (ticket.preparing || ticket.prepared) return;  // a chunk after its ticket's end: ignored
+  add_chunk(self, ticket.streams, ticket.building, persist);
 }
 
-// The end of a version's stream: commit what arrived, carrying the fragments the manifest names.
+// The end of a ticket's chunks (version 0: prepare them) or its record (as that version).
 void on_commit_end(StoreActor* self, const caf::actor& sender, const CommitEnd& persist) {
   auto& st = self->state;
-  if (persist.ticket != 0 && persist.version == 0) {
+  if (persist.ticket == 0) {
+    st.failed_commits += 1;
+    reply_persisted(self, sender, persist.version, false, "a commit needs a ticket");
+    return;
+  }
+  if (persist.version == 0) {
     prepare_ticket(self, sender, persist.ticket);
     return;
   }
-  if (persist.ticket != 0) {
-    auto manifest = nlohmann::json::parse(persist.manifest_json, nullptr, false);
-    if (manifest.is_discarded()) {
-      if (auto it = st.tickets.find(persist.ticket); it != st.tickets.end() && it->second.prepared)
-        st.store->discard(std::move(*it->second.prepared));
-      st.tickets.erase(persist.ticket);
-      st.failed_commits += 1;
-      reply_persisted(self, sender, persist.version, false, "manifest is not JSON", persist.ticket);
-      return;
-    }
-    record_ticket(self, sender, persist, manifest);
-    return;
-  }
-  if (persist.version != st.receiving_version) {
-    // No chunk of this version arrived (every fragment is carried), or chunks of another: drop those.
-    st.streams.clear();
-    st.building = storage::VersionData{};
-  }
   auto manifest = nlohmann::json::parse(persist.manifest_json, nullptr, false);
-  storage::VersionData data = std::move(st.building);
-  st.building = storage::VersionData{};
-  st.receiving_version = 0;
-  const bool incomplete = !st.streams.empty();
-  st.streams.clear();
-  if (manifest.is_discarded() || incomplete) {
+  if (manifest.is_discarded()) {
+    if (auto it = st.tickets.find(persist.ticket); it != st.tickets.end()) drop_ticket(self, it);
     st.failed_commits += 1;
-    reply_persisted(self, sender, persist.version, false, incomplete ? "incomplete tensors" : "manifest is not JSON");
+    reply_persisted(self, sender, persist.version, false, "manifest is not JSON", persist.ticket);
     return;
   }
-  data.version = persist.version;
-  data.manifest_json = persist.manifest_json;
-  for (const auto& p : manifest.value("carried", nlohmann::json::array())) {
-    data.carried_fragments.push_back(p.get<uint32_t>());
-  }
-  auto stats = st.store->commit(data);
-  if (!stats) {
-    st.failed_commits += 1;
-    st.log->error("commit of version {} failed: {}", persist.version, stats.error().to_string());
-    reply_persisted(self, sender, persist.version, false, stats.error().to_string());
-    return;
-  }
-  st.commits += 1;
-  reply_persisted(self, sender, persist.version, true, "");
+  record_ticket(self, sender, persist, manifest);
 }
 
 // Sends a stored version as GlobalFragments (to a learner or the evaluator), each labelled with the
@@ -332,31 +305,13 @@ caf::behavior store_behavior(StoreActor* self, std::shared_ptr<storage::Checkpoi
           on_commit_end(self, sender, *end);
         } else if (auto* abandon = std::get_if<Persisted>(&envelope->body); abandon && !abandon->ok) {
           // syncer -> store: it gave ticket `ticket` up (timed out); its prepared blobs are dropped.
-          if (auto it = st.tickets.find(abandon->ticket); it != st.tickets.end()) {
-            if (it->second.preparing) {
-              it->second.abandoned = true;
-            } else {
-              if (it->second.prepared) st.store->discard(std::move(*it->second.prepared));
-              st.tickets.erase(it);
-            }
-          }
+          if (auto it = st.tickets.find(abandon->ticket); it != st.tickets.end()) drop_ticket(self, it);
         } else if (auto* fetch = std::get_if<Fetch>(&envelope->body)) {
           serve_latest(self, sender, false, fetch->learner_id, fetch->held_digests);
         } else if (std::holds_alternative<Restore>(envelope->body)) {
           // A syncer that restores has no commit under way: what an earlier incarnation left
           // (chunks, prepared blobs, staged files) is dropped, and its tickets may be reused.
-          for (auto& [ticket, commit] : st.tickets) {
-            if (commit.preparing) continue;
-            if (commit.prepared) st.store->discard(std::move(*commit.prepared));
-          }
-          for (auto it = st.tickets.begin(); it != st.tickets.end();) {
-            if (it->second.preparing) {
-              it->second.abandoned = true;
-              ++it;
-            } else {
-              it = st.tickets.erase(it);
-            }
-          }
+          for (auto it = st.tickets.begin(); it != st.tickets.end();) drop_ticket(self, it++);
           serve_latest(self, sender, true);
         } else {
           st.log->warn("ignored a {} message", message_name(envelope->body));

@@ -9,7 +9,7 @@
 //                     then CommitEnd{v, manifest, t} (the manifest lists the "carried" fragments
 //                     taken from the newest version) -> recorded as version v -> Persisted{v, ok, reason, t}.
 //                     Persisted{0, ok=false, t} from the syncer: it gave t up; what was prepared is dropped.
-//                     Ticket 0: the chunks and CommitEnd{v} of one version, committed in one step.
+//                     Without a ticket (0) a chunk is ignored and a CommitEnd refused.
 //   learner -> store  Join{heldDigests} (fetch the latest committed version)
 //                                                   -> Welcome{v, P, heldFragments, fragmentVersions}
 //                     then GlobalFragment* (fp32 B_p, labelled with the version p last changed at) of

@@ -128,17 +128,31 @@ void record_next(SyncerActor* self) {
   }
 }
 
-// Gives a commit up (the store failed it, or did not answer): its contributions stay pending.
+// Tells the store that ticket `ticket` is given up: what it prepared for it is dropped.
+void abandon_ticket(SyncerActor* self, uint64_t ticket) {
+  auto& st = self->state;
+  auto store = lookup(self, store_name());
+  auto abandon = st.outbox.wrap(Persisted{0, false, "given up", ticket});
+  if (store && abandon) self->send(store, std::move(*abandon));
+}
+
+// Gives a commit up (the store failed it, or did not answer): its contributions stay pending. When
+// it was the initial parameters', the syncer goes back to restoring (the store may hold a version now).
 void fail_commit(SyncerActor* self, uint64_t ticket, const std::string& reason) {
   auto& st = self->state;
   auto it = st.commits.find(ticket);
   if (it == st.commits.end()) return;
+  const bool initial = it->second.initial;
   st.core->commit_failed(it->second, reason);
   st.commits.erase(it);
   if (st.recording == ticket) st.recording = 0;
   if (auto promise = st.checkpoints.find(ticket); promise != st.checkpoints.end()) {
     promise->second.deliver(false, "the commit failed: " + reason, uint64_t{0});
     st.checkpoints.erase(promise);
+  }
+  if (initial) {
+    st.phase = Phase::restoring;
+    request_restore(self);
   }
 }
 
@@ -245,20 +259,11 @@ void on_persisted(SyncerActor* self, const Persisted& persisted) {
   auto it = st.commits.find(persisted.ticket);
   if (it == st.commits.end() || (persisted.version != 0 && st.recording != persisted.ticket)) {
     // A late answer to a commit given up: the store drops what it prepared for it.
-    if (persisted.version == 0 && persisted.ok) {
-      auto store = lookup(self, store_name());
-      auto abandon = st.outbox.wrap(Persisted{0, false, "given up", persisted.ticket});
-      if (store && abandon) self->send(store, std::move(*abandon));
-    }
+    if (persisted.version == 0 && persisted.ok) abandon_ticket(self, persisted.ticket);
     return;
   }
   if (!persisted.ok) {
-    const bool initial = it->second.initial;
     fail_commit(self, persisted.ticket, persisted.reason);
-    if (initial) {
-      st.phase = Phase::restoring;
-      request_restore(self);
-    }
     record_next(self);
     return;
   }
@@ -435,15 +440,8 @@ caf::behavior syncer_behavior(SyncerActor* self, SyncerSpec spec) {
           if (st.now() - commit.started_s > kCommitTimeoutS) overdue.push_back(ticket);
         }
         for (uint64_t ticket : overdue) {
-          const bool initial = st.commits.at(ticket).initial;
-          auto store = lookup(self, store_name());
-          auto abandon = st.outbox.wrap(Persisted{0, false, "given up", ticket});
-          if (store && abandon) self->send(store, std::move(*abandon));
+          abandon_ticket(self, ticket);
           fail_commit(self, ticket, "the checkpoint store did not answer");
-          if (initial) {
-            st.phase = Phase::restoring;
-            request_restore(self);
-          }
         }
         if (!overdue.empty()) record_next(self);
         try_merge(self);

@@ -165,7 +165,8 @@ void SyncerCore::seal(StagedCommit& commit, double now_s) {
     fragment_versions.push_back(staged ? commit.version : fragments_[p].version);
     if (!staged) carried.push_back(p);
     outer_state.push_back(stored_entry(staged ? staged->next : fragments_[p]));
-    for (const auto& c : staged ? staged->merged : std::vector<PendingContribution>{}) {
+    if (!staged) continue;
+    for (const auto& c : staged->merged) {
       contributors.push_back({{"learner", c.learner_id}, {"fragment", p}, {"base", c.base_version},
                               {"share", staged->share}, {"round", c.round}, {"on_time", c.on_time},
                               {"staleness", c.staleness}, {"steps", c.steps}, {"tokens", c.tokens},

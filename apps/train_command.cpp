@@ -136,11 +136,12 @@ class ClusterProgressPrinter {
 // The held-out figures in bits per byte too, the unit that compares tokenizers (byte-level: one
 // byte a token, so loss ÷ ln 2).
 void add_bits_per_byte(json& s) {
-  for (const char* key : {"initial_heldout_loss", "heldout_loss"}) {
-    const double loss = s[key].is_number() ? s[key].get<double>() : std::nan("");
-    s[std::string(key).replace(std::string(key).find("loss"), 4, "bits_per_byte")] =
-        std::isfinite(loss) ? json(training::bits_per_byte(loss, 1, 1)) : json(nullptr);
-  }
+  auto of = [](const json& loss) {
+    return loss.is_number() && std::isfinite(loss.get<double>()) ? json(training::bits_per_byte(loss.get<double>(), 1, 1))
+                                                                  : json(nullptr);
+  };
+  s["initial_heldout_bits_per_byte"] = of(s["initial_heldout_loss"]);
+  s["heldout_bits_per_byte"] = of(s["heldout_loss"]);
 }
 
 void print_summary_table(const json& s) {

@@ -122,7 +122,7 @@ class CheckpointStore {
     uint64_t ticket = 0;                 // the caller's name for it (names its staged files)
     VersionData data;                    // the blobs (kept: a blob deduplicated at prepare may be gone by the record)
     std::vector<BlobEntry> entries;      // hashed, in the order of data's parameters then optimizer state
-    std::vector<std::string> staged;     // blob keys written to staged files
+    std::vector<std::string> staged;     // names of the blob files written staged
   };
   Expected<PreparedCommit> prepare(VersionData data, uint64_t ticket);
   Expected<CommitStats> commit_prepared(PreparedCommit&& prepared, uint64_t version, std::string manifest_json,

@@ -85,8 +85,8 @@ class CheckpointStore::Impl {
   // The entries of `data`'s blobs (parameters, then optimizer state), hashed, and the blobs in that
   // order; oversized when one is over 4 GiB.
   Status hash_blobs(const VersionData& data, std::vector<BlobEntry>& entries, std::vector<const Blob*>& blobs) const;
-  // Lands a version under the write mutex: `staged` names blob keys already written as staged
-  // files with `tag` (published instead of written; those left unpublished are discarded).
+  // Lands a version under the write mutex: `staged` names blob files already written staged with
+  // `tag` (published instead of written; those left unpublished are discarded).
   Expected<CommitStats> land(const VersionData& data, std::vector<BlobEntry> entries,
                              const std::vector<const Blob*>& blobs, const std::vector<std::string>& staged,
                              const std::string& tag);

@@ -118,6 +118,11 @@ Status CheckpointStore::Impl::carry_fragments(const VersionData& data, VersionRe
   return Status::success();
 }
 
+namespace {
+// What tells a prepared commit's staged files from another's with the same content.
+std::string staged_tag(uint64_t ticket) { return "p" + std::to_string(ticket); }
+}  // namespace
+
 Status CheckpointStore::Impl::hash_blobs(const VersionData& data, std::vector<BlobEntry>& entries,
                                          std::vector<const Blob*>& blobs) const {
   // Hashing is the only per-byte work besides the write itself, and runs outside the lock. Two
@@ -171,7 +176,7 @@ Expected<CheckpointStore::PreparedCommit> CheckpointStore::Impl::prepare(Version
     std::string ref;
     if (db_->Get(read_options(), refs_cf_, key, &ref).ok() || !seen.insert(key).second) continue;
     pending.push_back(BlobFiles::Pending{blob_file_name(key), blobs[i]->data(), blobs[i]->size()});
-    prepared.staged.push_back(key);
+    prepared.staged.push_back(pending.back().name);
   }
   if (options_.fault_hook) {
     for (const auto& [fragment, blob] : data.fragments) {
@@ -179,21 +184,17 @@ Expected<CheckpointStore::PreparedCommit> CheckpointStore::Impl::prepare(Version
       if (!injected.ok()) return injected.error();
     }
   }
-  const std::string tag = "p" + std::to_string(ticket);
-  if (Status written = files_->write_staged(pending, tag); !written.ok()) {
-    std::vector<std::string> names;
-    for (const std::string& key : prepared.staged) names.push_back(blob_file_name(key));
-    files_->discard_staged(names, tag);
+  if (Status written = files_->write_staged(pending, staged_tag(ticket)); !written.ok()) {
+    files_->discard_staged(prepared.staged, staged_tag(ticket));
     return written.error();
   }
-  prepared.data = std::move(data);  // the entries' blob pointers stay valid: the vectors' buffers move
+  prepared.data = std::move(data);
   return prepared;
 }
 
 Expected<CommitStats> CheckpointStore::Impl::commit_prepared(PreparedCommit&& prepared, uint64_t version,
                                                              std::string manifest_json,
                                                              std::vector<uint32_t> carried_fragments) {
-  const std::string tag = "p" + std::to_string(prepared.ticket);
   if (!manifest_json.empty() && !nlohmann::json::accept(manifest_json)) {
     discard(std::move(prepared));
     return make_error(ErrorCode::invalid_argument, "manifest of version " + std::to_string(version) + " is not JSON");
@@ -204,21 +205,18 @@ Expected<CommitStats> CheckpointStore::Impl::commit_prepared(PreparedCommit&& pr
   std::vector<const Blob*> blobs;
   for (const auto* role_blobs : {&prepared.data.fragments, &prepared.data.optimizer_state})
     for (const auto& [fragment, blob] : *role_blobs) blobs.push_back(&blob);
-  return land(prepared.data, std::move(prepared.entries), blobs, prepared.staged, tag);
+  return land(prepared.data, std::move(prepared.entries), blobs, prepared.staged, staged_tag(prepared.ticket));
 }
 
 void CheckpointStore::Impl::discard(PreparedCommit&& prepared) {
-  std::vector<std::string> names;
-  for (const std::string& key : prepared.staged) names.push_back(blob_file_name(key));
-  files_->discard_staged(names, "p" + std::to_string(prepared.ticket));
+  files_->discard_staged(prepared.staged, staged_tag(prepared.ticket));
 }
 
 Expected<CommitStats> CheckpointStore::Impl::land(const VersionData& data, std::vector<BlobEntry> entries,
                                                   const std::vector<const Blob*>& blobs,
                                                   const std::vector<std::string>& staged, const std::string& tag) {
   // Whatever happens, no staged file outlives this call unpublished.
-  std::vector<std::string> unpublished;
-  for (const std::string& key : staged) unpublished.push_back(blob_file_name(key));
+  std::vector<std::string> unpublished = staged;
   struct DiscardOnExit {
     BlobFiles& files;
     std::vector<std::string>& names;

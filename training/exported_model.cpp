@@ -114,4 +114,11 @@ Expected<std::vector<float>> exported_parameters(const ExportedModel& exported,
   return flat;
 }
 
+Expected<std::vector<float>> init_from_weights(const std::string& dir, const std::vector<ParameterInfo>& layout) {
+  auto exported = read_export(dir);
+  auto flat = exported ? exported_parameters(*exported, layout) : Expected<std::vector<float>>(exported.error());
+  if (!flat) return make_error(ErrorCode::invalid_argument, "model.init_from: " + flat.error().reason);
+  return flat;
+}
+
 }  // namespace archipelago::training

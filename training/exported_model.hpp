@@ -36,4 +36,8 @@ Expected<ExportedModel> read_export(const std::string& dir);
 Expected<std::vector<float>> exported_parameters(const ExportedModel& exported,
                                                  const std::vector<ParameterInfo>& layout);
 
+// model.init_from's weights for `layout`: read_export, then exported_parameters; the error is an
+// invalid_argument that names the key.
+Expected<std::vector<float>> init_from_weights(const std::string& dir, const std::vector<ParameterInfo>& layout);
+
 }  // namespace archipelago::training

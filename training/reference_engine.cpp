@@ -90,10 +90,8 @@ Expected<ReferenceResult> run_reference(const ReferenceSetup& setup, std::shared
     replicas.push_back(std::move(*replica));
   }
   if (!setup.model.init_from.empty()) {  // every replica starts from the export's weights
-    auto exported = read_export(setup.model.init_from);
-    if (!exported) return make_error(ErrorCode::invalid_argument, "model.init_from: " + exported.error().reason);
-    auto flat = exported_parameters(*exported, replicas[0]->parameters());
-    if (!flat) return make_error(ErrorCode::invalid_argument, "model.init_from: " + flat.error().reason);
+    auto flat = init_from_weights(setup.model.init_from, replicas[0]->parameters());
+    if (!flat) return flat.error();
     for (auto& replica : replicas) replica->write_parameters(*flat);
   }
   Replica& global_view = *replicas[0];
