@@ -188,6 +188,7 @@ nlohmann::json operator_sample(double elapsed_s, uint64_t start_version, const n
                                     ? syncer["fragment_versions"] : nlohmann::json::array()},
           {"start_version", start_version},
           {"heldout_loss", scored ? evaluator["heldout_loss"].get<double>() : std::nan("")},
+          {"heldout_bits_per_byte", scored ? number_of(evaluator, "heldout_bits_per_byte") : std::nan("")},
           {"merged", static_cast<int64_t>(number_of(syncer, "merged_contributions"))},
           {"rejected", member(syncer, "rejected")},
           {"screening", member(syncer, "screening")},

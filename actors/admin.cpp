@@ -15,7 +15,6 @@
 #include "actors/wire.hpp"
 #include "common/log.hpp"
 #include "messages/envelope.hpp"
-#include "training/text_score.hpp"
 
 namespace archipelago::actors {
 namespace {
@@ -142,9 +141,8 @@ Expected<nlohmann::json> execute(caf::actor_system& system, const AdminSpec& spe
           {"committed_version", syncer.value("version", uint64_t{0})},
           {"phase", syncer.value("phase", "")},
           {"heldout_loss", scored ? measured(number_or_null_nan(evaluator, "heldout_loss")) : nlohmann::json(nullptr)},
-          // Byte-level tokens: bits per byte is the loss ÷ ln 2 (training/text_score.hpp).
-          {"heldout_bits_per_byte", scored ? measured(training::bits_per_byte(
-                                                 number_or_null_nan(evaluator, "heldout_loss"), 1, 1))
+          // Bits per byte: the loss ÷ (ln 2 × the held-out set's bytes per token), from the evaluator.
+          {"heldout_bits_per_byte", scored ? measured(number_or_null_nan(evaluator, "heldout_bits_per_byte"))
                                            : nlohmann::json(nullptr)},
           {"heldout_version", evaluator.value("scored_version", uint64_t{0})},
           {"learners_alive", monitor.value("alive", 0)},

@@ -124,7 +124,7 @@ Expected<std::unique_ptr<LocalCluster>> LocalCluster::start(RuntimeOptions optio
   auto shards = training::make_shards(*corpus, *split, setup.data.sharding, run.learners, setup.data.chunk_bytes, run.seed);
   if (!shards) return shards.error();
   auto heldout = std::make_shared<const std::vector<training::Batch>>(training::heldout_batches(
-      corpus->text, split->heldout, setup.data.eval_batches, setup.inner.batch_size, setup.model.seq_len));
+      *corpus, split->heldout, setup.data.eval_batches, setup.inner.batch_size, setup.model.seq_len));
   if (heldout->empty()) return make_error(ErrorCode::invalid_argument, "the held-out split is too small to evaluate");
 
   auto impl = std::make_unique<Impl>();
@@ -339,6 +339,8 @@ Expected<ClusterResult> LocalCluster::run(const std::function<void(const Progres
     p.train_loss = s.syncer.value("merged_contributions", int64_t{0}) > 0 ? s.syncer.value("train_loss", 0.0) : std::nan("");
     p.heldout_loss = s.evaluator.value("scored_version", uint64_t{0}) > 0 ? s.evaluator.value("heldout_loss", 0.0)
                                                                            : std::nan("");
+    p.heldout_bits_per_byte = s.evaluator.value("scored_version", uint64_t{0}) > 0
+                                  ? s.evaluator.value("heldout_bits_per_byte", 0.0) : std::nan("");
     p.heldout_version = s.evaluator.value("scored_version", uint64_t{0});
     p.alive = s.monitor.value("alive", 0);
     p.total = impl.learner_slots;

@@ -40,6 +40,7 @@ struct ProgressSample {
   double tokens_per_s = 0;
   double train_loss = 0;      // NaN before the first merge
   double heldout_loss = 0;    // NaN before the first evaluation
+  double heldout_bits_per_byte = 0;  // the same in bits per byte of text (NaN before it)
   uint64_t heldout_version = 0;
   int alive = 0;
   int total = 0;

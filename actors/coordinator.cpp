@@ -248,6 +248,7 @@ Expected<std::unique_ptr<Coordinator>> Coordinator::start(CoordinatorOptions opt
   plane.tls = tls_files(options.transport);
   plane.insecure_plaintext = options.transport.insecure_plaintext;
   plane.limits = edge_limits(options.transport);
+  plane.tokenizer_model = options.tokenizer_model;
   auto server = remote::Server::start(std::move(plane));
   if (!server) return server.error();
   impl->server = std::move(*server);
@@ -411,7 +412,8 @@ Expected<nlohmann::json> Coordinator::run(const std::function<bool()>& stop_requ
       {"resumed_from_version", impl.resumed_from ? nlohmann::json(*impl.resumed_from) : nlohmann::json(nullptr)},
       {"learners_seen", remote.value("learners_seen", 0)}, {"learners", learners},
       {"tokens", tokens}, {"initial_heldout_loss", impl.initial_heldout_loss},
-      {"heldout_loss", number(*final_eval, "heldout_loss", std::nan(""))}, {"wall_s", impl.elapsed_s()},
+      {"heldout_loss", number(*final_eval, "heldout_loss", std::nan(""))},
+      {"heldout_bits_per_byte", number(*final_eval, "heldout_bits_per_byte", std::nan(""))}, {"wall_s", impl.elapsed_s()},
       {"bytes_cross_site", bytes_cross_site}, {"bytes_links_total", snapshot.total().bytes_sent + snapshot.total().bytes_received},
       {"links", links}, {"cross_site_vs_data_parallel", efficiency},
       {"joins_accepted", remote["joins_accepted"]}, {"joins_refused", remote["joins_refused"]},

@@ -37,6 +37,7 @@ struct CoordinatorOptions {
   std::string site = "local";                  // this process's site (cross-site accounting, links)
   TransportOptions transport;
   std::string config_toml;                     // the effective configuration, sent to nodes
+  std::string tokenizer_model;                 // data.tokenizer's SentencePiece model, sent to nodes ("" bytes)
   std::string topology_toml;                   // [sites] / [links] text, sent to nodes ("" when none)
   std::shared_ptr<const net::SiteTopology> topology;
 };

@@ -9,6 +9,7 @@
 #include "actors/wire.hpp"
 #include "common/log.hpp"
 #include "training/replica.hpp"
+#include "training/text_score.hpp"
 
 namespace archipelago::actors {
 namespace {
@@ -31,6 +32,7 @@ struct EvaluatorState {
   uint64_t scored_version = 0;
   uint64_t first_version = 0;   // the version held when the state first became complete
   double scored_loss = 0;
+  double bytes_per_token = 1;   // of the held-out set's predicted tokens (bits per byte)
   bool eval_queued = false;
   nlohmann::json curve = nlohmann::json::array();
   std::vector<Waiter> waiters;
@@ -79,14 +81,16 @@ void score(EvaluatorActor* self) {
     st.scored_loss = st.replica->evaluate(*st.spec.heldout);
     st.scored_version = version;
     const double at = std::chrono::duration<double>(Clock::now() - st.started).count();
-    st.curve.push_back({{"version", version}, {"heldout_loss", st.scored_loss}, {"elapsed_s", at},
+    st.curve.push_back({{"version", version}, {"heldout_loss", st.scored_loss},
+                        {"heldout_bits_per_byte", training::bits_per_byte(st.scored_loss, st.bytes_per_token)}, {"elapsed_s", at},
                         {"eval_s", std::chrono::duration<double>(Clock::now() - begin).count()}});
     st.log->info("version {}: held-out loss {:.4f}", version, st.scored_loss);
   }
   std::vector<Waiter> still;
   for (auto& w : st.waiters) {
     if (st.scored_version >= w.version) {
-      nlohmann::json j = {{"version", st.scored_version}, {"heldout_loss", st.scored_loss}};
+      nlohmann::json j = {{"version", st.scored_version}, {"heldout_loss", st.scored_loss},
+                          {"heldout_bits_per_byte", training::bits_per_byte(st.scored_loss, st.bytes_per_token)}};
       w.promise.deliver(admin_reply("evaluator", w.request_id, true, "ok", j));
     } else {
       still.push_back(std::move(w));
@@ -114,6 +118,7 @@ void maybe_schedule(EvaluatorActor* self) {
 caf::behavior evaluator_behavior(EvaluatorActor* self, EvaluatorSpec spec) {
   auto& st = self->state;
   st.spec = std::move(spec);
+  st.bytes_per_token = training::bytes_per_predicted_token(*st.spec.heldout);
   st.fragments.resize(st.spec.layout->plan.fragments.size());
   self->send(self, init_atom::value);
   return {
@@ -170,6 +175,8 @@ caf::behavior evaluator_behavior(EvaluatorActor* self, EvaluatorSpec spec) {
           return w.promise;
         }
         nlohmann::json j = {{"scored_version", st.scored_version}, {"heldout_loss", st.scored_loss},
+                            {"heldout_bits_per_byte", training::bits_per_byte(st.scored_loss, st.bytes_per_token)},
+                            {"heldout_bytes_per_token", st.bytes_per_token},
                             {"held_version", held_version(st)}, {"curve", st.curve}};
         return admin_reply("evaluator", request ? request->request_id : 0, true, "ok", j);
       },

@@ -486,7 +486,7 @@ void run_step(LearnerActor* self) {
 Status open_cursors(LearnerActor* self) {
   auto& st = self->state;
   const auto& setup = opts(self).setup;
-  auto text = std::shared_ptr<const std::string>(st.spec.corpus, &st.spec.corpus->text);
+  auto text = std::shared_ptr<const std::vector<training::Token>>(st.spec.corpus, &st.spec.corpus->tokens);
   st.cursors.clear();
   for (size_t s = 0; s < st.spec.shards.size(); ++s) {
     // ddp: worker s of the data-parallel step reads shard s; otherwise learner `index` reads its own.

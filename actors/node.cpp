@@ -315,7 +315,7 @@ struct Node::Impl {
                 return;
               }
               if (!runtime) {
-                auto status = begin_run(config_toml, topology_toml, coordinator, first);
+                auto status = begin_run(config_toml, opened->tokenizer_model, topology_toml, coordinator, first);
                 if (!status) {
                   why = "cannot start from the coordinator's configuration: " + status.error().reason;
                   outcome = Attempt::refused;
@@ -338,9 +338,9 @@ struct Node::Impl {
     return outcome;
   }
 
-  Status begin_run(const std::string& config_toml, const std::string& topology_toml, const std::string& coordinator,
-                   int first) {
-    auto node_config = options.configure(config_toml);
+  Status begin_run(const std::string& config_toml, const std::string& tokenizer_model, const std::string& topology_toml,
+                   const std::string& coordinator, int first) {
+    auto node_config = options.configure(config_toml, tokenizer_model);
     if (!node_config) return node_config.error();
     auto& runtime_options = node_config->runtime;
     runtime_options.syncer.auth_token = kSessionJoinToken;  // the plane proved the token for the session

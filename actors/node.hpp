@@ -50,7 +50,8 @@ struct NodeOptions {
   std::shared_ptr<const net::Secret> secret;
   TransportOptions transport;
   double give_up_after_s = 0;                  // fail when disconnected this long (0: never)
-  std::function<Expected<NodeConfig>(const std::string& config_toml)> configure;
+  // The run's configuration and SentencePiece model ("" for byte-level), as the coordinator sent them.
+  std::function<Expected<NodeConfig>(const std::string& config_toml, const std::string& tokenizer_model)> configure;
 };
 
 class Node {

@@ -86,7 +86,7 @@ Expected<RunSetup> prepare_run(RuntimeOptions& options, const training::Corpus& 
   if (!shards) return shards.error();
   RunSetup out;
   out.heldout = std::make_shared<const std::vector<training::Batch>>(training::heldout_batches(
-      corpus.text, split->heldout, setup.data.eval_batches, setup.inner.batch_size, setup.model.seq_len));
+      corpus, split->heldout, setup.data.eval_batches, setup.inner.batch_size, setup.model.seq_len));
   if (out.heldout->empty()) return make_error(ErrorCode::invalid_argument, "the held-out split is too small to evaluate");
   out.shards = std::make_shared<const std::vector<std::vector<training::Span>>>(std::move(*shards));
   out.tokens_per_learner_step = static_cast<int64_t>(setup.inner.batch_size) * setup.model.seq_len;

@@ -18,6 +18,8 @@ std::variant<CommittedModel, LoadFailure> load_committed_model(const std::string
   auto runtime = stored_run_options(run_dir);
   if (!runtime) return LoadFailure{2, "invalid configuration: " + runtime.error().reason};
   runtime->setup.run.device = "cpu";  // what is loaded runs here, whatever trained it
+  auto tokenizer = training::Tokenizer::load(runtime->setup.data.tokenizer);
+  if (!tokenizer) return LoadFailure{2, tokenizer.error().reason};
   auto start = actors::build_model_start(runtime->setup, /*apply_init_from=*/false);  // the version's weights follow
   if (!start) return LoadFailure{1, "model: " + start.error().reason};
   const auto& layout = *start->layout;
@@ -54,7 +56,7 @@ std::variant<CommittedModel, LoadFailure> load_committed_model(const std::string
   for (float v : *flat) {
     if (!std::isfinite(v)) return LoadFailure{1, "version " + std::to_string(version) + " holds a non-finite parameter"};
   }
-  return CommittedModel{std::move(*runtime), std::move(*start), version, std::move(*flat)};
+  return CommittedModel{std::move(*runtime), std::move(*start), std::move(*tokenizer), version, std::move(*flat)};
 }
 
 }  // namespace archipelago::apps

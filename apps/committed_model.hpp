@@ -11,12 +11,14 @@
 #include <vector>
 
 #include "actors/run_setup.hpp"
+#include "training/tokenizer.hpp"
 
 namespace archipelago::apps {
 
 struct CommittedModel {
   actors::RuntimeOptions runtime;  // the run's configuration (config.toml)
   actors::ModelStart start;        // a replica of the run's model (its weights are not yet the version's)
+  training::Tokenizer tokenizer;   // the run's (its directory's tokenizer.model, or byte-level)
   uint64_t version = 0;
   std::vector<float> flat;         // the version's parameters, in the replica's order
 };

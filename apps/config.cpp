@@ -9,6 +9,9 @@
 
 #include <toml++/toml.h>
 
+#include "common/files.hpp"
+#include "training/tokenizer.hpp"
+
 namespace archipelago::apps {
 
 extern const char* const kDefaultConfigToml;  // generated from config/default.toml
@@ -246,6 +249,7 @@ Expected<Config> to_config(const toml::table& table) {
   c.faults.seed = static_cast<uint64_t>(r.get_int("faults.seed"));
 
   c.data.corpus = r.get_string("data.corpus");
+  c.data.tokenizer = r.get_string("data.tokenizer");
   c.data.split = r.get_string("data.split");
   c.data.heldout_fraction = r.get_double("data.heldout_fraction");
   c.data.sharding = r.get_string("data.sharding");
@@ -357,6 +361,10 @@ Expected<Config> to_config(const toml::table& table) {
     if (!status) return status.error();
   }
   if (c.model.d_model % c.model.heads != 0) return config_error("model.preset", "d_model not divisible by heads");
+  // The model's vocabulary is the tokenizer's: a SentencePiece file is read (and must parse) here.
+  auto tokenizer = training::Tokenizer::load(c.data.tokenizer);
+  if (!tokenizer) return tokenizer.error();
+  c.model.vocab = tokenizer->vocab();
   if (c.faults.drop_outer_gradient > 0 && (c.engine != "reference" || c.run.mode != "sync")) {
     return config_error("faults.drop_outer_gradient",
                         "only the reference engine's sync mode drops pseudo-gradients (train.engine = reference, "
@@ -412,10 +420,38 @@ Expected<ConfigFile> read_config_file(const std::optional<std::string>& path) {
   return file;
 }
 
+std::string tokenizer_override(const std::string& path) {
+  // A TOML literal string: no escapes, so any path without a single quote or newline is taken as is.
+  return "data.tokenizer='spm:" + path + "'";
+}
+
+std::string run_tokenizer_path(const std::string& run_dir) {
+  return (std::filesystem::path(run_dir) / "tokenizer.model").string();
+}
+
+Status record_run_tokenizer(const std::string& run_dir, const training::Tokenizer& tokenizer) {
+  namespace fs = std::filesystem;
+  const std::string path = run_tokenizer_path(run_dir);
+  std::error_code ec;
+  if (fs::exists(path, ec)) {
+    auto recorded = training::Tokenizer::load("spm:" + path);
+    if (!recorded) return recorded.error();
+    if (recorded->hash() != tokenizer.hash()) {
+      return make_error(ErrorCode::conflict, "the run in " + run_dir + " was started with tokenizer " + recorded->hash() +
+                                                 "; data.tokenizer is " + tokenizer.hash());
+    }
+    return {};
+  }
+  if (tokenizer.byte_level()) return {};
+  return write_file_atomically(path, tokenizer.model());
+}
+
 Expected<actors::RuntimeOptions> stored_run_options(const std::string& run_dir) {
   auto file = read_config_file((std::filesystem::path(run_dir) / "config.toml").string());
   if (!file) return file.error();
-  auto config = load_config(file->text, file->origin, {});
+  std::vector<std::string> overrides;
+  if (std::filesystem::exists(run_tokenizer_path(run_dir))) overrides.push_back(tokenizer_override(run_tokenizer_path(run_dir)));
+  auto config = load_config(file->text, file->origin, overrides);
   if (!config) return config.error();
   return to_runtime_options(*config, run_dir, true);
 }

@@ -12,6 +12,7 @@
 #include "common/error.hpp"
 #include "actors/runtime_options.hpp"
 #include "training/options.hpp"
+#include "training/tokenizer.hpp"
 
 namespace archipelago::apps {
 
@@ -75,8 +76,17 @@ Expected<Config> load_config(const std::optional<std::string>& file_text, const 
 // The actor runtime's options for a run of `c` in `run_dir`.
 actors::RuntimeOptions to_runtime_options(const Config& c, const std::string& run_dir, bool resume);
 
+// A run directory's copy of its SentencePiece tokenizer (<run_dir>/tokenizer.model), written when
+// the run starts: the run's tokenizer even after the file data.tokenizer named has moved.
+std::string run_tokenizer_path(const std::string& run_dir);
+// Keeps the run's SentencePiece model in its directory (nothing for byte-level); conflict when the
+// directory already holds a different tokenizer (a run cannot change tokenizer midway).
+Status record_run_tokenizer(const std::string& run_dir, const training::Tokenizer& tokenizer);
+// The --set override that points data.tokenizer at the SentencePiece model in `path`.
+std::string tokenizer_override(const std::string& path);
+
 // The options of the run that `run_dir` holds, from the configuration it was started with
-// (<run_dir>/config.toml, as `train --resume` reads it). not_found: no such file; invalid_argument:
+// (<run_dir>/config.toml, as `train --resume` reads it, with the run's own tokenizer.model). not_found: no such file; invalid_argument:
 // a configuration that does not parse or validate, with the key named.
 Expected<actors::RuntimeOptions> stored_run_options(const std::string& run_dir);
 

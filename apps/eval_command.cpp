@@ -29,6 +29,7 @@ int run_eval(const EvalArguments& arguments) {
   if (text.size() < 2) return fail(2, arguments.text + " has fewer than 2 bytes: nothing to predict");
 
   std::unique_ptr<training::Replica> replica;
+  training::Tokenizer tokenizer;
   nlohmann::json source;
   if (!arguments.run_dir.empty()) {
     auto loaded = load_committed_model(arguments.run_dir, arguments.version);
@@ -36,6 +37,7 @@ int run_eval(const EvalArguments& arguments) {
     auto& model = std::get<CommittedModel>(loaded);
     replica = std::move(model.start.replica);
     replica->write_parameters(model.flat);
+    tokenizer = model.tokenizer;
     source = {{"run_dir", arguments.run_dir}, {"version", model.version}};
   } else {
     auto exported = training::read_export(arguments.export_dir);
@@ -46,9 +48,10 @@ int run_eval(const EvalArguments& arguments) {
     auto flat = training::exported_parameters(*exported, replica->parameters());
     if (!flat) return fail(2, flat.error().reason);
     replica->write_parameters(*flat);
+    tokenizer = exported->tokenizer;
     source = {{"export", arguments.export_dir}, {"version", exported->version}};
   }
-  const auto score = training::score_text(*replica, training::encode_bytes(text), arguments.batch_size);
+  const auto score = training::score_text(*replica, tokenizer, text, arguments.batch_size);
   std::printf("%s: loss %.4f nats/token, %.4f bits per byte over %lld bytes of %s\n",
               arguments.run_dir.empty() ? ("export " + arguments.export_dir).c_str()
                                         : ("version " + std::to_string(source["version"].get<uint64_t>()) + " of " +
@@ -56,6 +59,7 @@ int run_eval(const EvalArguments& arguments) {
               score.loss, score.bits_per_byte, static_cast<long long>(score.bytes), arguments.text.c_str());
   if (arguments.json) {
     source["text"] = arguments.text;
+    source["tokenizer"] = tokenizer.hash();
     source["tokens"] = score.tokens;
     source["bytes"] = score.bytes;
     source["loss"] = score.loss;

@@ -10,6 +10,7 @@
 
 #include "actors/run_setup.hpp"
 #include "apps/committed_model.hpp"
+#include "common/files.hpp"
 #include "training/replica.hpp"
 
 namespace archipelago::apps {
@@ -73,7 +74,8 @@ const training::ParameterInfo* find_parameter(const std::vector<training::Parame
   return nullptr;
 }
 
-nlohmann::ordered_json model_config_json(const training::ModelConfig& model, const std::vector<training::ParameterInfo>& parameters,
+nlohmann::ordered_json model_config_json(const training::ModelConfig& model, const training::Tokenizer& tokenizer,
+                                         const std::vector<training::ParameterInfo>& parameters,
                                          int64_t parameter_count, bool bf16, const std::string& run_dir, uint64_t version) {
   const auto* up = find_parameter(parameters, "blocks.0.mlp.up.weight");
   nlohmann::ordered_json c;
@@ -99,30 +101,28 @@ nlohmann::ordered_json model_config_json(const training::ModelConfig& model, con
   c["linear_bias"] = false;
   c["torch_dtype"] = bf16 ? "bfloat16" : "float32";
   c["parameter_count"] = parameter_count;
-  c["tokenizer"] = "bytes";
+  c["tokenizer"] = tokenizer.byte_level() ? "bytes" : "sentencepiece";
+  c["tokenizer_hash"] = tokenizer.hash();
   c["source"] = {{"producer", "archipelago"}, {"run_dir", fs::absolute(run_dir).string()}, {"version", version},
                  {"preset", model.preset}};
   return c;
 }
 
-nlohmann::ordered_json byte_tokenizer_json(int vocab) {
-  return {{"type", "bytes"},
-          {"vocab_size", vocab},
-          {"description", "one token per byte of UTF-8 text: token id = byte value (0-255); no special tokens"}};
+nlohmann::ordered_json tokenizer_json(const training::Tokenizer& tokenizer) {
+  if (tokenizer.byte_level()) {
+    return {{"type", "bytes"},
+            {"vocab_size", tokenizer.vocab()},
+            {"description", "one token per byte of UTF-8 text: token id = byte value (0-255); no special tokens"}};
+  }
+  return {{"type", "sentencepiece"},
+          {"vocab_size", tokenizer.vocab()},
+          {"model_file", "tokenizer.model"},
+          {"hash", tokenizer.hash()},
+          {"description", "SentencePiece (sentencepiece.SentencePieceProcessor(model_file='tokenizer.model')): "
+                          "identity normalization, no dummy prefix, byte fallback; decoding restores the text exactly"}};
 }
 
-Status write_file(const fs::path& path, const std::string& bytes) {
-  const fs::path temporary = path.string() + ".tmp";
-  {
-    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
-    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-    if (!out) return make_error(ErrorCode::io, "cannot write " + temporary.string());
-  }
-  std::error_code ec;
-  fs::rename(temporary, path, ec);
-  if (ec) return make_error(ErrorCode::io, "cannot write " + path.string() + ": " + ec.message());
-  return Status::success();
-}
+Status write_file(const fs::path& path, const std::string& bytes) { return write_file_atomically(path.string(), bytes); }
 
 }  // namespace
 
@@ -148,17 +148,19 @@ int run_export(const ExportArguments& arguments) {
   if (ec) return fail(2, "cannot create " + arguments.out + ": " + ec.message());
   const fs::path out(arguments.out);
   const auto tensors = safetensors_bytes(layout.parameters, *flat, bf16, version);
-  const auto model = model_config_json(runtime.setup.model, layout.parameters, layout.parameter_count, bf16,
-                                       arguments.run_dir, version);
+  const auto model = model_config_json(runtime.setup.model, model_version.tokenizer, layout.parameters,
+                                       layout.parameter_count, bf16, arguments.run_dir, version);
   if (arguments.torch_save) {
     const auto pickled = training::torch_saved_state_dict(layout.parameters, *flat, bf16);
     if (auto written = write_file(out / "model.pt", std::string(pickled.begin(), pickled.end())); !written) {
       return fail(1, written.error().reason);
     }
   }
-  for (const auto& [name, bytes] : {std::pair<std::string, std::string>{"model.safetensors", tensors},
-                                    {"config.json", model.dump(2) + "\n"},
-                                    {"tokenizer.json", byte_tokenizer_json(runtime.setup.model.vocab).dump(2) + "\n"}}) {
+  std::vector<std::pair<std::string, std::string>> files{{"model.safetensors", tensors},
+                                                         {"config.json", model.dump(2) + "\n"},
+                                                         {"tokenizer.json", tokenizer_json(model_version.tokenizer).dump(2) + "\n"}};
+  if (!model_version.tokenizer.byte_level()) files.emplace_back("tokenizer.model", model_version.tokenizer.model());
+  for (const auto& [name, bytes] : files) {
     if (auto written = write_file(out / name, bytes); !written) return fail(1, written.error().reason);
   }
   nlohmann::json summary = {{"version", version},       {"out", fs::absolute(out).string()}, {"dtype", arguments.dtype},

@@ -11,6 +11,7 @@
 #include "apps/export_command.hpp"
 #include "apps/eval_command.hpp"
 #include "apps/sample_command.hpp"
+#include "apps/tokenizer_command.hpp"
 #include "apps/node_command.hpp"
 #include "apps/train_command.hpp"
 #include "sim/sim_command.hpp"
@@ -192,7 +193,20 @@ int main(int argc, char** argv) {
   eval_command->add_option("--batch-size", eval.batch_size, "context windows per pass (default 16)");
   eval_command->add_flag("--json", eval.json, "print a one-line JSON summary as the last line of stdout");
 
+  archipelago::apps::TokenizerArguments tokenizer;
+  auto* tokenizer_command = app.add_subcommand("tokenizer", "subword tokenizers for data.tokenizer: `tokenizer train`");
+  tokenizer_command->require_subcommand(1);
+  auto* tokenizer_train = tokenizer_command->add_subcommand(
+      "train", "train a SentencePiece model on a corpus (exact round trip: no normalization, byte fallback)");
+  tokenizer_train->add_option("--corpus", tokenizer.corpus, "\"kjv\", a text file or a directory (as data.corpus)")->required();
+  tokenizer_train->add_option("--vocab", tokenizer.vocab, "vocabulary size (default 8192)")->required();
+  tokenizer_train->add_option("--out", tokenizer.out, "the model file to write")->required();
+  tokenizer_train->add_option("--type", tokenizer.type, "bpe (default) or unigram");
+  tokenizer_train->add_option("--cache-dir", tokenizer.cache_dir, "where the kjv text is cached (as data.cache_dir)");
+  tokenizer_train->add_flag("--json", tokenizer.json, "print a one-line JSON summary as the last line of stdout");
+
   CLI11_PARSE(app, argc, argv);
+  if (tokenizer_train->parsed()) return archipelago::apps::run_tokenizer_train(tokenizer);
   if (eval_command->parsed()) return archipelago::apps::run_eval(eval);
   if (sample_command->parsed()) return archipelago::apps::run_sample(sample);
   if (export_command->parsed()) return archipelago::apps::run_export(export_arguments);

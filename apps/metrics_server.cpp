@@ -9,7 +9,6 @@
 #include <httplib.h>
 
 #include "remote/edge.hpp"
-#include "training/text_score.hpp"
 
 namespace archipelago::apps {
 namespace {
@@ -161,10 +160,12 @@ std::string MetricsBoard::prometheus() const {
   if (p.contains("heldout_loss") && p["heldout_loss"].is_number() && std::isfinite(p["heldout_loss"].get<double>())) {
     family(out, "archipelago_heldout_loss", "gauge", "Held-out cross-entropy of the latest scored version (nats/token).");
     out << "archipelago_heldout_loss " << number(p["heldout_loss"].get<double>()) << "\n";
+  }
+  if (p.contains("heldout_bits_per_byte") && p["heldout_bits_per_byte"].is_number() &&
+      std::isfinite(p["heldout_bits_per_byte"].get<double>())) {
     family(out, "archipelago_heldout_bits_per_byte", "gauge",
-           "The same in bits per byte of text (byte-level tokens: loss / ln 2), comparable across tokenizers.");
-    out << "archipelago_heldout_bits_per_byte " << number(training::bits_per_byte(p["heldout_loss"].get<double>(), 1, 1))
-        << "\n";
+           "The same in bits per byte of text (loss / (ln 2 x bytes per token)), comparable across tokenizers.");
+    out << "archipelago_heldout_bits_per_byte " << number(p["heldout_bits_per_byte"].get<double>()) << "\n";
   }
   family(out, "archipelago_learner_restarts_total", "counter", "Learner restarts by the nodes' supervisors (a node process started again counts from zero).");
   out << "archipelago_learner_restarts_total " << whole(p, "learner_restarts") << "\n";

@@ -1,6 +1,7 @@
 #include "apps/node_command.hpp"
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -8,6 +9,7 @@
 #include "actors/node.hpp"
 #include "apps/config.hpp"
 #include "apps/coordinator_command.hpp"
+#include "common/files.hpp"
 #include "common/log.hpp"
 #include "net/auth.hpp"
 #include "training/corpus.hpp"
@@ -21,6 +23,21 @@ namespace {
 // name this machine's files or its network ([net], data.cache_dir) — those stay the node's own —
 // and a data.corpus that is a path only where the node names its own copy (a coordinator must not
 // make a node read whatever file it names).
+// The coordinator's SentencePiece model, written once as <cache_dir>/tokenizer-<hash>.model (this
+// node's data cache); the override that points data.tokenizer at it ("bytes" for byte-level).
+Expected<std::string> keep_tokenizer(const std::string& cache_dir, const std::string& model) {
+  if (model.empty()) return std::string("data.tokenizer=\"bytes\"");
+  auto tokenizer = training::Tokenizer::from_model(model, "the coordinator's tokenizer");
+  if (!tokenizer) return tokenizer.error();
+  std::error_code ec;
+  std::filesystem::create_directories(cache_dir, ec);
+  const std::string path = (std::filesystem::path(cache_dir) / ("tokenizer-" + tokenizer->hash() + ".model")).string();
+  if (!std::filesystem::exists(path, ec)) {
+    if (auto written = write_file_atomically(path, model); !written) return written.error();
+  }
+  return tokenizer_override(path);
+}
+
 Expected<std::string> training_keys(const std::string& coordinator_toml, const Config& local) {
   toml::table table;
   try {
@@ -83,10 +100,15 @@ int run_node(const NodeArguments& arguments) {
   // The run's configuration comes from the coordinator; this node's --set / --device apply on top.
   const std::string state_dir = arguments.state_dir;
   const Config node_local = *local;
-  options.configure = [overrides, state_dir, node_local](const std::string& config_toml) -> Expected<actors::NodeConfig> {
+  options.configure = [overrides, state_dir, node_local](const std::string& config_toml,
+                                                         const std::string& tokenizer_model) -> Expected<actors::NodeConfig> {
     auto training = training_keys(config_toml, node_local);
     if (!training) return training.error();
     auto own = overrides;  // this node's files, before its --set (which wins)
+    // The run's tokenizer came with its configuration: kept under its content hash in the data cache.
+    auto tokenizer = keep_tokenizer(node_local.data.cache_dir, tokenizer_model);
+    if (!tokenizer) return tokenizer.error();
+    own.insert(own.begin(), *tokenizer);
     own.insert(own.begin(), "data.cache_dir=" + node_local.data.cache_dir);
     if (node_local.data.corpus != "kjv") own.insert(own.begin(), "data.corpus=" + node_local.data.corpus);
     auto config = load_config(*training, "the coordinator's configuration", own);

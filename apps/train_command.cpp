@@ -95,7 +95,7 @@ json to_json(const actors::ProgressSample& p) {
   auto number = [](double v) { return std::isnan(v) ? json(nullptr) : json(v); };
   return {{"elapsed_s", p.elapsed_s}, {"version", p.version}, {"tokens", p.tokens}, {"tokens_per_s", p.tokens_per_s},
           {"train_loss", number(p.train_loss)}, {"heldout_loss", number(p.heldout_loss)},
-          {"heldout_version", p.heldout_version}, {"alive", p.alive}, {"learners", p.total}, {"goodput", p.goodput},
+          {"heldout_bits_per_byte", number(p.heldout_bits_per_byte)}, {"heldout_version", p.heldout_version}, {"alive", p.alive}, {"learners", p.total}, {"goodput", p.goodput},
           {"bytes_sent", p.bytes_sent}, {"bytes_ddp_equivalent", p.bytes_ddp_equivalent}, {"restarts", p.restarts},
           {"rejected_updates", p.rejected}};
 }
@@ -108,20 +108,22 @@ class ClusterProgressPrinter {
   void print(const actors::ProgressSample& p) {
     if (tty_) {
       if (rows_ % 20 == 0) {
-        std::printf("%8s %8s %9s %10s %9s %9s %7s %8s %16s\n", "elapsed", "version", "tok/s", "train", "held-out",
-                    "alive", "goodput", "restarts", "MB sent / DP eq.");
+        std::printf("%8s %8s %9s %10s %9s %6s %9s %7s %8s %16s\n", "elapsed", "version", "tok/s", "train", "held-out",
+                    "bits/B", "alive", "goodput", "restarts", "MB sent / DP eq.");
       }
-      std::printf("%7.1fs %8llu %9.0f %s %s %6d/%-2d %7.2f %8lld %7.1f / %-8.1f\n", p.elapsed_s,
+      std::printf("%7.1fs %8llu %9.0f %s %s %s %6d/%-2d %7.2f %8lld %7.1f / %-8.1f\n", p.elapsed_s,
                   static_cast<unsigned long long>(p.version), p.tokens_per_s, shown(p.train_loss, 10, 4).c_str(),
-                  shown(p.heldout_loss, 9, 4).c_str(), p.alive,
+                  shown(p.heldout_loss, 9, 4).c_str(), shown(p.heldout_bits_per_byte, 6, 3).c_str(), p.alive,
                   p.total, p.goodput, static_cast<long long>(p.restarts), p.bytes_sent / 1e6,
                   p.bytes_ddp_equivalent / 1e6);
       ++rows_;
     } else {
       std::printf("progress elapsed_s=%.1f version=%llu tokens=%lld tokens_per_s=%.0f train_loss=%s heldout_loss=%s "
-                  "alive=%d/%d goodput=%.3f restarts=%lld rejected=%lld mb_sent=%.1f mb_ddp_equivalent=%.1f\n",
+                  "heldout_bits_per_byte=%s alive=%d/%d goodput=%.3f restarts=%lld rejected=%lld mb_sent=%.1f "
+                  "mb_ddp_equivalent=%.1f\n",
                   p.elapsed_s, static_cast<unsigned long long>(p.version), static_cast<long long>(p.tokens),
-                  p.tokens_per_s, shown(p.train_loss, 0, 4).c_str(), shown(p.heldout_loss, 0, 4).c_str(), p.alive, p.total, p.goodput,
+                  p.tokens_per_s, shown(p.train_loss, 0, 4).c_str(), shown(p.heldout_loss, 0, 4).c_str(),
+                  shown(p.heldout_bits_per_byte, 0, 3).c_str(), p.alive, p.total, p.goodput,
                   static_cast<long long>(p.restarts), static_cast<long long>(p.rejected), p.bytes_sent / 1e6,
                   p.bytes_ddp_equivalent / 1e6);
     }
@@ -133,15 +135,29 @@ class ClusterProgressPrinter {
   int rows_ = 0;
 };
 
-// The held-out figures in bits per byte too, the unit that compares tokenizers (byte-level: one
-// byte a token, so loss ÷ ln 2).
-void add_bits_per_byte(json& s) {
-  auto of = [](const json& loss) {
-    return loss.is_number() && std::isfinite(loss.get<double>()) ? json(training::bits_per_byte(loss.get<double>(), 1, 1))
-                                                                  : json(nullptr);
+// The bytes of text per predicted token of the held-out batches both engines score (the same
+// split and windows as theirs): what turns their loss into bits per byte.
+double heldout_bytes_per_token(const training::Corpus& corpus, const Config& c) {
+  auto split = training::split_corpus(corpus, c.data.split, c.data.heldout_fraction);
+  if (!split) return 1.0;
+  return training::bytes_per_predicted_token(
+      training::heldout_batches(corpus, split->heldout, c.data.eval_batches, c.inner.batch_size, c.model.seq_len));
+}
+
+// The held-out figures in bits per byte too, the unit that compares tokenizers: loss ÷ (ln 2 ×
+// bytes per token), and the tokenizer they were measured with.
+void add_bits_per_byte(json& s, const training::Corpus& corpus, const Config& c) {
+  const double bytes_per_token = heldout_bytes_per_token(corpus, c);
+  auto of = [bytes_per_token](const json& loss) {
+    return loss.is_number() && std::isfinite(loss.get<double>())
+               ? json(training::bits_per_byte(loss.get<double>(), bytes_per_token))
+               : json(nullptr);
   };
   s["initial_heldout_bits_per_byte"] = of(s["initial_heldout_loss"]);
   s["heldout_bits_per_byte"] = of(s["heldout_loss"]);
+  s["tokenizer"] = {{"kind", corpus.tokenizer.kind()}, {"hash", corpus.tokenizer.hash()},
+                    {"vocab", corpus.tokenizer.vocab()}, {"heldout_bytes_per_token", bytes_per_token},
+                    {"corpus_bytes_per_token", corpus.bytes_per_token()}};
 }
 
 void print_summary_table(const json& s) {
@@ -204,7 +220,12 @@ int run_train(const TrainArguments& arguments) {
     std::fprintf(stderr, "archipelago: %s\n", file.error().reason.c_str());
     return 2;
   }
-  std::vector<std::string> overrides = arguments.overrides;
+  std::vector<std::string> overrides;
+  // A resumed run keeps its own tokenizer (the copy in its directory), whatever file it was named by.
+  if (resume && fs::exists(run_tokenizer_path(arguments.resume_dir))) {
+    overrides.push_back(tokenizer_override(run_tokenizer_path(arguments.resume_dir)));
+  }
+  overrides.insert(overrides.end(), arguments.overrides.begin(), arguments.overrides.end());
   if (arguments.engine) overrides.push_back("train.engine=" + *arguments.engine);
   if (arguments.device) overrides.push_back("train.device=" + *arguments.device);
   if (arguments.corpus) overrides.push_back("data.corpus=" + *arguments.corpus);
@@ -270,7 +291,12 @@ int run_train(const TrainArguments& arguments) {
     log->error("corpus: {}", corpus.error().reason);
     return 1;
   }
-  log->info("corpus: {} bytes in {} documents", corpus->text.size(), corpus->documents.size());
+  log->info("corpus: {} bytes in {} documents, {} tokens ({} tokenizer, {:.3f} bytes per token)", corpus->text.size(),
+            corpus->documents.size(), corpus->tokens.size(), corpus->tokenizer.kind(), corpus->bytes_per_token());
+  if (auto recorded = record_run_tokenizer(run_dir.string(), corpus->tokenizer); !recorded) {
+    log->error("{}", recorded.error().reason);
+    return 2;
+  }
   auto shared_corpus = std::make_shared<const training::Corpus>(std::move(*corpus));
 
   std::ofstream metrics(run_dir / "metrics.jsonl", std::ios::app);
@@ -362,7 +388,7 @@ int run_train(const TrainArguments& arguments) {
         log->warn("no sample of version {}: {}", r.final_version, sample.error().reason);
       }
     }
-    add_bits_per_byte(summary);
+    add_bits_per_byte(summary, *shared_corpus, *config);
     std::ofstream(run_dir / "summary.json") << summary.dump(2) << "\n";
     std::ofstream(run_dir / "actors.json") << r.details.dump(2) << "\n";
     print_summary_table(summary);
@@ -418,7 +444,7 @@ int run_train(const TrainArguments& arguments) {
       {"dropped_outer_gradients", result->dropped_outer_gradients},
       {"rounds_without_outer_step", result->rounds_without_outer_step},
   };
-  add_bits_per_byte(summary);
+  add_bits_per_byte(summary, *shared_corpus, *config);
   std::ofstream(run_dir / "summary.json") << summary.dump(2) << "\n";
   print_summary_table(summary);
   if (arguments.json) std::printf("%s\n", summary.dump().c_str());

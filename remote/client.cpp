@@ -475,6 +475,8 @@ Expected<NodeSession> NodePlane::join(const net::Secret& secret, NodeJoin reques
           session.config_toml = answer.getConfigToml();
           session.topology_toml = answer.getTopologyToml();
           session.coordinator_site = answer.getCoordinatorSite();
+          auto tokenizer = answer.getTokenizer();
+          session.tokenizer_model.assign(reinterpret_cast<const char*>(tokenizer.begin()), tokenizer.size());
           session.first_learner = answer.getFirstLearner();
           if (!response.hasSession()) {
             connection->close();

@@ -49,6 +49,7 @@ struct NodeJoin {
 struct NodeSession {
   std::vector<char> welcome;  // Envelope Welcome: accepted, or the refusal and its reason
   std::string config_toml, topology_toml, coordinator_site;
+  std::string tokenizer_model;  // the run's SentencePiece model ("" for byte-level)
   int first_learner = -1;
   caf::actor link;            // null when refused
   std::string key;            // what the facades and the watcher use in this process

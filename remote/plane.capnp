@@ -36,6 +36,7 @@ struct JoinAnswer {
   topologyToml @2 :Text;
   coordinatorSite @3 :Text;
   firstLearner @4 :Int32;
+  tokenizer @5 :Data;         # the run's SentencePiece model (empty: byte-level), to admitted nodes only
 }
 
 # A node's session. `learner` is the node's handle of one learner incarnation (a small number the

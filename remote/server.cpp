@@ -420,6 +420,10 @@ class GatewayImpl final : public wire::Gateway::Server {
           answer.setTopologyToml(topology);
           answer.setCoordinatorSite(site);
           answer.setFirstLearner(first);
+          if (link) {
+            const std::string& model = c->server->spec.tokenizer_model;
+            answer.setTokenizer(kj::arrayPtr(reinterpret_cast<const kj::byte*>(model.data()), model.size()));
+          }
           if (!link) {  // refused by the gateway actor (slots, a malformed join): the Welcome says why
             caf::anon_send_exit(proxy, caf::exit_reason::user_shutdown);
             c->joined = false;

@@ -47,6 +47,7 @@ struct ServerSpec {
   std::optional<TlsFiles> tls;                        // none: plaintext (loopback only, or insecure)
   bool insecure_plaintext = false;                    // allow plaintext off loopback
   EdgeLimits limits;
+  std::string tokenizer_model;                        // sent to every admitted node (empty: byte-level)
 };
 
 class Server {

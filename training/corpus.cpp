@@ -1,27 +1,23 @@
 #include "training/corpus.hpp"
 
 #include <algorithm>
+#include <atomic>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <numeric>
 #include <random>
 #include <sstream>
+#include <thread>
 
+#include "common/files.hpp"
 #include "common/log.hpp"
 
 namespace archipelago::training {
 namespace fs = std::filesystem;
 
 namespace {
-
-Expected<std::string> read_file(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return make_error(ErrorCode::not_found, "cannot open " + path.string());
-  std::ostringstream out;
-  out << in.rdbuf();
-  return out.str();
-}
 
 Expected<std::string> run_bible() {
   // Debian's bible-kjv prints every verse as "Ge1:1 text"; ~4.4 MB.
@@ -42,7 +38,7 @@ Expected<std::string> run_bible() {
 Expected<Corpus> load_kjv(const std::string& cache_dir) {
   fs::path cache = fs::path(cache_dir) / "kjv.txt";
   if (fs::exists(cache)) {
-    auto text = read_file(cache);
+    auto text = read_whole_file(cache.string());
     if (!text) return text.error();
     return parse_kjv(std::move(*text));
   }
@@ -50,16 +46,8 @@ Expected<Corpus> load_kjv(const std::string& cache_dir) {
   if (!text) return text.error();
   std::error_code ec;
   fs::create_directories(cache.parent_path(), ec);
-  fs::path partial = cache.string() + ".partial";
-  {
-    std::ofstream out(partial, std::ios::binary);
-    out << *text;
-    if (!out) {
-      component_logger("corpus")->warn("cannot cache the corpus at {}", cache.string());
-      return parse_kjv(std::move(*text));
-    }
-  }
-  fs::rename(partial, cache, ec);  // atomic: a reader never sees half a cache file
+  // Atomic: a reader never sees half a cache file.
+  if (!write_file_atomically(cache.string(), *text)) component_logger("corpus")->warn("cannot cache the corpus at {}", cache.string());
   return parse_kjv(std::move(*text));
 }
 
@@ -87,28 +75,64 @@ Corpus parse_kjv(std::string text) {
     while (i < line_end && std::isalpha(static_cast<unsigned char>(text[i]))) ++i;
     std::string book = text.substr(pos, i - pos);
     if (!book.empty() && book != current) {
-      if (!current.empty()) corpus.documents.push_back({current, {begin, pos}});
+      if (!current.empty()) corpus.documents.push_back({current, {begin, pos}, {}});
       current = book;
       begin = pos;
     }
     pos = line_end + 1;
   }
-  if (!current.empty()) corpus.documents.push_back({current, {begin, size}});
-  if (corpus.documents.empty()) corpus.documents.push_back({"text", {0, size}});
+  if (!current.empty()) corpus.documents.push_back({current, {begin, size}, {}});
+  if (corpus.documents.empty()) corpus.documents.push_back({"text", {0, size}, {}});
   corpus.text = std::move(text);
+  tokenize_corpus(corpus, Tokenizer());
   return corpus;
 }
 
+void tokenize_corpus(Corpus& corpus, const Tokenizer& tokenizer) {
+  // Documents are independent: tokenized in parallel, then laid end to end in document order.
+  std::vector<std::vector<Token>> parts(corpus.documents.size());
+  const int threads = std::max(1, std::min<int>(static_cast<int>(parts.size()),
+                                                static_cast<int>(std::thread::hardware_concurrency())));
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t d; (d = next++) < parts.size();) {
+      const Span& b = corpus.documents[d].bytes;
+      parts[d] = tokenizer.encode(std::string_view(corpus.text).substr(static_cast<size_t>(b.begin), static_cast<size_t>(b.size())));
+    }
+  };
+  std::vector<std::thread> workers;
+  for (int t = 1; t < threads; ++t) workers.emplace_back(work);
+  work();
+  for (auto& w : workers) w.join();
+  corpus.tokens.clear();
+  for (size_t d = 0; d < parts.size(); ++d) {
+    const int64_t begin = static_cast<int64_t>(corpus.tokens.size());
+    corpus.tokens.insert(corpus.tokens.end(), parts[d].begin(), parts[d].end());
+    corpus.documents[d].tokens = {begin, static_cast<int64_t>(corpus.tokens.size())};
+  }
+  corpus.tokenizer = tokenizer;
+}
+
 Expected<Corpus> load_corpus(const DataOptions& options) {
+  auto tokenizer = Tokenizer::load(options.tokenizer);
+  if (!tokenizer) return tokenizer.error();
+  auto corpus = load_text(options);
+  if (!corpus) return corpus.error();
+  if (!tokenizer->byte_level()) tokenize_corpus(*corpus, *tokenizer);
+  return corpus;
+}
+
+Expected<Corpus> load_text(const DataOptions& options) {
   if (options.corpus == "kjv") return load_kjv(options.cache_dir);
   fs::path path(options.corpus);
   std::error_code ec;
   if (fs::is_regular_file(path, ec)) {
-    auto text = read_file(path);
+    auto text = read_whole_file(path.string());
     if (!text) return text.error();
     Corpus corpus;
-    corpus.documents.push_back({path.filename().string(), {0, static_cast<int64_t>(text->size())}});
+    corpus.documents.push_back({path.filename().string(), {0, static_cast<int64_t>(text->size())}, {}});
     corpus.text = std::move(*text);
+    tokenize_corpus(corpus, Tokenizer());
     return corpus;
   }
   if (fs::is_directory(path, ec)) {
@@ -119,16 +143,17 @@ Expected<Corpus> load_corpus(const DataOptions& options) {
     std::sort(files.begin(), files.end());
     Corpus corpus;
     for (auto& file : files) {
-      auto text = read_file(file);
+      auto text = read_whole_file(file.string());
       if (!text) return text.error();
       int64_t begin = static_cast<int64_t>(corpus.text.size());
       corpus.text += *text;
       corpus.documents.push_back({fs::relative(file, path).string(),
-                                  {begin, static_cast<int64_t>(corpus.text.size())}});
+                                  {begin, static_cast<int64_t>(corpus.text.size())}, {}});
     }
     if (corpus.text.empty()) {
       return make_error(ErrorCode::invalid_argument, "data.corpus: directory " + path.string() + " has no text");
     }
+    tokenize_corpus(corpus, Tokenizer());
     return corpus;
   }
   return make_error(ErrorCode::not_found,
@@ -142,19 +167,19 @@ Expected<Split> split_corpus(const Corpus& corpus, const std::string& kind, doub
   Split split;
   if (kind == "tail") {
     for (const auto& doc : corpus.documents) {
-      int64_t held = static_cast<int64_t>(doc.span.size() * fraction);
-      int64_t cut = doc.span.end - held;
-      if (cut > doc.span.begin) split.train.push_back({doc.span.begin, cut});
-      if (held > 0) split.heldout.push_back({cut, doc.span.end});
+      int64_t held = static_cast<int64_t>(doc.tokens.size() * fraction);
+      int64_t cut = doc.tokens.end - held;
+      if (cut > doc.tokens.begin) split.train.push_back({doc.tokens.begin, cut});
+      if (held > 0) split.heldout.push_back({cut, doc.tokens.end});
     }
   } else if (kind == "documents") {
-    int64_t total = static_cast<int64_t>(corpus.text.size());
+    int64_t total = static_cast<int64_t>(corpus.tokens.size());
     int64_t target = static_cast<int64_t>(total * fraction);
     int64_t held = 0;
     size_t first_held = corpus.documents.size();
-    while (first_held > 1 && held < target) held += corpus.documents[--first_held].span.size();
+    while (first_held > 1 && held < target) held += corpus.documents[--first_held].tokens.size();
     for (size_t i = 0; i < corpus.documents.size(); ++i) {
-      (i < first_held ? split.train : split.heldout).push_back(corpus.documents[i].span);
+      (i < first_held ? split.train : split.heldout).push_back(corpus.documents[i].tokens);
     }
     if (split.heldout.empty()) {
       return make_error(ErrorCode::invalid_argument,
@@ -174,10 +199,11 @@ Expected<std::vector<std::vector<Span>>> make_shards(const Corpus& corpus, const
   std::vector<std::vector<Span>> shards(learners);
   if (kind == "iid") {
     if (chunk_bytes < 1) return make_error(ErrorCode::invalid_argument, "data.chunk_bytes must be >= 1");
+    const int64_t chunk = std::max<int64_t>(1, std::llround(static_cast<double>(chunk_bytes) / corpus.bytes_per_token()));
     std::vector<Span> chunks;
     for (const auto& span : split.train) {
-      for (int64_t b = span.begin; b < span.end; b += chunk_bytes) {
-        chunks.push_back({b, std::min(span.end, b + chunk_bytes)});
+      for (int64_t b = span.begin; b < span.end; b += chunk) {
+        chunks.push_back({b, std::min(span.end, b + chunk)});
       }
     }
     std::mt19937_64 rng(seed);
@@ -226,9 +252,9 @@ Expected<std::vector<std::vector<Span>>> make_shards(const Corpus& corpus, const
   return shards;
 }
 
-DataCursor::DataCursor(std::shared_ptr<const std::string> text, std::vector<Span> shard, int batch_size,
+DataCursor::DataCursor(std::shared_ptr<const std::vector<Token>> tokens, std::vector<Span> shard, int batch_size,
                        int seq_len, uint64_t seed, int learner, uint64_t position)
-    : text_(std::move(text)), batch_size_(batch_size), seq_len_(seq_len), seed_(seed),
+    : tokens_(std::move(tokens)), batch_size_(batch_size), seq_len_(seq_len), seed_(seed),
       learner_(learner), position_(position) {
   for (const auto& span : shard) {
     int64_t starts = span.size() - seq_len_;  // window [s, s + T + 1) must fit
@@ -254,14 +280,24 @@ Batch DataCursor::at(uint64_t position) const {
     size_t index = std::upper_bound(cumulative_.begin(), cumulative_.end(), pick) - cumulative_.begin();
     int64_t before = index == 0 ? 0 : cumulative_[index - 1];
     int64_t start = spans_[index].begin + (pick - before);
-    std::copy_n(text_->data() + start, seq_len_ + 1, batch.tokens.data() + static_cast<size_t>(row) * (seq_len_ + 1));
+    std::copy_n(tokens_->data() + start, seq_len_ + 1, batch.tokens.data() + static_cast<size_t>(row) * (seq_len_ + 1));
     batch.windows.push_back({start, start + seq_len_ + 1});
   }
   return batch;
 }
 
-std::vector<Batch> heldout_batches(const std::string& text, const std::vector<Span>& heldout,
+double bytes_per_predicted_token(const std::vector<Batch>& heldout) {
+  int64_t bytes = 0, predicted = 0;
+  for (const auto& batch : heldout) {
+    bytes += batch.target_bytes;
+    predicted += static_cast<int64_t>(batch.batch_size) * batch.seq_len;
+  }
+  return predicted > 0 ? static_cast<double>(bytes) / static_cast<double>(predicted) : 1.0;
+}
+
+std::vector<Batch> heldout_batches(const Corpus& corpus, const std::vector<Span>& heldout,
                                    int batches, int batch_size, int seq_len) {
+  const auto& tokens = corpus.tokens;
   std::vector<Span> usable;
   int64_t total = 0;
   for (const auto& span : heldout) {
@@ -283,8 +319,9 @@ std::vector<Batch> heldout_batches(const std::string& text, const std::vector<Sp
       size_t s = 0;
       while (pick >= usable[s].size() - seq_len) pick -= usable[s++].size() - seq_len;
       int64_t start = usable[s].begin + pick;
-      batch.tokens.insert(batch.tokens.end(), text.begin() + start, text.begin() + start + seq_len + 1);
+      batch.tokens.insert(batch.tokens.end(), tokens.begin() + start, tokens.begin() + start + seq_len + 1);
       batch.windows.push_back({start, start + seq_len + 1});
+      batch.target_bytes += corpus.tokenizer.bytes_of(tokens.data() + start + 1, tokens.data() + start + seq_len + 1);
     }
     out.push_back(std::move(batch));
   }

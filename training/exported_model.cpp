@@ -50,6 +50,18 @@ Expected<ExportedModel> read_export(const std::string& dir) {
   } catch (const std::exception& e) {
     return not_an_export(dir, std::string("config.json: ") + e.what());
   }
+  if (config.value("tokenizer", "bytes") != "bytes") {
+    auto tokenizer = Tokenizer::load("spm:" + (root / "tokenizer.model").string());
+    if (!tokenizer) return not_an_export(dir, tokenizer.error().reason);
+    if (tokenizer->hash() != config.value("tokenizer_hash", "")) {
+      return not_an_export(dir, "tokenizer.model's hash " + tokenizer->hash() + " is not config.json's tokenizer_hash");
+    }
+    if (tokenizer->vocab() != out.model.vocab) {
+      return not_an_export(dir, "tokenizer.model has " + std::to_string(tokenizer->vocab()) + " pieces, vocab_size is " +
+                                    std::to_string(out.model.vocab));
+    }
+    out.tokenizer = std::move(*tokenizer);
+  }
 
   std::ifstream file(root / "model.safetensors", std::ios::binary);
   std::string bytes((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());

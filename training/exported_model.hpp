@@ -11,6 +11,7 @@
 #include "common/error.hpp"
 #include "training/fragments.hpp"
 #include "training/options.hpp"
+#include "training/tokenizer.hpp"
 
 namespace archipelago::training {
 
@@ -22,12 +23,14 @@ struct ExportedTensor {
 struct ExportedModel {
   std::string dir;
   ModelConfig model;  // vocab, d_model, layers, heads, seq_len, mlp from config.json
+  Tokenizer tokenizer;  // byte-level, or the export's tokenizer.model
   uint64_t version = 0;         // the run version it was exported from (0: unknown)
   std::map<std::string, ExportedTensor> tensors;
 };
 
 // invalid_argument, naming the file and what is wrong, when `dir` is not an export: a missing
-// config.json or model.safetensors, an architecture that is not archipelago-transformer, a header
+// config.json or model.safetensors, an architecture that is not archipelago-transformer, a
+// SentencePiece export without a tokenizer.model that parses and matches its hash, a header
 // that does not parse, a dtype other than F32 / BF16, or offsets outside the file.
 Expected<ExportedModel> read_export(const std::string& dir);
 

@@ -13,7 +13,7 @@ namespace archipelago::training {
 
 struct ModelConfig {
   std::string preset = "small";
-  int vocab = 256;          // byte-level tokenizer
+  int vocab = 256;          // the tokenizer's vocabulary (256: byte-level); set from data.tokenizer
   int d_model = 256;
   int layers = 4;
   int heads = 4;
@@ -63,6 +63,7 @@ struct OuterOptions {
 
 struct DataOptions {
   std::string corpus = "kjv";          // "kjv" (Debian bible-kjv) or a path to a file or directory
+  std::string tokenizer = "bytes";     // "bytes" | "spm:FILE" (a SentencePiece model, archipelago tokenizer train)
   std::string split = "tail";          // tail: last fraction of every document | documents: last documents
   double heldout_fraction = 0.05;
   std::string sharding = "iid";        // iid | noniid

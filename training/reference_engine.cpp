@@ -26,7 +26,7 @@ Expected<Data> prepare_data(const ReferenceSetup& setup, const std::shared_ptr<c
   auto shards = make_shards(*corpus, *split, setup.data.sharding, setup.run.learners, setup.data.chunk_bytes,
                             setup.run.seed);
   if (!shards) return shards.error();
-  auto text = std::shared_ptr<const std::string>(corpus, &corpus->text);
+  auto text = std::shared_ptr<const std::vector<training::Token>>(corpus, &corpus->tokens);
   Data data;
   for (int m = 0; m < setup.run.learners; ++m) {
     data.cursors.emplace_back(text, (*shards)[m], setup.inner.batch_size, setup.model.seq_len, setup.run.seed, m);
@@ -35,7 +35,7 @@ Expected<Data> prepare_data(const ReferenceSetup& setup, const std::shared_ptr<c
                         "learner " + std::to_string(m) + "'s shard has no window of model.seq_len + 1 bytes");
     }
   }
-  data.heldout = heldout_batches(corpus->text, split->heldout, setup.data.eval_batches, setup.inner.batch_size,
+  data.heldout = heldout_batches(*corpus, split->heldout, setup.data.eval_batches, setup.inner.batch_size,
                                  setup.model.seq_len);
   if (data.heldout.empty()) return make_error(ErrorCode::invalid_argument, "the held-out split is too small to evaluate");
   return data;

@@ -82,8 +82,8 @@ struct Replica::Impl {
   int64_t steps = 0;
 
   std::pair<torch::Tensor, torch::Tensor> to_tensors(const Batch& batch) const {
-    auto tokens = torch::from_blob(const_cast<uint8_t*>(batch.tokens.data()),
-                                   {batch.batch_size, batch.seq_len + 1}, torch::kUInt8)
+    auto tokens = torch::from_blob(const_cast<Token*>(batch.tokens.data()),
+                                   {batch.batch_size, batch.seq_len + 1}, torch::kInt)
                       .to(device, torch::kLong);                         // (B, T+1)
     return {tokens.narrow(1, 0, batch.seq_len), tokens.narrow(1, 1, batch.seq_len)};  // (B, T) each
   }
@@ -207,11 +207,11 @@ double Replica::evaluate(const std::vector<Batch>& batches) {
   return sum / static_cast<double>(batches.size());
 }
 
-std::vector<float> Replica::logits(const std::vector<uint8_t>& tokens) {
+std::vector<float> Replica::logits(const std::vector<Token>& tokens) {
   torch::NoGradGuard no_grad;
   impl_->model->eval();
-  auto input = torch::from_blob(const_cast<uint8_t*>(tokens.data()), {1, static_cast<int64_t>(tokens.size())},
-                                torch::kUInt8).to(impl_->device, torch::kLong);
+  auto input = torch::from_blob(const_cast<Token*>(tokens.data()), {1, static_cast<int64_t>(tokens.size())},
+                                torch::kInt).to(impl_->device, torch::kLong);
   auto out = impl_->model->forward(input).to(torch::kCPU, torch::kFloat).contiguous();
   return std::vector<float>(out.data_ptr<float>(), out.data_ptr<float>() + out.numel());
 }
@@ -240,10 +240,9 @@ std::vector<float> last_logits(const torch::Tensor& logits) {
 
 }  // namespace
 
-std::vector<float> Replica::logits_incremental(const std::vector<uint8_t>& tokens, int64_t prefill) {
+std::vector<float> Replica::logits_incremental(const std::vector<Token>& ids, int64_t prefill) {
   torch::NoGradGuard no_grad;
   impl_->model->eval();
-  std::vector<int32_t> ids(tokens.begin(), tokens.end());
   KvCache cache;
   std::vector<torch::Tensor> parts;
   int64_t at = 0;

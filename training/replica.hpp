@@ -62,10 +62,10 @@ class Replica {
   // Mean cross-entropy over the batches, without gradients.
   double evaluate(const std::vector<Batch>& batches);
   // Logits (T × V, row-major) for one sequence, for inspection and tests.
-  std::vector<float> logits(const std::vector<uint8_t>& tokens);
+  std::vector<float> logits(const std::vector<Token>& tokens);
   // The logits of the same sequence fed through a KV cache: the first `prefill` tokens at once, then
   // one at a time (tests: equal to `logits`).
-  std::vector<float> logits_incremental(const std::vector<uint8_t>& tokens, int64_t prefill);
+  std::vector<float> logits_incremental(const std::vector<Token>& tokens, int64_t prefill);
   // Continues `prompt` (at least one token) by options.tokens tokens drawn with draw_token, calling
   // `emit` with each as it is drawn. With the KV cache each token costs one position's pass; when
   // the context reaches seq_len the cache restarts from the newest seq_len / 2 tokens (the learned

@@ -9,7 +9,12 @@ double bits_per_byte(double loss, int64_t tokens, int64_t bytes) {
   return bytes > 0 ? loss * static_cast<double>(tokens) / (std::log(2.0) * static_cast<double>(bytes)) : 0.0;
 }
 
-TextScore score_text(Replica& replica, const std::vector<uint8_t>& tokens, int batch_size) {
+double bits_per_byte(double loss, double bytes_per_token) {
+  return bytes_per_token > 0 ? loss / (std::log(2.0) * bytes_per_token) : 0.0;
+}
+
+TextScore score_text(Replica& replica, const Tokenizer& tokenizer, std::string_view text, int batch_size) {
+  const std::vector<Token> tokens = tokenizer.encode(text);
   TextScore score;
   const int64_t context = replica.model_config().seq_len;
   const int64_t n = static_cast<int64_t>(tokens.size());
@@ -33,7 +38,7 @@ TextScore score_text(Replica& replica, const std::vector<uint8_t>& tokens, int b
   }
   const int64_t rest = n > 1 ? (n - 1) - windows * context : 0;
   if (rest > 0) score_batch(windows * context, 1, rest);
-  score.bytes = score.tokens;  // byte-level: one token is one byte
+  if (n > 1) score.bytes = tokenizer.bytes_of(tokens.data() + 1, tokens.data() + n);
   score.loss = score.tokens > 0 ? nats / static_cast<double>(score.tokens) : 0.0;
   score.bits_per_byte = bits_per_byte(score.loss, score.tokens, score.bytes);
   return score;

@@ -118,7 +118,7 @@ json bare_loop(const std::string& preset, int64_t steps, int threads, const std:
   auto shards = training::make_shards(*text, *split, s.data.sharding, 1, s.data.chunk_bytes, s.run.seed);
   actors::configure_compute_threads(threads, 1);  // exactly what the runtime does for one learner
   auto replica = training::Replica::create(s.model, s.inner, "cpu", s.run.seed);
-  training::DataCursor cursor(std::shared_ptr<const std::string>(text, &text->text), (*shards)[0], s.inner.batch_size,
+  training::DataCursor cursor(std::shared_ptr<const std::vector<training::Token>>(text, &text->tokens), (*shards)[0], s.inner.batch_size,
                               s.model.seq_len, s.run.seed, 0);
   (*replica)->step(cursor.next());  // warm-up
   const auto begin = Clock::now();

@@ -69,7 +69,7 @@ int main(int argc, char** argv) {
   // 1. bf16 vs fp32 inner steps.
   auto model = *model_preset(preset);
   auto split = *split_corpus(*shared, "tail", 0.05);
-  DataCursor cursor(std::shared_ptr<const std::string>(shared, &shared->text), split.train, 16, model.seq_len, 1, 0);
+  DataCursor cursor(std::shared_ptr<const std::vector<Token>>(shared, &shared->tokens), split.train, 16, model.seq_len, 1, 0);
   std::vector<Batch> batches;
   for (int i = 0; i <= steps; ++i) batches.push_back(cursor.next());
   const double fp32 = seconds_per_step(model, "fp32", batches);

@@ -149,3 +149,95 @@ TEST_CASE("eval and --init-from: an export scores as its version does, and a run
   CHECK(refused.out.find("tensor token_embedding.weight is [256, 64] in the export") != std::string::npos);
   std::filesystem::remove_all(dir);
 }
+
+TEST_CASE("tokenizer: a SentencePiece model round-trips the corpus, trains a run, and travels with its export") {
+  const auto dir = std::filesystem::temp_directory_path() / "archipelago-tokenizer-test";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string model = (dir / "kjv-512.model").string(), run_dir = (dir / "run").string(),
+                    exported = (dir / "export").string();
+  const std::string cache = (std::filesystem::temp_directory_path() / "archipelago-test-data").string();
+
+  // Trained on the whole corpus; the command checks that every book decodes back to its bytes.
+  auto trained = run_cli("tokenizer train --json --corpus kjv --vocab 512 --out " + model + " --cache-dir " + cache, 240);
+  CAPTURE(trained.out);
+  REQUIRE(trained.exit_code == 0);
+  const auto made = last_line_json(trained.out);
+  CHECK(made["round_trip"] == true);
+  CHECK(made["vocab"] == 512);
+  CHECK(made["bytes_per_token"].get<double>() > 1.5);  // subwords: fewer tokens than bytes
+  {
+    auto bad = run_cli("tokenizer train --corpus kjv --vocab 100 --out " + (dir / "x.model").string() + " --cache-dir " + cache, 60);
+    CHECK(bad.exit_code == 2);
+    CHECK(bad.out.find("--vocab must be in") != std::string::npos);
+  }
+
+  // A file that is not a SentencePiece model is refused before anything runs, with exit code 2.
+  const std::string garbage = (dir / "garbage.model").string();
+  std::ofstream(garbage) << "this is not a model";
+  auto refused = run_cli("train --run-dir " + (dir / "refused").string() + kTiny +
+                             " --set train.max_tokens=8192 --set data.tokenizer='\"spm:" + garbage + "\"'",
+                         60);
+  CHECK(refused.exit_code == 2);
+  CHECK(refused.out.find("is not a SentencePiece model") != std::string::npos);
+
+  // A run on it: the model's vocabulary is the tokenizer's, and bits per byte is the held-out loss ÷
+  // (ln 2 × the held-out tokens' bytes per token).
+  auto train = run_cli("train --json --run-dir " + run_dir + kTiny +
+                           " --set train.max_tokens=40960 --set data.tokenizer='\"spm:" + model + "\"'",
+                       240);
+  CAPTURE(train.out);
+  REQUIRE(train.exit_code == 0);
+  const auto summary = last_line_json(train.out);
+  CHECK(summary["tokenizer"]["kind"] == "spm");
+  CHECK(summary["tokenizer"]["vocab"] == 512);
+  CHECK(summary["tokenizer"]["hash"] == made["hash"]);
+  const double bytes_per_token = summary["tokenizer"]["heldout_bytes_per_token"].get<double>();
+  CHECK(bytes_per_token > 1.5);
+  CHECK(summary["heldout_bits_per_byte"].get<double>() ==
+        doctest::Approx(summary["heldout_loss"].get<double>() / (std::log(2.0) * bytes_per_token)).epsilon(1e-9));
+  CHECK(summary["heldout_loss"].get<double>() < summary["initial_heldout_loss"].get<double>());
+  CHECK(std::filesystem::exists(run_dir + "/tokenizer.model"));  // the run keeps its own copy
+  CHECK(summary["sample"]["text"].get<std::string>().size() > 0);
+
+  // The export carries the tokenizer; SentencePiece's own Python binding loads it, counts the same
+  // tokens in a text as `eval` does, and restores the text exactly.
+  REQUIRE(run_cli("export --run-dir " + run_dir + " --out " + exported, 60).exit_code == 0);
+  REQUIRE(std::filesystem::exists(exported + "/tokenizer.model"));
+  const std::string text = (dir / "text.txt").string();
+  {
+    std::ofstream out(text);
+    for (int i = 0; i < 100; ++i) out << "And God said, Let there be light: and there was light " << i << ".\n";
+  }
+  auto eval = run_cli("eval --json --text " + text + " --export " + exported, 60);
+  CAPTURE(eval.out);
+  REQUIRE(eval.exit_code == 0);
+  const auto score = last_line_json(eval.out);
+  const auto file_bytes = static_cast<int64_t>(std::filesystem::file_size(text));
+  // Every token but the first is predicted: the bytes they cover are the file's but the first token's.
+  CHECK(score["bytes"].get<int64_t>() < file_bytes);
+  CHECK(score["bytes"].get<int64_t>() >= file_bytes - 16);
+  CHECK(score["bits_per_byte"].get<double>() ==
+        doctest::Approx(score["loss"].get<double>() * score["tokens"].get<double>() /
+                        (std::log(2.0) * score["bytes"].get<double>())).epsilon(1e-9));
+  const std::string python =
+      "import sentencepiece as s, sys; p = s.SentencePieceProcessor(model_file=sys.argv[1]); "
+      "t = open(sys.argv[2], 'rb').read().decode(); ids = p.encode(t); "
+      "assert p.decode(ids) == t, 'no round trip'; print(len(ids))";
+  // Debian's interpreter, where python3-sentencepiece installs (not whatever python3 is first on PATH).
+  FILE* pipe = popen(("timeout 60 /usr/bin/python3 -c \"" + python + "\" " + exported + "/tokenizer.model " + text).c_str(), "r");
+  REQUIRE(pipe != nullptr);
+  char line[64] = {0};
+  const bool read = std::fgets(line, sizeof line, pipe) != nullptr;
+  CHECK(pclose(pipe) == 0);
+  REQUIRE(read);
+  CHECK(std::stoll(line) == score["tokens"].get<int64_t>() + 1);
+
+  // A run directory resumes and samples with its own tokenizer even when the file it named is gone.
+  std::filesystem::remove(model);
+  auto sample = run_cli("sample --json --run-dir " + run_dir + " --tokens 20 --seed 3", 60);
+  CAPTURE(sample.out);
+  REQUIRE(sample.exit_code == 0);
+  CHECK(last_line_json(sample.out)["tokens"] == 20);
+  std::filesystem::remove_all(dir);
+}

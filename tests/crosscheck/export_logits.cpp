@@ -52,9 +52,9 @@ int main(int argc, char** argv) {
   start->replica->write_parameters(*flat);
 
   const std::string text_in = "In the beginning God created the heaven and the earth. And the earth was without form, and void. ";
-  std::vector<uint8_t> tokens;
+  std::vector<training::Token> tokens;
   while (static_cast<int>(tokens.size()) < runtime->setup.model.seq_len) {
-    tokens.push_back(static_cast<uint8_t>(text_in[tokens.size() % text_in.size()]));
+    tokens.push_back(static_cast<unsigned char>(text_in[tokens.size() % text_in.size()]));
   }
   const auto logits = start->replica->logits(tokens);
   std::filesystem::create_directories(out_dir);

@@ -3,6 +3,7 @@
 // its Process objects kill what they started when a check fails.
 #include <chrono>
 #include <cstdlib>
+#include <fstream>
 #include <map>
 #include <tuple>
 
@@ -266,4 +267,36 @@ TEST_CASE("a node never takes its coordinator's local paths: a corpus path is re
   coordinator.kill(SIGTERM);
   CHECK(coordinator.wait(60) == 0);
   CHECK_MESSAGE(node.wait(30) == 0, node.all());
+}
+
+TEST_CASE("a SentencePiece run: the coordinator sends its tokenizer to a node, which keeps it by content hash") {
+  Scratch s("tokenizer");
+  const auto model = s.dir / "coordinator-tokenizer.model";
+  Process trainer("tokenizer", {"tokenizer", "train", "--json", "--corpus", "kjv", "--vocab", "384", "--out", model.string(),
+                                "--cache-dir", kData},
+                  s.dir);
+  REQUIRE_MESSAGE(trainer.wait(240) == 0, trainer.all());
+  const std::string hash = trainer.summary()["hash"].get<std::string>();
+  const auto kept = fs::path(kData) / ("tokenizer-" + hash + ".model");
+  fs::remove(kept);  // an earlier run's copy would prove nothing
+  const int port = free_port();
+  Process coordinator("coordinator",
+                      coordinator_args(s, port, {"train.max_seconds=0", "data.tokenizer='spm:" + model.string() + "'"}), s.dir);
+  await_listening(coordinator);
+  // The coordinator's file is gone before the node starts: what the node uses came over the wire.
+  fs::remove(model);
+  Process node("node-a", node_args(s, port, "node-a"), s.dir);
+  const int64_t version = coordinator.last_value("version");
+  CHECK_MESSAGE(wait_until([&] { return coordinator.last_value("version") >= version + 2; }, 90), coordinator.all() << node.all());
+  coordinator.kill(SIGTERM);
+  CHECK(coordinator.wait(60) == 0);
+  CHECK_MESSAGE(node.wait(30) == 0, node.all());
+  // The node keeps it in its data cache under its content hash, byte for byte the coordinator's copy.
+  auto bytes = [](const fs::path& path) {
+    std::ifstream in(path, std::ios::binary);
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  };
+  REQUIRE(fs::exists(kept));
+  CHECK(bytes(kept) == bytes(s.dir / "run" / "tokenizer.model"));
+  CHECK(fs::exists(s.dir / "run" / "tokenizer.model"));  // the run's own copy
 }

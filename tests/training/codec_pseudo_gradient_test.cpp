@@ -23,7 +23,7 @@ std::vector<float> real_pseudo_gradient(int steps) {
   REQUIRE(replica.ok());
   auto corpus = testing::kjv();
   auto split = split_corpus(*corpus, "tail", 0.05);
-  DataCursor cursor(std::shared_ptr<const std::string>(corpus, &corpus->text), split->train, 8, 64, 9, 0);
+  DataCursor cursor(std::shared_ptr<const std::vector<Token>>(corpus, &corpus->tokens), split->train, 8, 64, 9, 0);
   auto start = (*replica)->read_parameters();
   for (int i = 0; i < steps; ++i) (*replica)->step(cursor.next());
   auto local = (*replica)->read_parameters();

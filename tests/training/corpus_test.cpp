@@ -44,10 +44,12 @@ TEST_CASE("byte tokenizer round-trips arbitrary bytes") {
   for (int trial = 0; trial < 50; ++trial) {
     std::string bytes(rng() % 4096, '\0');
     for (auto& b : bytes) b = static_cast<char>(rng() & 0xff);  // includes NUL and invalid UTF-8
-    auto tokens = encode_bytes(bytes);
+    const Tokenizer bytes_tokenizer;
+    auto tokens = bytes_tokenizer.encode(bytes);
     CHECK(tokens.size() == bytes.size());
-    CHECK(std::all_of(tokens.begin(), tokens.end(), [](uint8_t t) { return t < kByteVocabulary; }));
-    CHECK(decode_bytes(tokens) == bytes);
+    CHECK(std::all_of(tokens.begin(), tokens.end(), [](Token t) { return t >= 0 && t < kByteVocabulary; }));
+    CHECK(bytes_tokenizer.decode(tokens) == bytes);
+    CHECK(bytes_tokenizer.bytes_of(tokens.data(), tokens.data() + tokens.size()) == static_cast<int64_t>(bytes.size()));
   }
 }
 
@@ -57,7 +59,7 @@ TEST_CASE("the KJV corpus is cut into its 66 books") {
   REQUIRE(corpus->documents.size() == 66);
   CHECK(corpus->documents.front().name == "Ge");
   CHECK(corpus->documents.back().name == "Rev");
-  CHECK(corpus->text.compare(corpus->documents[8].span.begin, 3, "1Sm") == 0);
+  CHECK(corpus->text.compare(corpus->documents[8].bytes.begin, 3, "1Sm") == 0);
 }
 
 TEST_CASE("held-out split and shards are disjoint, cover the training bytes, and never touch held-out") {
@@ -95,8 +97,8 @@ TEST_CASE("noniid shards give each learner different books") {
   auto shards = make_shards(*corpus, *split, "noniid", 4, 4096, 3);
   REQUIRE(shards.ok());
   // Contiguous runs of books: learner 0 starts with Genesis, learner 3 ends with Revelation.
-  CHECK((*shards)[0].front().begin == corpus->documents.front().span.begin);
-  CHECK((*shards)[3].back().end > corpus->documents.back().span.begin);
+  CHECK((*shards)[0].front().begin == corpus->documents.front().tokens.begin);
+  CHECK((*shards)[3].back().end > corpus->documents.back().tokens.begin);
   for (int m = 1; m < 4; ++m) CHECK((*shards)[m].front().begin > (*shards)[m - 1].back().begin);
 }
 
@@ -105,7 +107,7 @@ TEST_CASE("data cursors sample only their own shard, deterministically and resum
   auto split = split_corpus(*corpus, "tail", 0.05);
   auto shards = make_shards(*corpus, *split, "iid", 3, 4096, 11);
   REQUIRE(shards.ok());
-  auto text = std::shared_ptr<const std::string>(corpus, &corpus->text);
+  auto text = std::shared_ptr<const std::vector<Token>>(corpus, &corpus->tokens);
   for (int m = 0; m < 3; ++m) {
     DataCursor cursor(text, (*shards)[m], 8, 64, 5, m);
     for (int i = 0; i < 50; ++i) {
@@ -116,7 +118,7 @@ TEST_CASE("data cursors sample only their own shard, deterministically and resum
         CHECK(inside(w, (*shards)[m]));
         CHECK_FALSE(intersects(w, split->heldout));
         CHECK(std::equal(batch.tokens.begin() + row * 65, batch.tokens.begin() + (row + 1) * 65,
-                         corpus->text.begin() + w.begin));
+                         corpus->tokens.begin() + w.begin));
       }
     }
     DataCursor resumed(text, (*shards)[m], 8, 64, 5, m, 37);

@@ -40,13 +40,13 @@ TEST_CASE("causal mask: changing token t+1 never changes logits at positions <= 
   REQUIRE(replica.ok());
   const int T = 32, V = 256;
   std::mt19937 rng(1);
-  std::vector<uint8_t> tokens(T);
-  for (auto& t : tokens) t = static_cast<uint8_t>(rng());
+  std::vector<Token> tokens(T);
+  for (auto& t : tokens) t = static_cast<Token>(rng() % 256);
   auto before = (*replica)->logits(tokens);
   REQUIRE(before.size() == static_cast<size_t>(T * V));
   for (int t : {0, 7, 30}) {
     auto changed = tokens;
-    changed[t + 1] = static_cast<uint8_t>(changed[t + 1] + 1);
+    changed[t + 1] = (changed[t + 1] + 1) % 256;
     auto after = (*replica)->logits(changed);
     double max_past = 0, max_changed = 0;
     for (int pos = 0; pos <= t; ++pos) {
@@ -67,8 +67,8 @@ TEST_CASE("KV cache: logits fed one token at a time equal the whole sequence's, 
   REQUIRE(replica.ok());
   const int T = tiny().seq_len, V = 256;
   std::mt19937 rng(2);
-  std::vector<uint8_t> tokens(T);
-  for (auto& t : tokens) t = static_cast<uint8_t>(rng());
+  std::vector<Token> tokens(T);
+  for (auto& t : tokens) t = static_cast<Token>(rng() % 256);
   const auto whole = (*replica)->logits(tokens);
   for (int64_t prefill : {1, 9, T}) {
     CAPTURE(prefill);
@@ -174,7 +174,7 @@ DataCursor first_learner_cursor(const ReferenceSetup& setup) {
   auto corpus = testing::kjv();
   auto split = split_corpus(*corpus, setup.data.split, setup.data.heldout_fraction);
   auto shards = make_shards(*corpus, *split, setup.data.sharding, 1, setup.data.chunk_bytes, setup.run.seed);
-  return DataCursor(std::shared_ptr<const std::string>(corpus, &corpus->text), (*shards)[0], setup.inner.batch_size,
+  return DataCursor(std::shared_ptr<const std::vector<Token>>(corpus, &corpus->tokens), (*shards)[0], setup.inner.batch_size,
                     setup.model.seq_len, setup.run.seed, 0);
 }
 
