@@ -362,9 +362,9 @@ Expected<Config> to_config(const toml::table& table) {
   }
   if (c.model.d_model % c.model.heads != 0) return config_error("model.preset", "d_model not divisible by heads");
   // The model's vocabulary is the tokenizer's: a SentencePiece file is read (and must parse) here.
-  auto tokenizer = training::Tokenizer::load(c.data.tokenizer);
-  if (!tokenizer) return tokenizer.error();
-  c.model.vocab = tokenizer->vocab();
+  auto vocab = training::tokenizer_vocabulary(c.data.tokenizer);
+  if (!vocab) return vocab.error();
+  c.model.vocab = *vocab;
   if (c.faults.drop_outer_gradient > 0 && (c.engine != "reference" || c.run.mode != "sync")) {
     return config_error("faults.drop_outer_gradient",
                         "only the reference engine's sync mode drops pseudo-gradients (train.engine = reference, "
@@ -429,8 +429,12 @@ std::string run_tokenizer_path(const std::string& run_dir) {
   return (std::filesystem::path(run_dir) / "tokenizer.model").string();
 }
 
-Status record_run_tokenizer(const std::string& run_dir, const training::Tokenizer& tokenizer) {
+Status record_run_tokenizer(const std::string& run_dir, const training::Tokenizer& tokenizer, int model_vocab) {
   namespace fs = std::filesystem;
+  if (tokenizer.vocab() != model_vocab) {
+    return make_error(ErrorCode::inconsistent, "the tokenizer has " + std::to_string(tokenizer.vocab()) +
+                                                   " pieces, the model's vocabulary " + std::to_string(model_vocab));
+  }
   const std::string path = run_tokenizer_path(run_dir);
   std::error_code ec;
   if (fs::exists(path, ec)) {

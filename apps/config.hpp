@@ -80,8 +80,9 @@ actors::RuntimeOptions to_runtime_options(const Config& c, const std::string& ru
 // the run starts: the run's tokenizer even after the file data.tokenizer named has moved.
 std::string run_tokenizer_path(const std::string& run_dir);
 // Keeps the run's SentencePiece model in its directory (nothing for byte-level); conflict when the
-// directory already holds a different tokenizer (a run cannot change tokenizer midway).
-Status record_run_tokenizer(const std::string& run_dir, const training::Tokenizer& tokenizer);
+// directory already holds a different tokenizer (a run cannot change tokenizer midway), inconsistent
+// when its vocabulary is not the model's.
+Status record_run_tokenizer(const std::string& run_dir, const training::Tokenizer& tokenizer, int model_vocab);
 // The --set override that points data.tokenizer at the SentencePiece model in `path`.
 std::string tokenizer_override(const std::string& path);
 

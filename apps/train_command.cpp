@@ -173,6 +173,12 @@ void print_summary_table(const json& s) {
   row("parameters", std::to_string(s["parameters"].get<int64_t>()));
   row("rounds / steps", std::to_string(s["rounds"].get<int64_t>()) + " / " + std::to_string(s["steps"].get<int64_t>()));
   row("tokens", std::to_string(s["tokens"].get<int64_t>()));
+  const auto& t = s["tokenizer"];
+  row("tokenizer", t["kind"] == "bytes" ? std::string("bytes (256)")
+                                        : "SentencePiece, " + std::to_string(t["vocab"].get<int>()) + " pieces (" +
+                                              t["hash"].get<std::string>() + "), " +
+                                              num(t["heldout_bytes_per_token"].get<double>(), "%.2f") +
+                                              " bytes per held-out token");
   row("held-out loss", num(s["initial_heldout_loss"].get<double>(), "%.4f") + " -> " +
                            num(s["heldout_loss"].get<double>(), "%.4f") + " nats/token (" +
                            num(s["heldout_bits_per_byte"].get<double>(), "%.3f") + " bits per byte)");
@@ -293,7 +299,7 @@ int run_train(const TrainArguments& arguments) {
   }
   log->info("corpus: {} bytes in {} documents, {} tokens ({} tokenizer, {:.3f} bytes per token)", corpus->text.size(),
             corpus->documents.size(), corpus->tokens.size(), corpus->tokenizer.kind(), corpus->bytes_per_token());
-  if (auto recorded = record_run_tokenizer(run_dir.string(), corpus->tokenizer); !recorded) {
+  if (auto recorded = record_run_tokenizer(run_dir.string(), corpus->tokenizer, config->model.vocab); !recorded) {
     log->error("{}", recorded.error().reason);
     return 2;
   }

@@ -11,6 +11,8 @@
 #include <sstream>
 #include <thread>
 
+#include <xxhash.h>
+
 #include "common/files.hpp"
 #include "common/log.hpp"
 
@@ -113,11 +115,41 @@ void tokenize_corpus(Corpus& corpus, const Tokenizer& tokenizer) {
   corpus.tokenizer = tokenizer;
 }
 
-Expected<Corpus> load_corpus(const DataOptions& options) {
-  auto tokenizer = Tokenizer::load(options.tokenizer);
+Expected<Tokenizer> corpus_tokenizer(const Corpus& corpus, int vocab, const std::string& cache_dir) {
+  // Named by the corpus's content and the vocabulary: another corpus never reuses it.
+  char name[96];
+  std::snprintf(name, sizeof name, "tokenizer-%016llx-bpe%d.model",
+                static_cast<unsigned long long>(XXH3_64bits(corpus.text.data(), corpus.text.size())), vocab);
+  const fs::path path = fs::path(cache_dir) / name;
+  std::error_code ec;
+  if (fs::exists(path, ec)) return Tokenizer::load("spm:" + path.string());
+  TokenizerTraining training;
+  training.vocab = vocab;
+  auto model = train_tokenizer(corpus.text, training);
+  if (!model) return model.error();
+  auto tokenizer = Tokenizer::from_model(*model, "the tokenizer trained on the corpus");
   if (!tokenizer) return tokenizer.error();
+  fs::create_directories(cache_dir, ec);
+  if (!write_file_atomically(path.string(), *model)) {
+    component_logger("corpus")->warn("cannot cache the trained tokenizer at {}", path.string());
+  }
+  return tokenizer;
+}
+
+Expected<Corpus> load_corpus(const DataOptions& options) {
+  const int trained = trained_vocabulary(options.tokenizer);
+  Expected<Tokenizer> tokenizer = Tokenizer();
+  if (trained == 0) {
+    tokenizer = Tokenizer::load(options.tokenizer);
+    if (!tokenizer) return tokenizer.error();
+  }
   auto corpus = load_text(options);
   if (!corpus) return corpus.error();
+  if (trained != 0) {
+    if (auto vocab = tokenizer_vocabulary(options.tokenizer); !vocab) return vocab.error();
+    tokenizer = corpus_tokenizer(*corpus, trained, options.cache_dir);
+    if (!tokenizer) return tokenizer.error();
+  }
   if (!tokenizer->byte_level()) tokenize_corpus(*corpus, *tokenizer);
   return corpus;
 }

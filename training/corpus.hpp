@@ -49,6 +49,10 @@ Expected<Corpus> load_corpus(const DataOptions& options);
 // The same corpus tokenized byte by byte, whatever options.tokenizer says (to train a tokenizer on).
 Expected<Corpus> load_text(const DataOptions& options);
 
+// data.tokenizer = "bpe:N": a BPE SentencePiece model of `vocab` pieces trained on corpus.text, or
+// the one trained before, cached in `cache_dir` under the corpus's content hash and N.
+Expected<Tokenizer> corpus_tokenizer(const Corpus& corpus, int vocab, const std::string& cache_dir);
+
 // Cuts the output of `bible -f` ("Ge1:1 In the beginning...") into one document per book, tokenized
 // byte by byte.
 Corpus parse_kjv(std::string text);

@@ -136,11 +136,48 @@ Expected<Tokenizer> Tokenizer::from_model(std::string model, const std::string& 
   return out;
 }
 
+namespace {
+
+constexpr int kMinTrainedVocabulary = kByteVocabulary + 8, kMaxTrainedVocabulary = 1'000'000;
+
+Status check_trained_vocabulary(int vocab, const std::string& what) {
+  if (vocab < kMinTrainedVocabulary || vocab > kMaxTrainedVocabulary) {
+    return make_error(ErrorCode::invalid_argument, what + " must be in [" + std::to_string(kMinTrainedVocabulary) +
+                                                       ", " + std::to_string(kMaxTrainedVocabulary) + "], got " +
+                                                       std::to_string(vocab));
+  }
+  return {};
+}
+
+}  // namespace
+
+int trained_vocabulary(const std::string& spec) {
+  if (spec.rfind("bpe:", 0) != 0) return 0;
+  try {
+    size_t used = 0;
+    const int vocab = std::stoi(spec.substr(4), &used);
+    return used == spec.size() - 4 ? vocab : -1;
+  } catch (const std::exception&) {
+    return -1;
+  }
+}
+
+Expected<int> tokenizer_vocabulary(const std::string& spec) {
+  if (spec.rfind("bpe:", 0) == 0) {
+    const int vocab = trained_vocabulary(spec);
+    if (auto ok = check_trained_vocabulary(vocab, "data.tokenizer's N in \"bpe:N\""); !ok) return ok.error();
+    return vocab;
+  }
+  auto tokenizer = Tokenizer::load(spec);
+  if (!tokenizer) return tokenizer.error();
+  return tokenizer->vocab();
+}
+
 Expected<Tokenizer> Tokenizer::load(const std::string& spec) {
   if (spec == "bytes") return Tokenizer();
   if (spec.rfind("spm:", 0) != 0 || spec.size() == 4) {
     return make_error(ErrorCode::invalid_argument,
-                      "data.tokenizer: '" + spec + "' is neither \"bytes\" nor \"spm:FILE\"");
+                      "data.tokenizer: '" + spec + "' is neither \"bytes\", \"bpe:N\" nor \"spm:FILE\"");
   }
   const std::string path = spec.substr(4);
   auto bytes = read_whole_file(path);
@@ -192,9 +229,7 @@ Expected<std::string> train_tokenizer(const std::string& text, const TokenizerTr
     return make_error(ErrorCode::invalid_argument, "--type: '" + options.type + "' (expected bpe or unigram)");
   }
   // Byte fallback needs the 256 byte pieces and one unknown piece below the learned ones.
-  if (options.vocab < kByteVocabulary + 8 || options.vocab > 1'000'000) {
-    return make_error(ErrorCode::invalid_argument, "--vocab must be in [264, 1000000], got " + std::to_string(options.vocab));
-  }
+  if (auto ok = check_trained_vocabulary(options.vocab, "--vocab"); !ok) return ok.error();
   const unsigned hardware = std::max(1u, std::thread::hardware_concurrency());
   const int threads = options.threads > 0 ? options.threads : static_cast<int>(hardware);
   std::ostringstream args;

@@ -4,7 +4,8 @@
 // fallback, so every byte of the input is covered by exactly one token and `decode` restores it.
 //
 // `Tokenizer` is an immutable value, cheap to copy (it shares one loaded model) and safe from any
-// thread. A run names it by `data.tokenizer`: "bytes" or "spm:FILE".
+// thread. A run names it by `data.tokenizer`: "bytes", "spm:FILE", or "bpe:N" (a BPE model of N
+// pieces trained on the run's own corpus, cached; training/corpus.hpp's load_corpus makes it).
 #pragma once
 
 #include <cstdint>
@@ -25,7 +26,8 @@ class Tokenizer {
  public:
   Tokenizer();  // byte-level
 
-  // "bytes" or "spm:FILE"; a file that is missing or does not parse is invalid_argument, named.
+  // "bytes" or "spm:FILE"; a file that is missing or does not parse is invalid_argument, named
+  // ("bpe:N" needs the corpus: load_corpus).
   static Expected<Tokenizer> load(const std::string& spec);
   // A SentencePiece model from its serialized bytes (a .model file's contents).
   static Expected<Tokenizer> from_model(std::string model, const std::string& origin);
@@ -50,6 +52,12 @@ class Tokenizer {
  private:
   std::shared_ptr<const Impl> impl_;
 };
+
+// The vocabulary a data.tokenizer spec gives the model: 256, the file's pieces, or N of "bpe:N"
+// (N in [264, 1000000]); invalid_argument naming the key otherwise.
+Expected<int> tokenizer_vocabulary(const std::string& spec);
+// N of "bpe:N", or 0 when the spec is not one.
+int trained_vocabulary(const std::string& spec);
 
 struct TokenizerTraining {
   int vocab = 8192;

@@ -23,7 +23,7 @@ TEST_CASE("train (actors engine) survives injected learner kills and --resume co
   const auto dir = std::filesystem::temp_directory_path() / "archipelago-actors-cli";
   std::filesystem::remove_all(dir);
   const std::string data = (std::filesystem::temp_directory_path() / "archipelago-test-data").string();
-  const std::string common = " --set model.preset=tiny --set train.learners=2 --set inner.batch_size=8"
+  const std::string common = " --set model.preset=tiny --set data.tokenizer=bytes --set train.learners=2 --set inner.batch_size=8"
                              " --set data.eval_batches=2 --set train.inner_steps=10 --set runtime.store_sync=false"
                              " --set train.threads=1 --set data.cache_dir=" + data;
   auto first = run("train --json --run-dir " + dir.string() + common +

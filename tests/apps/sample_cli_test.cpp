@@ -20,7 +20,8 @@ using archipelago::testing::last_line_json;
 using archipelago::testing::run_cli;
 
 const std::string kTiny =
-    " --set model.preset=tiny --set train.learners=2 --set inner.batch_size=8 --set train.inner_steps=10"
+    " --set model.preset=tiny --set data.tokenizer=bytes --set train.learners=2 --set inner.batch_size=8"
+    " --set train.inner_steps=10"
     " --set train.max_seconds=0 --set train.threads=1 --set runtime.store_sync=false --set data.eval_batches=2"
     " --set data.cache_dir=" + (std::filesystem::temp_directory_path() / "archipelago-test-data").string();
 

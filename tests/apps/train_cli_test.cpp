@@ -24,7 +24,7 @@ TEST_CASE("train --json runs a bounded tiny job and prints the summary as the la
   const std::string data = (std::filesystem::temp_directory_path() / "archipelago-test-data").string();
   for (std::string mode : {"sync", "ddp"}) {
     auto outcome = run("train --json --engine reference --run-dir " + (dir / mode).string() +
-                       " --set model.preset=tiny --set train.mode=" +
+                       " --set model.preset=tiny --set data.tokenizer=bytes --set train.mode=" +
                        mode + " --set train.learners=2 --set train.inner_steps=10 --set train.max_tokens=81920"
                        " --set train.max_seconds=0 --set inner.batch_size=8 --set data.eval_batches=2 --set train.threads=1"
                        " --set data.cache_dir=" + data);
@@ -51,7 +51,7 @@ TEST_CASE("train refuses a bad configuration with exit code 2 and names the key"
   auto outcome = run("train --set outer.fragments=zero");
   CHECK(outcome.exit_code == 2);
   CHECK(outcome.out.find("outer.fragments") != std::string::npos);
-  outcome = run("train --engine reference --set train.mode=async --set model.preset=tiny --set train.max_seconds=1 --run-dir " +
+  outcome = run("train --engine reference --set train.mode=async --set model.preset=tiny --set data.tokenizer=bytes --set train.max_seconds=1 --run-dir " +
                 (std::filesystem::temp_directory_path() / "archipelago-cli-bad").string());
   CHECK(outcome.exit_code == 2);
   CHECK(outcome.out.find("train.mode") != std::string::npos);

@@ -13,7 +13,7 @@ dir=$(mktemp -d "${TMPDIR:-/tmp}/archipelago-export-check.XXXXXX")
 trap 'rm -rf "$dir"' EXIT
 fail() { echo "export check: FAILED: $*" >&2; exit 1; }
 
-timeout 300 "$archipelago" train --run-dir "$dir/run" --set model.preset=tiny --set train.learners=2 \
+timeout 300 "$archipelago" train --run-dir "$dir/run" --set model.preset=tiny --set data.tokenizer=bytes --set train.learners=2 \
   --set inner.batch_size=8 --set train.inner_steps=10 --set train.max_tokens=81920 --set train.max_seconds=0 \
   --set train.threads=1 --set runtime.store_sync=false --set data.cache_dir="${TMPDIR:-/tmp}/archipelago-test-data" \
   > "$dir/train.out" 2>&1 || { cat "$dir/train.out" >&2; fail "the training run failed"; }

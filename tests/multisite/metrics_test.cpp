@@ -179,7 +179,7 @@ TEST_CASE("a local run (archipelago train) serves the admin console and the metr
   chmod(admin_token.c_str(), 0600);
   // A 3 s restart backoff: a killed learner stays `restarting` longer than a console poll takes under load.
   Process train("train",
-                {"train", "--set", "model.preset=tiny", "--set", "train.learners=2", "--set", "train.inner_steps=10",
+                {"train", "--set", "model.preset=tiny", "--set", "data.tokenizer=bytes", "--set", "train.learners=2", "--set", "train.inner_steps=10",
                  "--set", "train.max_seconds=300", "--set", "train.threads=1", "--set", "runtime.backoff_initial_s=3",
                  "--set", "runtime.backoff_max_s=3", "--run-dir", (s.dir / "run").string(), "--admin-listen",
                  "127.0.0.1:0", "--admin-token-file", admin_token.string(), "--metrics-listen", "127.0.0.1:0", "--json"},

@@ -26,7 +26,7 @@ inline std::vector<std::string> coordinator_args(const Scratch& s, int port, con
   std::vector<std::string> arguments{"coordinator", "--json", "--listen", "127.0.0.1:" + std::to_string(port),
                                      "--run-dir", (s.dir / "run").string(), "--token-file", s.token.string()};
   arguments.insert(arguments.end(), flags.begin(), flags.end());
-  auto sets = std::vector<std::string>{"model.preset=tiny", "train.learners=4", "inner.batch_size=8",
+  auto sets = std::vector<std::string>{"model.preset=tiny", "data.tokenizer=bytes", "train.learners=4", "inner.batch_size=8",
                                        "data.eval_batches=2", "train.inner_steps=10", "runtime.store_sync=false",
                                        "train.threads=1", "data.cache_dir=" + kData, "runtime.progress_interval_s=0.3",
                                        "runtime.drain_timeout_s=5", "runtime.keep_versions=0", "inner.warmup_steps=10"};

@@ -47,7 +47,7 @@ nlohmann::json train(const ScratchDir& scratch, const std::string& name, const s
   const std::string data = (fs::temp_directory_path() / "archipelago-test-data").string();
   const std::string arguments =
       "train --json --engine " + engine + " --run-dir " + (scratch.dir / name).string() +
-      " --set model.preset=tiny --set train.learners=2 --set inner.batch_size=16 --set train.mode=" + mode +
+      " --set model.preset=tiny --set data.tokenizer=bytes --set train.learners=2 --set inner.batch_size=16 --set train.mode=" + mode +
       " --set train.inner_steps=" + std::to_string(inner_steps) + " --set train.max_tokens=" + std::to_string(kTokens) +
       " --set train.max_seconds=0 --set train.seed=1 --set train.threads=1 --set runtime.store_sync=false"
       " --set data.cache_dir=" + data;

@@ -22,7 +22,7 @@ command -v perl >/dev/null && perl -MJSON::PP -e1 2>/dev/null || { echo "SKIP: p
 printf 'three-sites-test-secret-%s\n' "$RANDOM$RANDOM$RANDOM" >"$WORK/token"
 chmod 600 "$WORK/token"
 readonly DATA=${TMPDIR:-/tmp}/archipelago-test-data
-readonly SETS=(--set model.preset=tiny --set train.learners=4 --set inner.batch_size=8 --set data.eval_batches=2
+readonly SETS=(--set model.preset=tiny --set data.tokenizer=bytes --set train.learners=4 --set inner.batch_size=8 --set data.eval_batches=2
   --set train.inner_steps=20 --set runtime.store_sync=false --set train.threads=1 --set "data.cache_dir=$DATA"
   --set runtime.drain_timeout_s=5 --set inner.warmup_steps=10 --set train.max_seconds=20 --set outer.codec=fp32 --set outer.downlink_codec=fp32)
 
