@@ -29,6 +29,16 @@ def main(path):
         print(f"| {r['name']} | {r['vocab']} | {r['parameters'] / 1e6:.2f} M | {r['tokens']:,} | {r['text_bytes']:,} "
               f"| {r['steps']} | {r['wall_s']:.0f} | {r['heldout_bytes_per_token']:.3f} | {r['heldout_loss']:.4f} "
               f"| **{r['heldout_bits_per_byte']:.3f}** |")
+    evals = [name for name in runs[0].get("eval", {})]
+    if evals:
+        print()
+        print("`archipelago eval` of each final version, in bits per byte:")
+        print()
+        print("| tokenizer | " + " | ".join(evals) + " |")
+        print("|---|" + "---:|" * len(evals))
+        for r in runs:
+            print(f"| {r['name']} | " + " | ".join(f"{r['eval'][e]['bits_per_byte']:.3f} ({r['eval'][e]['bytes']:,} bytes)"
+                                                for e in evals) + " |")
 
 
 if __name__ == "__main__":

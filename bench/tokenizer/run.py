@@ -5,7 +5,9 @@ Trains a SentencePiece model on the corpus (`archipelago tokenizer train`), then
 default configuration (model.preset small, decoupled, M = 4) that stop after the same bytes of
 training text: the byte-level run after BYTES tokens, the SentencePiece run after BYTES ÷ (the
 corpus's bytes per token) tokens. Each summary's held-out bits per byte is measured by the run's own
-evaluator on the held-out text. One JSON line per run, and one for the tokenizer, goes to --out.
+evaluator on the held-out text; `archipelago eval` then scores each final version on text it never
+trained on: the corpus's last 20 verses (held out) and the GPL-3 licence (English of another kind).
+One JSON line per run, and one for the tokenizer, goes to --out.
 
     python3 bench/tokenizer/run.py [--bytes 2400000] [--vocab 8192] [--binary build/apps/archipelago]
                                    [--out bench/tokenizer/results/tokenizer-DATE.jsonl]
@@ -42,6 +44,9 @@ def main():
     model = os.path.join(scratch, f"kjv-{args.vocab}.model")
     common = {"commit": commit, "cpu": cpu_model(), "command": " ".join(sys.argv)}
     rows = []
+    tail = os.path.join(scratch, "last-20-verses.txt")
+    with open("archipelago-runs/data/kjv.txt", "rb") as kjv, open(tail, "wb") as out:
+        out.write(b"".join(kjv.read().splitlines(keepends=True)[-20:]))
 
     trained = subprocess.run([args.binary, "tokenizer", "train", "--json", "--corpus", "kjv", "--vocab", str(args.vocab),
                               "--out", model], capture_output=True, text=True, check=True)
@@ -68,6 +73,11 @@ def main():
                "heldout_loss": s["heldout_loss"], "heldout_bits_per_byte": s["heldout_bits_per_byte"],
                "initial_heldout_bits_per_byte": s["initial_heldout_bits_per_byte"],
                "bytes_sent": s["bytes_sent"], "precision": s["precision"], "mode": s["mode"], "learners": s["learners"]}
+        for text_name, text in (("last 20 verses", tail), ("GPL-3", "/usr/share/common-licenses/GPL-3")):
+            scored = subprocess.run([args.binary, "eval", "--json", "--run-dir", run_dir, "--text", text],
+                                    capture_output=True, text=True, check=True)
+            row.setdefault("eval", {})[text_name] = {k: v for k, v in last_json(scored.stdout).items()
+                                                     if k in ("bytes", "tokens", "loss", "bits_per_byte")}
         rows.append(row)
         print(f"{name}: {row['tokens']} tokens ({row['text_bytes']} bytes of text), {row['steps']} steps, "
               f"{row['wall_s']:.0f} s, held-out {row['heldout_bits_per_byte']:.3f} bits per byte", flush=True)

@@ -120,7 +120,9 @@ int main(int argc, char** argv) {
   observer.step = [&](int learner, const std::vector<Batch>& consumed, const StepStats& stats) {
     json records = json::array();
     for (const auto& batch : consumed) {
-      batches.write(reinterpret_cast<const char*>(batch.tokens.data()), static_cast<std::streamsize>(batch.tokens.size()));
+      // One byte a token: the run is byte-level (data.tokenizer's default in the option struct).
+      const std::vector<uint8_t> bytes(batch.tokens.begin(), batch.tokens.end());
+      batches.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
       records.push_back(batch_records++);
     }
     steps.push_back({{"learner", learner}, {"round", rounds_written + 1}, {"loss", stats.loss},

@@ -59,7 +59,8 @@ int main(int argc, char** argv) {
   const auto logits = start->replica->logits(tokens);
   std::filesystem::create_directories(out_dir);
   std::ofstream tokens_out(std::filesystem::path(out_dir) / "tokens.u8", std::ios::binary);
-  tokens_out.write(reinterpret_cast<const char*>(tokens.data()), static_cast<std::streamsize>(tokens.size()));
+  const std::vector<uint8_t> token_bytes(tokens.begin(), tokens.end());  // byte-level: one byte a token
+  tokens_out.write(reinterpret_cast<const char*>(token_bytes.data()), static_cast<std::streamsize>(token_bytes.size()));
   std::ofstream logits_out(std::filesystem::path(out_dir) / "logits.f32", std::ios::binary);
   logits_out.write(reinterpret_cast<const char*>(logits.data()), static_cast<std::streamsize>(logits.size() * sizeof(float)));
   if (!tokens_out || !logits_out) return fail("cannot write to " + out_dir);
