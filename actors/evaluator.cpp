@@ -37,6 +37,7 @@ struct EvaluatorState {
   nlohmann::json curve = nlohmann::json::array();
   std::vector<Waiter> waiters;
   Clock::time_point started = Clock::now();
+  Clock::time_point last_scored = Clock::now();  // its start, before the first score
   Clock::time_point fetch_sent{};
   std::shared_ptr<spdlog::logger> log = component_logger("evaluator");
   const char* name = "evaluator";
@@ -80,6 +81,7 @@ void score(EvaluatorActor* self) {
     const auto begin = Clock::now();
     st.scored_loss = st.replica->evaluate(*st.spec.heldout);
     st.scored_version = version;
+    st.last_scored = Clock::now();
     const double at = std::chrono::duration<double>(Clock::now() - st.started).count();
     st.curve.push_back({{"version", version}, {"heldout_loss", st.scored_loss},
                         {"heldout_bits_per_byte", training::bits_per_byte(st.scored_loss, st.bytes_per_token)}, {"elapsed_s", at},
@@ -106,7 +108,10 @@ void maybe_schedule(EvaluatorActor* self) {
   // The first version held is the run's starting point (the cluster scores it): count from there.
   if (st.scored_version == 0 && st.first_version == 0) st.first_version = held_version(st);
   const uint64_t since = st.scored_version > 0 ? st.scored_version : st.first_version;
-  const bool due = held_version(st) >= since + every;
+  const double interval = st.spec.options->eval_interval_s;
+  const bool due = held_version(st) >= since + every ||
+                   (interval > 0 && held_version(st) > since &&
+                    Clock::now() - st.last_scored >= std::chrono::duration<double>(interval));
   bool waited = false;
   for (const auto& w : st.waiters) waited = waited || held_version(st) >= w.version;
   if (due || waited) {
@@ -138,6 +143,7 @@ caf::behavior evaluator_behavior(EvaluatorActor* self, EvaluatorSpec spec) {
       [=](tick_atom) {
         auto& st = self->state;
         if (!complete(st) && Clock::now() - st.fetch_sent > std::chrono::seconds(2)) fetch(self);
+        maybe_schedule(self);  // eval_interval_s may have passed with no new broadcast
         self->delayed_send(self, std::chrono::seconds(1), tick_atom::value);
       },
       [=](eval_atom) {

@@ -3,8 +3,9 @@
 // It keeps a copy of the global parameters: the latest committed version from the checkpoint
 // store at start (Join -> Welcome + GlobalFragment*), then every GlobalFragment the syncer
 // broadcasts after a commit. When the version it holds is at least `eval_every_versions` past the
-// last one it scored, it scores it (a self-sent `eval`, so fragments that arrived meanwhile are
-// applied first and a backlog collapses into one evaluation of the newest version).
+// last one it scored, or newer than it and `eval_interval_s` has passed since its last score (its
+// start, before the first), it scores it (a self-sent `eval`, so fragments that arrived meanwhile
+// are applied first and a backlog collapses into one evaluation of the newest version).
 // (admin_atom, "evaluate" [version]) answers once a version >= the requested one is scored
 // (fetching from the store if needed); "status" returns the curve. Runs detached: an evaluation
 // is LibTorch compute on its own thread, never on the scheduler the syncer uses.

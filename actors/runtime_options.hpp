@@ -66,6 +66,7 @@ struct RuntimeOptions {
   RestartOptions restart;
   FaultOptions faults;
   int eval_every_versions = 8;      // the evaluator scores every N-th committed version (and the last)
+  double eval_interval_s = 30;      // ... and the newest one when this long has passed since it last scored (0: off)
   double progress_interval_s = 2.0; // how often the controller samples progress
   double drain_timeout_s = 20.0;    // after the budget, how long learners may wait for their last merges
   std::string run_dir;              // RocksDB store lives in <run_dir>/store

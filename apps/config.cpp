@@ -219,6 +219,7 @@ Expected<Config> to_config(const toml::table& table) {
   c.restart.backoff_initial_s = r.get_double("runtime.backoff_initial_s");
   c.restart.backoff_max_s = r.get_double("runtime.backoff_max_s");
   c.eval_every_versions = static_cast<int>(r.get_int("runtime.eval_every_versions"));
+  c.eval_interval_s = r.get_double("runtime.eval_interval_s");
   c.progress_interval_s = r.get_double("runtime.progress_interval_s");
   c.drain_timeout_s = r.get_double("runtime.drain_timeout_s");
   c.store_sync = r.get_bool("runtime.store_sync");
@@ -326,6 +327,7 @@ Expected<Config> to_config(const toml::table& table) {
            at_least("runtime.backoff_initial_s", c.restart.backoff_initial_s, 0),
            at_least("runtime.backoff_max_s", c.restart.backoff_max_s, c.restart.backoff_initial_s),
            at_least("runtime.eval_every_versions", c.eval_every_versions, 1),
+           at_least("runtime.eval_interval_s", c.eval_interval_s, 0),
            in_open_range("runtime.progress_interval_s", c.progress_interval_s, 0, 3600),
            at_least("runtime.drain_timeout_s", c.drain_timeout_s, 0),
            at_least("runtime.keep_versions", c.keep_versions, 0),
@@ -391,6 +393,7 @@ actors::RuntimeOptions to_runtime_options(const Config& c, const std::string& ru
   o.restart = c.restart;
   o.faults = c.faults;
   o.eval_every_versions = c.eval_every_versions;
+  o.eval_interval_s = c.eval_interval_s;
   o.progress_interval_s = c.progress_interval_s;
   o.drain_timeout_s = c.drain_timeout_s;
   o.store_sync = c.store_sync;

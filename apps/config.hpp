@@ -45,6 +45,7 @@ struct Config {
   actors::RestartOptions restart;
   actors::FaultOptions faults;
   int eval_every_versions = 8;
+  double eval_interval_s = 30;
   double progress_interval_s = 2.0;
   double drain_timeout_s = 20.0;
   bool store_sync = true;

@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
-#include <mutex>
 #include <sstream>
 #include <thread>
 
@@ -66,7 +65,6 @@ struct Tokenizer::Impl {
   std::string hash = "bytes";
   std::shared_ptr<void> processor;  // SentencePiece's, null for byte-level
   std::vector<std::string> texts;   // text_of, by id
-  ~Impl() = default;
 };
 
 namespace {

@@ -56,7 +56,7 @@ def main():
     print(f"tokenizer: {tokenizer['vocab']} pieces, {tokenizer['bytes_per_token']:.3f} bytes per token", flush=True)
 
     for name, overrides, tokens in (
-            ("bytes", [], args.bytes),
+            ("bytes", ["--set", "data.tokenizer=bytes"], args.bytes),
             (f"spm-{args.vocab}", ["--set", f"data.tokenizer='spm:{model}'"], round(args.bytes / tokenizer["bytes_per_token"]))):
         run_dir = os.path.join(scratch, name)
         command = [args.binary, "train", "--json", "--no-sample", "--run-dir", run_dir, "--set", "train.max_seconds=0",

@@ -37,6 +37,7 @@ inline RuntimeOptions tiny_options(const std::string& name, const std::string& m
   o.progress_interval_s = 0.5;
   o.drain_timeout_s = 5;
   o.eval_every_versions = 1000;  // only the final evaluation: keeps the cores for training
+  o.eval_interval_s = 0;
   o.store_sync = false;
   o.run_dir = fresh_dir(name);
   return o;

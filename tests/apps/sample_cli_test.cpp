@@ -242,3 +242,44 @@ TEST_CASE("tokenizer: a SentencePiece model round-trips the corpus, trains a run
   CHECK(last_line_json(sample.out)["tokens"] == 20);
   std::filesystem::remove_all(dir);
 }
+
+TEST_CASE("data.tokenizer = bpe:N trains a vocabulary on the run's corpus once, caches it, and refuses a bad N") {
+  const auto dir = std::filesystem::temp_directory_path() / "archipelago-bpe-test";
+  std::filesystem::remove_all(dir);
+  const std::string cache = (dir / "cache").string();
+  std::filesystem::create_directories(cache);
+  // The corpus: a text file of its own, so that the cache starts empty.
+  const std::string corpus = (dir / "corpus.txt").string();
+  {
+    std::ofstream out(corpus);
+    for (int i = 0; i < 3000; ++i) out << "Verse " << i << ": the word was with the text, and the text was good.\n";
+  }
+  const std::string run = "train --json --no-sample" + kTiny + " --set train.max_tokens=8192 --set data.cache_dir=" + cache +
+                          " --set data.corpus=" + corpus + " --set data.tokenizer=bpe:300 --run-dir ";
+  auto first = run_cli(run + (dir / "first").string(), 120);
+  CAPTURE(first.out);
+  REQUIRE(first.exit_code == 0);
+  const auto summary = last_line_json(first.out);
+  CHECK(summary["tokenizer"]["kind"] == "spm");
+  CHECK(summary["tokenizer"]["vocab"] == 300);
+  std::vector<std::string> cached;
+  for (const auto& entry : std::filesystem::directory_iterator(cache)) cached.push_back(entry.path().filename().string());
+  REQUIRE(cached.size() == 1);
+  CHECK(cached[0].find("-bpe300.model") != std::string::npos);
+  const auto written = std::filesystem::last_write_time(std::filesystem::path(cache) / cached[0]);
+  // A second run of the same corpus and N takes the cached model (the file is not written again).
+  auto second = run_cli(run + (dir / "second").string(), 120);
+  REQUIRE(second.exit_code == 0);
+  CHECK(last_line_json(second.out)["tokenizer"]["hash"] == summary["tokenizer"]["hash"]);
+  CHECK(std::filesystem::last_write_time(std::filesystem::path(cache) / cached[0]) == written);
+  for (const std::string bad : {"bpe:100", "bpe:lots", "sentencepiece"}) {
+    auto refused = run_cli("train" + kTiny + " --set train.max_tokens=8192 --set data.tokenizer=" + bad + " --run-dir " +
+                               (dir / "refused").string(),
+                           60);
+    CAPTURE(bad);
+    CAPTURE(refused.out);
+    CHECK(refused.exit_code == 2);
+    CHECK(refused.out.find("data.tokenizer") != std::string::npos);
+  }
+  std::filesystem::remove_all(dir);
+}
