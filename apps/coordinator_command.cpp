@@ -81,6 +81,15 @@ int run_coordinator(const CoordinatorArguments& arguments) {
   const std::string& origin = file->origin;
   auto config = load_config(file_text, origin, arguments.overrides);
   if (!config) return fail(2, "invalid configuration: " + config.error().reason);
+  // A restarted coordinator of a run whose tokenizer is trained at start (bpe:N) takes the run's own
+  // copy instead of training again: the vocabulary its versions were made with, whatever the cache holds.
+  if (!arguments.run_dir.empty() && training::trained_vocabulary(config->data.tokenizer) > 0 &&
+      fs::exists(run_tokenizer_path(arguments.run_dir))) {
+    auto overrides = arguments.overrides;
+    overrides.push_back(tokenizer_override(run_tokenizer_path(arguments.run_dir)));
+    config = load_config(file_text, origin, overrides);
+    if (!config) return fail(2, "invalid configuration: " + config.error().reason);
+  }
   auto topology = topology_of(file_text.value_or(""), origin);
   if (!topology) return fail(2, "invalid [sites]/[links]: " + topology.error().reason);
   std::string site = arguments.site.value_or("");
