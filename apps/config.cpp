@@ -10,6 +10,7 @@
 #include <toml++/toml.h>
 
 #include "common/files.hpp"
+#include "training/exported_model.hpp"
 #include "training/tokenizer.hpp"
 
 namespace archipelago::apps {
@@ -432,11 +433,20 @@ std::string run_tokenizer_path(const std::string& run_dir) {
   return (std::filesystem::path(run_dir) / "tokenizer.model").string();
 }
 
-Status record_run_tokenizer(const std::string& run_dir, const training::Tokenizer& tokenizer, int model_vocab) {
+Status record_run_tokenizer(const std::string& run_dir, const training::Tokenizer& tokenizer, const Config& config) {
   namespace fs = std::filesystem;
-  if (tokenizer.vocab() != model_vocab) {
+  if (tokenizer.vocab() != config.model.vocab) {
     return make_error(ErrorCode::inconsistent, "the tokenizer has " + std::to_string(tokenizer.vocab()) +
-                                                   " pieces, the model's vocabulary " + std::to_string(model_vocab));
+                                                   " pieces, the model's vocabulary " + std::to_string(config.model.vocab));
+  }
+  if (!config.model.init_from.empty()) {
+    // Weights of another vocabulary of the same size would load: the export's tokenizer must be this run's.
+    auto exported = training::read_export(config.model.init_from);
+    if (!exported) return make_error(ErrorCode::invalid_argument, "model.init_from: " + exported.error().reason);
+    if (exported->tokenizer.hash() != tokenizer.hash()) {
+      return make_error(ErrorCode::invalid_argument, "model.init_from: the export's tokenizer is " +
+                                                         exported->tokenizer.hash() + ", this run's " + tokenizer.hash());
+    }
   }
   const std::string path = run_tokenizer_path(run_dir);
   std::error_code ec;

@@ -82,8 +82,9 @@ actors::RuntimeOptions to_runtime_options(const Config& c, const std::string& ru
 std::string run_tokenizer_path(const std::string& run_dir);
 // Keeps the run's SentencePiece model in its directory (nothing for byte-level); conflict when the
 // directory already holds a different tokenizer (a run cannot change tokenizer midway), inconsistent
-// when its vocabulary is not the model's.
-Status record_run_tokenizer(const std::string& run_dir, const training::Tokenizer& tokenizer, int model_vocab);
+// when its vocabulary is not the model's, invalid_argument when model.init_from's export was made
+// with another tokenizer.
+Status record_run_tokenizer(const std::string& run_dir, const training::Tokenizer& tokenizer, const Config& config);
 // The --set override that points data.tokenizer at the SentencePiece model in `path`.
 std::string tokenizer_override(const std::string& path);
 

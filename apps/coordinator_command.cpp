@@ -115,7 +115,7 @@ int run_coordinator(const CoordinatorArguments& arguments) {
   const auto corpus_began = std::chrono::steady_clock::now();
   auto corpus = training::load_corpus(config->data);
   if (!corpus) return fail(1, "corpus: " + corpus.error().reason);
-  if (auto recorded = record_run_tokenizer(arguments.run_dir, corpus->tokenizer, config->model.vocab); !recorded) return fail(2, recorded.error().reason);
+  if (auto recorded = record_run_tokenizer(arguments.run_dir, corpus->tokenizer, *config); !recorded) return fail(2, recorded.error().reason);
   log->info("corpus loaded in {:.3f} s", std::chrono::duration<double>(std::chrono::steady_clock::now() - corpus_began).count());
 
   actors::CoordinatorOptions options;

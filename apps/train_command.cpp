@@ -299,7 +299,7 @@ int run_train(const TrainArguments& arguments) {
   }
   log->info("corpus: {} bytes in {} documents, {} tokens ({} tokenizer, {:.3f} bytes per token)", corpus->text.size(),
             corpus->documents.size(), corpus->tokens.size(), corpus->tokenizer.kind(), corpus->bytes_per_token());
-  if (auto recorded = record_run_tokenizer(run_dir.string(), corpus->tokenizer, config->model.vocab); !recorded) {
+  if (auto recorded = record_run_tokenizer(run_dir.string(), corpus->tokenizer, *config); !recorded) {
     log->error("{}", recorded.error().reason);
     return 2;
   }

@@ -234,6 +234,22 @@ TEST_CASE("tokenizer: a SentencePiece model round-trips the corpus, trains a run
   REQUIRE(read);
   CHECK(std::stoll(line) == score["tokens"].get<int64_t>() + 1);
 
+  // A run may start from the export only with the export's tokenizer: another vocabulary of the same
+  // size (here a unigram model of 512 pieces) would load every tensor, and is refused by name.
+  const std::string unigram = (dir / "kjv-512-unigram.model").string();
+  REQUIRE(run_cli("tokenizer train --corpus kjv --vocab 512 --type unigram --out " + unigram + " --cache-dir " + cache, 240)
+              .exit_code == 0);
+  auto mismatched = run_cli("train --run-dir " + (dir / "mismatched").string() + kTiny + " --set train.max_tokens=8192" +
+                                " --set data.tokenizer='\"spm:" + unigram + "\"' --init-from " + exported,
+                            60);
+  CHECK(mismatched.exit_code == 2);
+  CHECK(mismatched.out.find("the export's tokenizer is " + made["hash"].get<std::string>()) != std::string::npos);
+  auto matched = run_cli("train --json --no-sample --run-dir " + (dir / "matched").string() + kTiny +
+                             " --set train.max_tokens=8192 --set data.tokenizer='\"spm:" + model + "\"' --init-from " + exported,
+                         120);
+  CAPTURE(matched.out);
+  CHECK(matched.exit_code == 0);
+
   // A run directory resumes and samples with its own tokenizer even when the file it named is gone.
   std::filesystem::remove(model);
   auto sample = run_cli("sample --json --run-dir " + run_dir + " --tokens 20 --seed 3", 60);
