@@ -95,6 +95,7 @@ struct DrillConfig {
   std::vector<std::string> sets;  // the coordinator's --set overrides
   bool baseline = true;        // run the ddp-like stall baseline under the same schedule
   bool reference = true;       // run a fault-free run of the same length
+  bool allow_skipped = false;  // a scheduled fault that could not be carried out fails the drill unless true
   double loss_margin = 0.10;   // final loss <= fault-free final loss x (1 + margin)
   double learner_bound_s = 20, node_bound_s = 30, coordinator_bound_s = 2.0, freeze_bound_s = 30;
   double node_restart_after_s = 1.0, coordinator_restart_after_s = 1.0;
@@ -121,7 +122,7 @@ Expected<DrillConfig> load_drill(const std::string& path) {
       "name", "description", "duration_s", "warmup_s", "quiet_tail_s", "nodes", "learners_per_node", "sites", "sets",
       "baseline", "reference", "loss_margin", "learner_bound_s", "node_bound_s", "coordinator_bound_s",
       "freeze_bound_s", "node_restart_after_s", "coordinator_restart_after_s", "freeze_s", "slow_s", "slow_duty",
-      "slow_factor", "cut_s", "netns"};
+      "slow_factor", "cut_s", "netns", "allow_skipped"};
   for (const auto& [key, value] : table) {
     if (key != "drill" && key != "mtbf_s" && key != "timeline") return bad(std::string(key.str()), "unknown table");
   }
@@ -164,6 +165,7 @@ Expected<DrillConfig> load_drill(const std::string& path) {
     if (c.sites < 1 || c.sites > c.nodes) return bad("drill.sites", "1..nodes");
     if (auto v = (*drill)["baseline"].value<bool>()) c.baseline = *v;
     if (auto v = (*drill)["reference"].value<bool>()) c.reference = *v;
+    if (auto v = (*drill)["allow_skipped"].value<bool>()) c.allow_skipped = *v;
     if (auto* sets = (*drill)["sets"].as_array()) {
       for (const auto& s : *sets) {
         auto v = s.value<std::string>();
@@ -593,6 +595,7 @@ struct RunResult {
   int kills = 0;
   double coordinator_down_s = 0;
   std::vector<Check> checks;
+  std::vector<json> skipped;  // scheduled faults not carried out: at_s, fault, target, why
   double goodput = NAN;
   std::map<std::string, double> parts;  // seconds: the last coordinator's ledger, which covers the whole run
   double allocated_s = 0;
@@ -1475,7 +1478,10 @@ class Runner {
     add("loss_below_start", std::isfinite(result_.final_loss) && result_.final_loss < result_.initial_loss,
         "held-out loss " + fmt(result_.initial_loss, 4) + " (" + source + ") -> " + fmt(result_.final_loss, 4));
   }
-  RunResult take() { return std::move(result_); }
+  RunResult take() {
+    result_.skipped = skipped_;
+    return std::move(result_);
+  }
 
  private:
 
@@ -1779,6 +1785,25 @@ int run_drill(const DrillArguments& arguments) {
                                  " (margin " + num(100 * c.loss_margin, 0) + " %: at most " +
                                  num(reference * (1 + c.loss_margin), 4) + ")"});
   }
+  {
+    // A fault that was scheduled and not carried out leaves the drill with less evidence than it claims.
+    std::string evidence, faulted;
+    size_t skipped = 0;
+    for (const auto& [mode, r] : runs) {
+      if (mode == "fault_free") continue;
+      faulted += (faulted.empty() ? "" : " and ") + mode;
+      for (const auto& s : r.skipped) {
+        ++skipped;
+        evidence += (evidence.empty() ? "" : "; ") + mode + ": " + s["fault"].get<std::string>() + " " +
+                    s["target"].get<std::string>() + " at " + num(s["at_s"].get<double>(), 1) + " s (" +
+                    s["why"].get<std::string>() + ")";
+      }
+    }
+    diloco.checks.push_back({"no_scheduled_fault_skipped", skipped == 0 || c.allow_skipped,
+                             skipped == 0 ? "every fault due in the " + faulted + " runs was carried out"
+                                          : std::to_string(skipped) + " scheduled faults skipped" +
+                                                (c.allow_skipped ? " (allowed: drill.allow_skipped)" : "") + ": " + evidence});
+  }
   int passed = 0;
   for (const auto& check : diloco.checks) passed += check.passed;
   const int total = static_cast<int>(diloco.checks.size());
@@ -1805,6 +1830,8 @@ int run_drill(const DrillArguments& arguments) {
                {"heldout_loss", {{"initial", diloco.initial_loss}, {"diloco", diloco.final_loss}}},
                {"wall_s", diloco.wall_s}, {"coordinator_down_s", diloco.coordinator_down_s},
                {"report", (report / "report.md").string()}};
+  line["skipped_faults"] = json::object();
+  for (const auto& [mode, r] : runs) line["skipped_faults"][mode] = r.skipped;
   for (const auto& [mode, r] : runs) {
     if (mode != "diloco" && std::isfinite(r.final_loss)) line["heldout_loss"][mode] = r.final_loss;
   }

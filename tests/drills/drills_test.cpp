@@ -151,3 +151,49 @@ TEST_CASE("a drill file with an unknown key or fault is refused with exit code 2
   CHECK(outcome.exit_code == 2);
   CHECK_MESSAGE(outcome.out.find("timeline.fault") != std::string::npos, outcome.out);
 }
+
+TEST_CASE("a drill whose scheduled fault could not be carried out fails, unless its file allows skipped faults") {
+  ScratchDir scratch;
+  fs::create_directories(scratch.dir);
+  // One node, and a kill of node-3, which does not exist: the drill must skip it.
+  auto write = [&](const std::string& name, bool allow) {
+    std::ofstream(scratch.dir / name)
+        << "[drill]\nduration_s = 12\nwarmup_s = 2\nquiet_tail_s = 3\nnodes = 1\nlearners_per_node = 2\n"
+        << "baseline = false\nreference = false\n" << (allow ? "allow_skipped = true\n" : "")
+        << "sets = [\"model.preset=tiny\", \"data.tokenizer=bytes\", \"inner.batch_size=8\", \"data.eval_batches=2\","
+           " \"train.inner_steps=10\", \"inner.warmup_steps=10\", \"runtime.store_sync=false\", \"train.threads=1\","
+           " \"runtime.drain_timeout_s=5\"]\n"
+        << "[[timeline]]\nat_s = 5\nfault = \"kill_node\"\ntarget = \"node-3\"\n";
+  };
+  auto skipped_check = [](const nlohmann::json& result) {
+    for (const auto& check : result["invariants"]) {
+      if (check["name"] == "no_scheduled_fault_skipped") return check;
+    }
+    return nlohmann::json();
+  };
+  write("skip.toml", false);
+  auto outcome = run_cli("drill --json --config " + (scratch.dir / "skip.toml").string() + " --report " +
+                             (scratch.dir / "report").string(),
+                         180);
+  CAPTURE(outcome.out);
+  CHECK(outcome.exit_code == 1);
+  auto result = last_line_json(outcome.out);
+  REQUIRE(result["skipped_faults"]["diloco"].size() == 1);
+  CHECK(result["skipped_faults"]["diloco"][0]["target"] == "node-3");
+  CHECK(result["skipped_faults"]["diloco"][0]["why"] == "node not running");
+  auto check = skipped_check(result);
+  REQUIRE(check.is_object());
+  CHECK(check["passed"] == false);
+  CHECK(result["invariants_passed"].get<int>() < result["invariants_total"].get<int>());
+
+  write("allowed.toml", true);
+  outcome = run_cli("drill --json --config " + (scratch.dir / "allowed.toml").string() + " --report " +
+                        (scratch.dir / "report-allowed").string(),
+                    180);
+  result = last_line_json(outcome.out);
+  check = skipped_check(result);
+  REQUIRE(check.is_object());
+  CHECK(check["passed"] == true);
+  CHECK(check["evidence"].get<std::string>().find("allowed") != std::string::npos);
+  CHECK(result["skipped_faults"]["diloco"].size() == 1);  // still recorded
+}
