@@ -571,10 +571,18 @@ struct Recovery {
   double recovery_s() const { return recovered() ? recovered_s - from_s : -1; }
 };
 
+// An invariant: whether it held, over how many observations (versions read back, comparisons,
+// contributions, faults...), and the evidence in words. One that observed nothing fails: it proved
+// nothing.
 struct Check {
   std::string name;
   bool passed = false;
+  int64_t observations = 0;
   std::string evidence;
+
+  Check(std::string name_, bool holds, int64_t observed, std::string evidence_)
+      : name(std::move(name_)), passed(holds && observed > 0), observations(observed),
+        evidence(observed > 0 ? std::move(evidence_) : "no observation: " + evidence_) {}
 };
 
 struct LossPoint {
@@ -1281,19 +1289,19 @@ class Runner {
     check_ledger();
   }
 
-  void add(const std::string& name, bool passed, const std::string& evidence) {
-    result_.checks.push_back({name, passed, evidence});
+  void add(const std::string& name, bool passed, int64_t observations, const std::string& evidence) {
+    result_.checks.emplace_back(name, passed, observations, evidence);
   }
 
   void check_store() {
     auto store = storage::CheckpointStore::open((dir_ / "run" / "store").string());
     if (!store) {
-      add("versions_strictly_increasing_and_verified", false, "cannot open the store: " + store.error().reason);
+      add("versions_strictly_increasing_and_verified", false, 0, "cannot open the store: " + store.error().reason);
       return;
     }
     auto list = (*store)->list();
     if (!list) {
-      add("versions_strictly_increasing_and_verified", false, "list: " + list.error().reason);
+      add("versions_strictly_increasing_and_verified", false, 0, "list: " + list.error().reason);
       return;
     }
     // 1. Versions strictly increasing, each one read back and verified (every blob re-hashed).
@@ -1314,7 +1322,7 @@ class Runner {
     const uint64_t final_version = result_.final_summary.value("final_version", uint64_t{0});
     const bool complete = !list->empty() && list->back().version == final_version;
     add("versions_strictly_increasing_and_verified",
-        increasing && verified == static_cast<int>(list->size()) && complete,
+        increasing && verified == static_cast<int>(list->size()) && complete, static_cast<int64_t>(list->size()),
         std::to_string(list->size()) + " versions " + (list->empty() ? "" : std::to_string(list->front().version) + ".." +
         std::to_string(list->back().version)) + ", strictly increasing: " + (increasing ? "yes" : "no") + ", " +
             std::to_string(verified) + " read back with every blob verified; newest = the final summary's final_version " +
@@ -1324,7 +1332,7 @@ class Runner {
     if (after && (!snapshots_.empty() || digests_.compared() > 0)) {
       compare_snapshots(*after);
       const auto& d = digests_;
-      add("digests_never_change", d.changed == 0 && d.lost == 0 && d.same > 0,
+      add("digests_never_change", d.changed == 0 && d.lost == 0, d.same + d.changed + d.lost,
           std::to_string(d.same) + " comparisons of a version read at a coordinator kill with the store at the next "
               "kill or after the run held the same digests, " + std::to_string(d.changed) + " changed, " +
               std::to_string(d.lost) + " lost" +
@@ -1368,7 +1376,7 @@ class Runner {
     const int64_t duplicates = by_reason.is_object() && by_reason.contains("duplicate") && by_reason["duplicate"].is_number()
                                    ? by_reason["duplicate"].get<int64_t>()
                                    : 0;
-    add("no_update_applied_twice", over == 0 && monotone && !until.empty(),
+    add("no_update_applied_twice", over == 0 && monotone && !until.empty(), contributions,
         std::to_string(contributions) + " merged contributions over " + std::to_string(steps.size()) +
             " learner-fragment pairs: merged steps <= their data span in " + std::to_string(steps.size() - over) +
             "; received_until never decreased: " + (monotone ? "yes" : "no") + "; duplicates refused by the syncer: " +
@@ -1380,7 +1388,7 @@ class Runner {
   // compute the learners measured).
   void check_ledger() {
     if (result_.allocated_s <= 0) {
-      add("ledger_covers_the_run", false, "the last coordinator's summary has no ledger");
+      add("ledger_covers_the_run", false, 0, "the last coordinator's summary has no ledger");
       return;
     }
     std::string worst = "merged";
@@ -1390,7 +1398,7 @@ class Runner {
     const double floor = -0.01 * result_.allocated_s;
     const double gap = result_.cluster_wall_s - result_.ledger_wall_s;
     const bool covers = gap >= -1 && gap <= kLedgerStartupS;
-    add("ledger_covers_the_run", covers && result_.parts[worst] >= floor,
+    add("ledger_covers_the_run", covers && result_.parts[worst] >= floor, static_cast<int64_t>(result_.parts.size()),
         "allocated " + fmt(result_.allocated_s, 1) + " s = " + fmt(result_.ledger_wall_s, 1) + " s per slot; the cluster ran " +
             fmt(result_.cluster_wall_s, 1) + " s from the first coordinator's start (difference " + fmt(gap, 1) +
             " s, at most " + fmt(kLedgerStartupS, 0) + " s: the first start's model build and the last one's final "
@@ -1440,20 +1448,20 @@ class Runner {
                    (r.recovered() ? fmt(r.recovery_s()) + " s > " + fmt(r.bound_s, 0) + " s" : "never");
     }
     if (learners_total > 0) {
-      add("killed_learners_back_within_bound", learners_ok == learners_total,
+      add("killed_learners_back_within_bound", learners_ok == learners_total, learners_total,
           std::to_string(learners_ok) + " of " + std::to_string(learners_total) +
               " faults on learners (kill, node SIGKILL, site loss, freeze, slowdown, link cut, corrupted update): every "
               "victim restarted (or resumed) and merged a contribution again within its bound" + late);
     }
     if (corrupt > 0) {
-      add("corrupted_updates_refused", refused == corrupt,
+      add("corrupted_updates_refused", refused == corrupt, corrupt,
           std::to_string(refused) + " of " + std::to_string(corrupt) +
               " updates sent with a flipped payload bit were refused by the syncer (reason malformed: the chunk's "
               "checksum);" + corrupt_evidence);
     }
     if (coordinator_kills > 0) {
-      add("coordinator_resumed_from_last_committed", resumed_ok_, resumed_evidence_);
-      add("coordinator_next_commit_within_bound", coord_ok == coordinator_kills,
+      add("coordinator_resumed_from_last_committed", resumed_ok_, coordinator_kills, resumed_evidence_);
+      add("coordinator_next_commit_within_bound", coord_ok == coordinator_kills, coordinator_kills,
           std::to_string(coord_ok) + " of " + std::to_string(coordinator_kills) + " restarts committed a new version < " +
               fmt(c_.coordinator_bound_s, 1) + " s after listening" + coordinator_late);
     }
@@ -1476,6 +1484,7 @@ class Runner {
       }
     }
     add("loss_below_start", std::isfinite(result_.final_loss) && result_.final_loss < result_.initial_loss,
+        std::isfinite(result_.initial_loss) && std::isfinite(result_.final_loss) ? 2 : 0,
         "held-out loss " + fmt(result_.initial_loss, 4) + " (" + source + ") -> " + fmt(result_.final_loss, 4));
   }
   RunResult take() {
@@ -1779,19 +1788,21 @@ int run_drill(const DrillArguments& arguments) {
   RunResult& diloco = runs["diloco"];
   if (runs.count("fault_free")) {
     const double reference = runs["fault_free"].final_loss;
-    diloco.checks.push_back({"loss_within_margin_of_fault_free",
+    diloco.checks.emplace_back("loss_within_margin_of_fault_free",
                              std::isfinite(diloco.final_loss) && diloco.final_loss <= reference * (1 + c.loss_margin),
+                             std::isfinite(diloco.final_loss) && std::isfinite(reference) ? 2 : 0,
                              "final held-out loss " + num(diloco.final_loss, 4) + " vs fault-free " + num(reference, 4) +
                                  " (margin " + num(100 * c.loss_margin, 0) + " %: at most " +
-                                 num(reference * (1 + c.loss_margin), 4) + ")"});
+                                 num(reference * (1 + c.loss_margin), 4) + ")");
   }
   {
     // A fault that was scheduled and not carried out leaves the drill with less evidence than it claims.
     std::string evidence, faulted;
-    size_t skipped = 0;
+    size_t skipped = 0, due = 0;  // due: carried out (each leaves a recovery record) or skipped
     for (const auto& [mode, r] : runs) {
       if (mode == "fault_free") continue;
       faulted += (faulted.empty() ? "" : " and ") + mode;
+      due += r.recoveries.size() + r.skipped.size();
       for (const auto& s : r.skipped) {
         ++skipped;
         evidence += (evidence.empty() ? "" : "; ") + mode + ": " + s["fault"].get<std::string>() + " " +
@@ -1799,10 +1810,10 @@ int run_drill(const DrillArguments& arguments) {
                     s["why"].get<std::string>() + ")";
       }
     }
-    diloco.checks.push_back({"no_scheduled_fault_skipped", skipped == 0 || c.allow_skipped,
-                             skipped == 0 ? "every fault due in the " + faulted + " runs was carried out"
-                                          : std::to_string(skipped) + " scheduled faults skipped" +
-                                                (c.allow_skipped ? " (allowed: drill.allow_skipped)" : "") + ": " + evidence});
+    diloco.checks.emplace_back("no_scheduled_fault_skipped", skipped == 0 || c.allow_skipped, static_cast<int64_t>(due),
+                             skipped == 0 ? "all " + std::to_string(due) + " faults due in the " + faulted + " runs carried out"
+                                          : std::to_string(skipped) + " of " + std::to_string(due) + " faults due skipped" +
+                                                (c.allow_skipped ? " (allowed: drill.allow_skipped)" : "") + ": " + evidence);
   }
   int passed = 0;
   for (const auto& check : diloco.checks) passed += check.passed;
@@ -1821,7 +1832,10 @@ int run_drill(const DrillArguments& arguments) {
   for (const auto& [mode, r] : runs) goodput[mode] = std::isfinite(r.goodput) ? json(r.goodput) : json(nullptr);
   if (!goodput.contains("ddp")) goodput["ddp"] = nullptr;
   json invariants = json::array();
-  for (const auto& check : diloco.checks) invariants.push_back({{"name", check.name}, {"passed", check.passed}, {"evidence", check.evidence}});
+  for (const auto& check : diloco.checks) {
+    invariants.push_back({{"name", check.name}, {"passed", check.passed}, {"observations", check.observations},
+                          {"evidence", check.evidence}});
+  }
   int freezes = 0;
   for (const auto& r : diloco.recoveries) freezes += r.kind == "freeze" || r.kind == "slow";
   json line = {{"drill", c.name}, {"seed", arguments.seed}, {"goodput", goodput}, {"invariants_passed", passed},
@@ -1940,8 +1954,11 @@ int run_drill(const DrillArguments& arguments) {
      << " s in the DiLoCo run), when the learners trained on and the next coordinator merged their work. The `ddp` run is the same DiLoCo cluster under the same schedule where every fault also "
         "stalls every other learner (console `pause`) until the victim has merged a contribution again, which is what a "
         "data-parallel job's barrier does; `ddp` across processes does not exist.\n\n"
-        "![goodput](goodput.svg)\n\n![loss](loss.svg)\n\n## Invariants (DiLoCo run)\n\n| invariant | | evidence |\n|---|---|---|\n";
-  for (const auto& check : diloco.checks) md << "| " << check.name << " | " << (check.passed ? "pass" : "**FAIL**") << " | " << check.evidence << " |\n";
+        "![goodput](goodput.svg)\n\n![loss](loss.svg)\n\n## Invariants (DiLoCo run)\n\n| invariant | | observations | evidence |\n|---|---|---:|---|\n";
+  for (const auto& check : diloco.checks) {
+    md << "| " << check.name << " | " << (check.passed ? "pass" : "**FAIL**") << " | " << check.observations << " | "
+       << check.evidence << " |\n";
+  }
   if (runs.count("ddp")) {
     md << "\nThe same checks on the ddp-like run (information; its coordinator restarts include waiting for paused learners):\n\n";
     for (const auto& check : runs["ddp"].checks) md << "- " << check.name << ": " << (check.passed ? "pass" : "fail") << " — " << check.evidence << "\n";

@@ -51,6 +51,10 @@ TEST_CASE("the CI drill: every fault recovered within its bound, every invariant
   REQUIRE(result["invariants_total"].is_number_integer());
   CHECK(result["invariants_passed"] == result["invariants_total"]);
   CHECK(result["invariants_total"].get<int>() >= 7);
+  for (const auto& invariant : result["invariants"]) {  // each one observed something: none holds vacuously
+    CAPTURE(invariant.dump());
+    CHECK(invariant["observations"].get<int64_t>() > 0);
+  }
   CHECK(result["kills"].get<int>() == 3);  // the timeline's learner, node and coordinator kills
   for (const char* kind : {"learner", "node", "coordinator"}) {
     CAPTURE(kind);
