@@ -122,8 +122,6 @@ nlohmann::ordered_json tokenizer_json(const training::Tokenizer& tokenizer) {
                           "identity normalization, no dummy prefix, byte fallback; decoding restores the text exactly"}};
 }
 
-Status write_file(const fs::path& path, const std::string& bytes) { return write_file_atomically(path.string(), bytes); }
-
 }  // namespace
 
 int run_export(const ExportArguments& arguments) {
@@ -152,7 +150,7 @@ int run_export(const ExportArguments& arguments) {
                                        layout.parameter_count, bf16, arguments.run_dir, version);
   if (arguments.torch_save) {
     const auto pickled = training::torch_saved_state_dict(layout.parameters, *flat, bf16);
-    if (auto written = write_file(out / "model.pt", std::string(pickled.begin(), pickled.end())); !written) {
+    if (auto written = write_file_atomically((out / "model.pt").string(), std::string(pickled.begin(), pickled.end())); !written) {
       return fail(1, written.error().reason);
     }
   }
@@ -161,7 +159,7 @@ int run_export(const ExportArguments& arguments) {
                                                          {"tokenizer.json", tokenizer_json(model_version.tokenizer).dump(2) + "\n"}};
   if (!model_version.tokenizer.byte_level()) files.emplace_back("tokenizer.model", model_version.tokenizer.model());
   for (const auto& [name, bytes] : files) {
-    if (auto written = write_file(out / name, bytes); !written) return fail(1, written.error().reason);
+    if (auto written = write_file_atomically((out / name).string(), bytes); !written) return fail(1, written.error().reason);
   }
   nlohmann::json summary = {{"version", version},       {"out", fs::absolute(out).string()}, {"dtype", arguments.dtype},
                             {"tensors", layout.parameters.size()}, {"parameters", layout.parameter_count},
