@@ -249,6 +249,8 @@ Expected<std::unique_ptr<Coordinator>> Coordinator::start(CoordinatorOptions opt
   plane.insecure_plaintext = options.transport.insecure_plaintext;
   plane.limits = edge_limits(options.transport);
   plane.tokenizer_model = options.tokenizer_model;
+  plane.shard = runtime.shard.index;
+  plane.shards = runtime.shard.count;
   auto server = remote::Server::start(std::move(plane));
   if (!server) return server.error();
   impl->server = std::move(*server);
@@ -257,6 +259,14 @@ Expected<std::unique_ptr<Coordinator>> Coordinator::start(CoordinatorOptions opt
   impl->log->info("ready in {:.3f} s: data and model {:.3f} s, store and actors {:.3f} s", monotonic_seconds() - began_s,
                   prepared_s - began_s, monotonic_seconds() - prepared_s);
   impl->options = std::move(options);
+  if (runtime.shard.count > 1) {
+    std::vector<int> owned;
+    for (int p = 0; p < static_cast<int>(impl->setup.layout->plan.fragments.size()); ++p) {
+      if (runtime.shard.owns(p)) owned.push_back(p);
+    }
+    impl->log->info("syncer shard {} of {}: fragments {}", runtime.shard.index, runtime.shard.count,
+                    nlohmann::json(owned).dump());
+  }
   impl->log->info("coordinator listening on {}:{}{} (site {}), {} learner slot(s), {} parameters, {}", impl->options.listen.host,
                   impl->port, impl->options.transport.tls ? " (TLS)" : "", impl->options.site,
                   runtime.setup.run.learners, impl->setup.layout->parameter_count,
@@ -278,7 +288,10 @@ Expected<nlohmann::json> Coordinator::run(const std::function<bool()>& stop_requ
   double first_commit_s = -1;  // monotonic_seconds() when this process first saw a new committed version
   // The held-out loss the run resumed from (or of θ0), scored beside the run now that the port
   // answers and the syncer restores: a restarted coordinator is back to nodes before it ends.
-  auto initial_loss = std::async(std::launch::async, [&impl]() -> Expected<double> {
+  // A syncer shard holds only its own fragments' versions: nothing here to score.
+  const bool sharded = impl.runtime->shard.count > 1;
+  auto initial_loss = std::async(std::launch::async, [&impl, sharded]() -> Expected<double> {
+    if (sharded) return std::nan("");
     std::optional<storage::VersionData> resumed;
     if (impl.resumed_from) {
       auto version = impl.store->get(*impl.resumed_from);
@@ -358,7 +371,8 @@ Expected<nlohmann::json> Coordinator::run(const std::function<bool()>& stop_requ
   // The ledger as the run ends: the nodes' last slot reports came with their learners' exits.
   const auto ledger = to_json(ledger_from_status(impl.ledger_wall_s(), slot_ids, impl.status(monitor_name()), syncer,
                                                  impl.accounting_at_start));
-  auto final_eval = impl.query(evaluator_name(), "evaluate", {std::to_string(final_version)}, 300);
+  auto final_eval = sharded ? Expected<nlohmann::json>(nlohmann::json::object())
+                            : impl.query(evaluator_name(), "evaluate", {std::to_string(final_version)}, 300);
   if (!final_eval) return make_error(ErrorCode::unavailable, "final evaluation failed: " + final_eval.error().reason);
 
   // Links: bytes per remote node as this process counted them, and the data-parallel comparison.
@@ -399,7 +413,8 @@ Expected<nlohmann::json> Coordinator::run(const std::function<bool()>& stop_requ
   for (const auto& f : impl.setup.layout->plan.fragments) fragment_numel.push_back(f.numel);
   const uint64_t first_version = start_version.value_or(final_version);
   nlohmann::json summary = {
-      {"role", "coordinator"}, {"run_dir", impl.runtime->run_dir}, {"listen", impl.options.listen.host + ":" + std::to_string(impl.port)},
+      {"role", "coordinator"}, {"run_dir", impl.runtime->run_dir},
+      {"shard", impl.runtime->shard.index}, {"shards", impl.runtime->shard.count}, {"listen", impl.options.listen.host + ":" + std::to_string(impl.port)},
       {"tls", impl.options.transport.tls}, {"site", impl.options.site}, {"mode", run.mode},
       {"parameters", impl.setup.layout->parameter_count}, {"fragment_numel", fragment_numel},
       {"codec", impl.runtime->setup.outer.codec}, {"downlink_codec", impl.runtime->setup.outer.downlink_codec},

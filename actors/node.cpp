@@ -21,6 +21,7 @@
 #include "actors/compute_threads.hpp"
 #include "actors/run_setup.hpp"
 #include "actors/shaped_link.hpp"
+#include "actors/shard_router.hpp"
 #include "actors/supervisor.hpp"
 #include "actors/wire.hpp"
 #include "common/log.hpp"
@@ -119,6 +120,8 @@ struct WatcherState {
   std::shared_ptr<Refusals> refusals;
   caf::actor link;
   std::map<caf::atom_value, caf::actor> facades;
+  int shard = -1;                                 // a sharded run: the shard this session is with
+  std::map<caf::atom_value, caf::actor> routers;  // ... and the routers its deliveries go to
   std::shared_ptr<SessionFlags> flags;
   std::shared_ptr<net::LinkStats> stats;
   std::string coordinator_site;
@@ -153,7 +156,7 @@ caf::behavior watcher_behavior(WatcherActor* self, std::shared_ptr<SessionFlags>
   });
   return {
       [=](init_atom, const std::string& local, std::string& key, caf::actor& link, std::string& coordinator_site,
-          caf::actor& syncer, caf::actor& store, caf::actor& monitor) {
+          int32_t shard, caf::actor& syncer, caf::actor& store, caf::actor& monitor) {
         auto& st = self->state;
         if (!keys_equal(local, process_key())) {
           st.refusals->refuse("node watcher", "init", Refusal::wrong_key, *log);
@@ -165,11 +168,22 @@ caf::behavior watcher_behavior(WatcherActor* self, std::shared_ptr<SessionFlags>
         self->monitor(link);
         st.facades = {{syncer_name(), syncer}, {store_name(), store}, {monitor_name(), monitor}};
         for (auto& [role, facade] : st.facades) self->link_to(facade);
+        st.shard = shard;
+        if (shard >= 0) {
+          for (auto& [role, facade] : st.facades) st.routers[role] = Directory::get(self->system(), role);
+        }
       },
       [=](deliver_atom, const std::string& key, caf::atom_value role, caf::actor& learner, WireBytes& bytes) {
         auto& st = self->state;
         if (!keyed(key, "deliver")) return;
         st.stats->record_received(kCoordinatorPeer, st.coordinator_site, bytes.size());
+        if (st.shard >= 0) {
+          auto router = st.routers.find(role);
+          if (router != st.routers.end() && router->second && learner) {
+            self->send(router->second, shardmsg_atom::value, static_cast<int32_t>(st.shard), learner, std::move(bytes));
+          }
+          return;
+        }
         auto it = st.facades.find(role);
         if (it == st.facades.end() || !learner) return;
         caf::send_as(it->second, learner, std::move(bytes));
@@ -202,52 +216,84 @@ void wait_for_drain(const std::shared_ptr<ShapedLink>& link, double timeout_s) {
 
 }  // namespace
 
-struct Node::Impl {
-  NodeOptions options;
-  caf::actor_system_config config;
-  std::unique_ptr<caf::actor_system> system;
-  std::unique_ptr<remote::NodePlane> plane;  // the cross-site plane to the coordinator
-  std::shared_ptr<net::LinkStats> stats;
-  std::shared_ptr<Refusals> refusals = std::make_shared<Refusals>();
-  Clock::time_point started = Clock::now();
-  std::shared_ptr<spdlog::logger> log = component_logger("node");
-
-  // The run, once the first join brought its configuration.
-  std::shared_ptr<const RuntimeOptions> runtime;
-  RunSetup setup;
-  int first_learner = -1;
-  caf::actor learner_supervisor;
+// One coordinator process the node is joined to: the run's only one, or one syncer shard.
+struct ShardLink {
+  HostPort address;
+  std::unique_ptr<remote::NodePlane> plane;  // the cross-site plane to it
+  int shard = -1;                            // which shard it is (its first join says)
+  std::string site;                          // its site (links, accounting)
   net::LinkSpec uplink_spec;
-  std::string coordinator_site;
-
   // The current session.
   caf::actor watcher;
   std::shared_ptr<SessionFlags> flags;
   std::shared_ptr<ShapedLink> uplink;
   std::vector<caf::actor> facades;
   int64_t sessions = 0;
+  // Reconnecting.
+  std::unique_ptr<net::Backoff> backoff;
+  Clock::time_point next_attempt = Clock::now(), disconnected_since = Clock::now(), next_probe = Clock::now();
+  bool probing = true, probe_started = false;  // probe the port while backing off; one early attempt per outage
+  int64_t failed_attempts = 0, reconnects = 0;
+  std::string last_why;
+
+  std::string name() const { return address.host + ":" + std::to_string(address.port); }
+};
+
+struct Node::Impl {
+  NodeOptions options;
+  caf::actor_system_config config;
+  std::unique_ptr<caf::actor_system> system;
+  std::vector<ShardLink> links;  // one per coordinator address: every syncer shard of the run
+  std::shared_ptr<net::LinkStats> stats;
+  std::shared_ptr<Refusals> refusals = std::make_shared<Refusals>();
+  Clock::time_point started = Clock::now();
+  std::shared_ptr<spdlog::logger> log = component_logger("node");
+  // A sharded run: the routers learners see as syncer, store and monitor (empty: one coordinator,
+  // whose session's facades learners see directly).
+  std::vector<caf::actor> routers;
+  std::shared_ptr<ShardRouterCounters> router_counters = std::make_shared<ShardRouterCounters>();
+
+  // The run, once the first join brought its configuration.
+  std::shared_ptr<const RuntimeOptions> runtime;
+  std::string run_config;  // the configuration it came with: every shard must send the same
+  RunSetup setup;
+  int first_learner = -1;
+  caf::actor learner_supervisor;
 
   ~Impl() { shutdown(); }
 
-  void end_session(caf::exit_reason reason) {
-    for (int i = 0; i < static_cast<int>(facades.size()); ++i) {
-      if (Directory::get(*system, role_at(i)) == facades[i]) Directory::erase(*system, role_at(i));
+  bool sharded() const { return links.size() > 1; }
+
+  void end_session(ShardLink& link, caf::exit_reason reason) {
+    for (int i = 0; i < static_cast<int>(link.facades.size()); ++i) {
+      if (sharded()) {
+        if (link.shard >= 0) caf::anon_send(routers[i], attach_atom::value, static_cast<int32_t>(link.shard), caf::actor{});
+      } else if (Directory::get(*system, role_at(i)) == link.facades[i]) {
+        Directory::erase(*system, role_at(i));
+      }
     }
-    facades.clear();
-    if (plane) plane->leave();
-    if (watcher) caf::anon_send_exit(watcher, reason);
-    watcher = caf::actor{};
-    if (uplink) uplink->stop();
-    uplink.reset();
-    flags.reset();
+    link.facades.clear();
+    if (link.plane) link.plane->leave();
+    if (link.watcher) caf::anon_send_exit(link.watcher, reason);
+    link.watcher = caf::actor{};
+    if (link.uplink) link.uplink->stop();
+    link.uplink.reset();
+    link.flags.reset();
   }
 
   void shutdown() {
     if (!system) return;
-    end_session(caf::exit_reason::user_shutdown);
-    plane.reset();
+    for (auto& link : links) {
+      end_session(link, caf::exit_reason::user_shutdown);
+      link.plane.reset();
+    }
     if (learner_supervisor) caf::anon_send_exit(learner_supervisor, caf::exit_reason::user_shutdown);
     learner_supervisor = caf::actor{};
+    for (size_t i = 0; i < routers.size(); ++i) {
+      Directory::erase(*system, role_at(static_cast<int>(i)));
+      caf::anon_send_exit(routers[i], caf::exit_reason::user_shutdown);
+    }
+    routers.clear();
     system->await_all_actors_done();
     Directory::erase(*system, learner_supervisor_name());
     if (runtime) {
@@ -269,6 +315,24 @@ struct Node::Impl {
     return out;
   }
 
+  // Per running learner of this node: each fragment's version and the digest of the global copy it
+  // holds (empty: none answered). What a run's end is checked against: the owner's stored version.
+  nlohmann::json learner_digests() {
+    nlohmann::json out = nlohmann::json::object();
+    caf::scoped_actor self{*system};
+    for (int i = 0; i < options.learners && first_learner >= 0; ++i) {
+      auto learner = Directory::get(*system, learner_name(first_learner + i));
+      if (!learner) continue;
+      self->request(learner, std::chrono::seconds(1), admin_atom::value, admin_request("node", "digests"))
+          .receive([&](WireBytes& bytes) {
+                     auto j = read_admin_reply(std::move(bytes));
+                     if (j && j->contains("fragments")) out[learner_id(first_learner + i)] = (*j)["fragments"];
+                   },
+                   [&](caf::error&) {});
+    }
+    return out;
+  }
+
   void stop_learners() {
     for (int i = 0; i < options.learners && first_learner >= 0; ++i) {
       if (auto learner = Directory::get(*system, learner_name(first_learner + i))) {
@@ -280,8 +344,31 @@ struct Node::Impl {
   // Outcome of one connection attempt.
   enum class Attempt { joined, retry, refused };
 
-  Attempt connect(std::string& why) {
-    const auto& target = options.coordinator;
+  // Whether the shard that answered fits the others: the first address is shard 0 (it gives the
+  // learner slots the others are asked for), each shard is named once, and all agree on N.
+  std::string shard_mismatch(const ShardLink& link, const remote::NodeSession& session) const {
+    const int n = static_cast<int>(links.size());
+    if (session.shards != n) {
+      return "the coordinator at " + link.name() + " is one of " + std::to_string(session.shards) +
+             " syncer shard(s), and --coordinator names " + std::to_string(n) + " address(es)";
+    }
+    if (link.shard >= 0 && link.shard != session.shard) {
+      return link.name() + " was syncer shard " + std::to_string(link.shard) + " and is now shard " +
+             std::to_string(session.shard);
+    }
+    if (&link == &links.front() && session.shard != 0) {
+      return "the first --coordinator address must be syncer shard 0; " + link.name() + " is shard " +
+             std::to_string(session.shard);
+    }
+    for (const auto& other : links) {
+      if (&other != &link && other.shard == session.shard) {
+        return other.name() + " and " + link.name() + " are both syncer shard " + std::to_string(session.shard);
+      }
+    }
+    return "";
+  }
+
+  Attempt connect(ShardLink& link, std::string& why) {
     auto session_flags = std::make_shared<SessionFlags>();
     auto session_watcher = system->spawn(watcher_behavior, session_flags, stats, refusals);
     Outbox outbox(options.name);
@@ -292,54 +379,80 @@ struct Node::Impl {
       return Attempt::retry;
     }
     Attempt outcome = Attempt::retry;
-    auto opened = plane->join(*options.secret, remote::NodeJoin{std::move(*join), options.learners, first_learner},
-                              session_watcher, options.transport.join_timeout_s);
+    auto opened = link.plane->join(*options.secret, remote::NodeJoin{std::move(*join), options.learners, first_learner},
+                                   session_watcher, options.transport.join_timeout_s);
     if (!opened) {
-      why = "cannot join the coordinator at " + target.host + ":" + std::to_string(target.port) + ": " + opened.error().reason;
+      why = "cannot join the coordinator at " + link.name() + ": " + opened.error().reason;
     } else {
-            [&](WireBytes& welcome_bytes, std::string& config_toml, std::string& topology_toml,
-                std::string& coordinator, int32_t first, caf::actor& link, std::string& key) {
-              auto envelope = unwrap(std::move(welcome_bytes));
-              const Welcome* welcome = envelope ? std::get_if<Welcome>(&envelope->body) : nullptr;
-              if (!welcome) {
-                why = "malformed answer from the coordinator";
-                return;
-              }
-              if (!welcome->accepted) {
-                why = "the coordinator refused this node: " + welcome->reason;
-                outcome = welcome->refusal == JoinRefusal::unauthenticated ? Attempt::refused : Attempt::retry;
-                return;
-              }
-              if (!link) {
-                why = "the coordinator admitted this node without a link";
-                return;
-              }
-              if (!runtime) {
-                auto status = begin_run(config_toml, opened->tokenizer_model, topology_toml, coordinator, first);
-                if (!status) {
-                  why = "cannot start from the coordinator's configuration: " + status.error().reason;
-                  outcome = Attempt::refused;
-                  return;
-                }
-              } else if (first != first_learner) {
-                why = "the coordinator offered learners " + std::to_string(first) + ".. instead of " +
-                      std::to_string(first_learner) + "..; retrying";
-                return;
-              }
-              open_session(session_watcher, session_flags, link, key);
-              outcome = Attempt::joined;
-            }(opened->welcome, opened->config_toml, opened->topology_toml, opened->coordinator_site,
-              opened->first_learner, opened->link, opened->key);
+      [&](remote::NodeSession& session) {
+        auto envelope = unwrap(std::move(session.welcome));
+        const Welcome* welcome = envelope ? std::get_if<Welcome>(&envelope->body) : nullptr;
+        if (!welcome) {
+          why = "malformed answer from the coordinator at " + link.name();
+          return;
+        }
+        if (!welcome->accepted) {
+          why = "the coordinator at " + link.name() + " refused this node: " + welcome->reason;
+          outcome = welcome->refusal == JoinRefusal::unauthenticated ? Attempt::refused : Attempt::retry;
+          return;
+        }
+        if (!session.link) {
+          why = "the coordinator at " + link.name() + " admitted this node without a link";
+          return;
+        }
+        if (auto mismatch = shard_mismatch(link, session); !mismatch.empty()) {
+          why = mismatch;
+          outcome = Attempt::refused;
+          return;
+        }
+        if (!runtime) {
+          if (&link != &links.front()) {
+            why = "waiting for syncer shard 0 (" + links.front().name() + ") to give this node its learner slots";
+            return;
+          }
+          auto status = begin_run(session.config_toml, session.tokenizer_model, session.first_learner);
+          if (!status) {
+            why = "cannot start from the coordinator's configuration: " + status.error().reason;
+            outcome = Attempt::refused;
+            return;
+          }
+        } else if (session.config_toml != run_config) {
+          why = "syncer shard " + std::to_string(session.shard) + " at " + link.name() +
+                " runs another configuration than shard 0";
+          outcome = Attempt::refused;
+          return;
+        } else if (session.first_learner != first_learner) {
+          why = "the coordinator at " + link.name() + " offered learners " + std::to_string(session.first_learner) +
+                ".. instead of " + std::to_string(first_learner) + "..; retrying";
+          return;
+        }
+        if (link.shard < 0) {
+          link.shard = session.shard;
+          link.site = session.coordinator_site;
+          if (!session.topology_toml.empty()) {
+            auto topology = net::parse_sites(session.topology_toml, "the coordinator's [sites]/[links]");
+            if (!topology) {
+              why = topology.error().reason;
+              outcome = Attempt::refused;
+              return;
+            }
+            link.uplink_spec = topology->link(options.site, link.site);
+          }
+          log->info("link to site {} ({}): {} Mbit/s, {} ms", link.site, link.name(),
+                    link.uplink_spec.bandwidth_bits_per_s / 1e6, link.uplink_spec.latency_s * 1000);
+        }
+        open_session(link, session_watcher, session_flags, session.link, session.key);
+        outcome = Attempt::joined;
+      }(*opened);
     }
     if (outcome != Attempt::joined) {
-      plane->leave();
+      link.plane->leave();
       caf::anon_send_exit(session_watcher, caf::exit_reason::user_shutdown);
     }
     return outcome;
   }
 
-  Status begin_run(const std::string& config_toml, const std::string& tokenizer_model, const std::string& topology_toml,
-                   const std::string& coordinator, int first) {
+  Status begin_run(const std::string& config_toml, const std::string& tokenizer_model, int first) {
     auto node_config = options.configure(config_toml, tokenizer_model);
     if (!node_config) return node_config.error();
     auto& runtime_options = node_config->runtime;
@@ -353,14 +466,15 @@ struct Node::Impl {
     if (first < 0 || first + options.learners > runtime_options.setup.run.learners) {
       return make_error(ErrorCode::inconsistent, "learner slots out of range");
     }
-    coordinator_site = coordinator;
-    if (!topology_toml.empty()) {
-      auto topology = net::parse_sites(topology_toml, "the coordinator's [sites]/[links]");
-      if (!topology) return topology.error();
-      uplink_spec = topology->link(options.site, coordinator_site);
-    }
     runtime = std::make_shared<const RuntimeOptions>(runtime_options);
+    run_config = config_toml;
     first_learner = first;
+    if (sharded()) {
+      for (int i = 0; i < 3; ++i) {
+        routers.push_back(spawn_shard_router(*system, role_at(i), static_cast<int>(links.size()), router_counters));
+        Directory::put(*system, role_at(i), routers.back());
+      }
+    }
     const int threads = configure_compute_threads(runtime->setup.run.threads, options.learners);
     LearnerSlots slots;
     slots.first = first;
@@ -370,29 +484,35 @@ struct Node::Impl {
     }
     learner_supervisor = spawn_supervisor(*system, learner_supervisor_spec(runtime, node_config->corpus, setup, slots));
     Directory::put(*system, learner_supervisor_name(), learner_supervisor);
-    log->info("node '{}' (site {}): learners {}..{} x {} compute thread(s), {} parameters; link to site {}: {} Mbit/s, {} ms",
-              options.name, options.site, first, first + options.learners - 1, threads, setup.layout->parameter_count,
-              coordinator_site, uplink_spec.bandwidth_bits_per_s / 1e6, uplink_spec.latency_s * 1000);
+    log->info("node '{}' (site {}): learners {}..{} x {} compute thread(s), {} parameters{}", options.name, options.site,
+              first, first + options.learners - 1, threads, setup.layout->parameter_count,
+              sharded() ? ", " + std::to_string(links.size()) + " syncer shards" : std::string());
     return {};
   }
 
-  void open_session(const caf::actor& session_watcher, std::shared_ptr<SessionFlags> session_flags,
-                    const caf::actor& link, const std::string& key) {
-    watcher = session_watcher;
-    flags = std::move(session_flags);
-    uplink = std::make_shared<ShapedLink>(uplink_spec);
-    facades.clear();
+  void open_session(ShardLink& link, const caf::actor& session_watcher, std::shared_ptr<SessionFlags> session_flags,
+                    const caf::actor& coordinator_link, const std::string& key) {
+    link.watcher = session_watcher;
+    link.flags = std::move(session_flags);
+    link.uplink = std::make_shared<ShapedLink>(link.uplink_spec);
+    link.facades.clear();
     for (int i = 0; i < 3; ++i) {
-      facades.push_back(system->spawn(facade_behavior, FacadeSpec{key, role_at(i), link, uplink, stats,
-                                                                  coordinator_site, refusals, log}));
+      link.facades.push_back(system->spawn(facade_behavior, FacadeSpec{key, role_at(i), coordinator_link, link.uplink,
+                                                                       stats, link.site, refusals, log}));
     }
-    caf::anon_send(watcher, init_atom::value, process_key(), key, link, coordinator_site, facades[0], facades[1],
-                   facades[2]);
+    // A sharded run's watcher hands what the shard sends to the routers, tagged with the shard.
+    caf::anon_send(link.watcher, init_atom::value, process_key(), key, coordinator_link, link.site,
+                   static_cast<int32_t>(sharded() ? link.shard : -1), link.facades[0], link.facades[1],
+                   link.facades[2]);
     for (int i = 0; i < 3; ++i) {
-      Directory::erase(*system, role_at(i));
-      Directory::put(*system, role_at(i), facades[i]);
+      if (sharded()) {
+        caf::anon_send(routers[i], attach_atom::value, static_cast<int32_t>(link.shard), link.facades[i]);
+      } else {
+        Directory::erase(*system, role_at(i));
+        Directory::put(*system, role_at(i), link.facades[i]);
+      }
     }
-    sessions += 1;
+    link.sessions += 1;
   }
 };
 
@@ -403,6 +523,16 @@ Expected<std::unique_ptr<Node>> Node::start(NodeOptions options) {
   if (!options.secret) return make_error(ErrorCode::invalid_argument, "a node needs a join token");
   if (options.learners < 1) return make_error(ErrorCode::invalid_argument, "--learners must be at least 1");
   if (!options.configure) return make_error(ErrorCode::invalid_argument, "a node needs a configure callback");
+  if (options.coordinators.empty()) return make_error(ErrorCode::invalid_argument, "a node needs a coordinator address");
+  for (size_t i = 0; i < options.coordinators.size(); ++i) {
+    for (size_t j = 0; j < i; ++j) {
+      if (options.coordinators[i].host == options.coordinators[j].host &&
+          options.coordinators[i].port == options.coordinators[j].port) {
+        return make_error(ErrorCode::invalid_argument, "--coordinator names " + options.coordinators[i].host + ":" +
+                                                           std::to_string(options.coordinators[i].port) + " twice");
+      }
+    }
+  }
   if (options.name.empty()) {
     char host[256] = {0};
     gethostname(host, sizeof host - 1);
@@ -413,12 +543,23 @@ Expected<std::unique_ptr<Node>> Node::start(NodeOptions options) {
   impl->config.set("logger.file-verbosity", caf::atom("quiet"));
   impl->config.set("logger.console-verbosity", caf::atom("quiet"));
   if (auto status = validate_transport(options.transport); !status) return status.error();
+  net::BackoffOptions backoff_options;
+  backoff_options.initial = std::chrono::milliseconds(static_cast<int64_t>(options.transport.reconnect_initial_s * 1000));
+  backoff_options.max = std::chrono::milliseconds(static_cast<int64_t>(options.transport.reconnect_max_s * 1000));
+  if (auto status = net::validate(backoff_options); !status) return status.error();
   impl->system = std::make_unique<caf::actor_system>(impl->config);
-  remote::Endpoint endpoint{options.coordinator.host, options.coordinator.port, tls_files(options.transport),
-                            options.transport.insecure_plaintext, edge_limits(options.transport)};
-  auto plane = remote::NodePlane::start(*impl->system, std::move(endpoint));
-  if (!plane) return plane.error();
-  impl->plane = std::move(*plane);
+  for (const auto& address : options.coordinators) {
+    remote::Endpoint endpoint{address.host, address.port, tls_files(options.transport),
+                              options.transport.insecure_plaintext, edge_limits(options.transport)};
+    auto plane = remote::NodePlane::start(*impl->system, std::move(endpoint));
+    if (!plane) return plane.error();
+    ShardLink link;
+    link.address = address;
+    link.plane = std::move(*plane);
+    backoff_options.seed = std::hash<std::string>{}(options.name + "/" + link.name());
+    link.backoff = std::make_unique<net::Backoff>(backoff_options);
+    impl->links.push_back(std::move(link));
+  }
   impl->stats = std::make_shared<net::LinkStats>(options.site);
   impl->options = std::move(options);
   return std::unique_ptr<Node>(new Node(std::move(impl)));
@@ -428,20 +569,13 @@ Expected<nlohmann::json> Node::run(const std::function<bool()>& stop_requested,
                                    const std::function<void(const nlohmann::json&)>& progress) {
   auto& impl = *impl_;
   const auto& options = impl.options;
-  net::BackoffOptions backoff_options;
-  backoff_options.initial = std::chrono::milliseconds(static_cast<int64_t>(options.transport.reconnect_initial_s * 1000));
-  backoff_options.max = std::chrono::milliseconds(static_cast<int64_t>(options.transport.reconnect_max_s * 1000));
-  backoff_options.seed = std::hash<std::string>{}(options.name);
-  if (auto status = net::validate(backoff_options); !status) return status.error();
-  net::Backoff backoff(backoff_options);
-  auto next_attempt = Clock::now();
-  auto disconnected_since = Clock::now();
-  std::string stopped_by, last_why;
-  int64_t failed_attempts = 0, reconnects = 0;
-  bool probing = true, probe_started = false;  // probe the port while backing off; one early attempt per outage
-  auto next_probe = Clock::now();
+  std::string stopped_by;
   double next_progress = 0;
+  nlohmann::json digests = nlohmann::json::object();  // each learner's last answered fragment digests
   auto elapsed = [&] { return std::chrono::duration<double>(Clock::now() - impl.started).count(); };
+  auto connected = [&] {
+    return std::all_of(impl.links.begin(), impl.links.end(), [](const ShardLink& l) { return static_cast<bool>(l.watcher); });
+  };
 
   while (true) {
     if (stopped_by.empty() && stop_requested()) {
@@ -450,61 +584,72 @@ Expected<nlohmann::json> Node::run(const std::function<bool()>& stop_requested,
       impl.stop_learners();
       if (!impl.learner_supervisor) break;
     }
-    if (impl.flags && impl.flags->stop_requested && stopped_by.empty()) {
-      stopped_by = "coordinator";
-      impl.log->info("the coordinator ended the run: learners finish their in-flight updates and leave");
-      impl.stop_learners();
+    for (auto& link : impl.links) {
+      if (link.flags && link.flags->stop_requested && stopped_by.empty()) {
+        stopped_by = "coordinator";
+        impl.log->info("the coordinator at {} ended the run: learners finish their in-flight updates and leave", link.name());
+        impl.stop_learners();
+      }
     }
     // A session that ends after the coordinator ended the run is not rejoined: the run is over, and a
     // rejoin would be admitted by a coordinator that is draining (a link closing as another node left
     // made a clean run count a third join).
     const bool run_ended = stopped_by == "coordinator";
-    if (impl.flags && impl.flags->lost) {
-      impl.end_session(caf::exit_reason::remote_link_unreachable);
-      if (run_ended) {
-        impl.log->info("the coordinator's link closed after it ended the run; not rejoining");
-      } else {
-        impl.log->warn("lost the coordinator; learners train on, reconnecting");
+    for (size_t i = 0; i < impl.links.size(); ++i) {
+      auto& link = impl.links[i];
+      if (link.flags && link.flags->lost) {
+        impl.end_session(link, caf::exit_reason::remote_link_unreachable);
+        if (run_ended) {
+          impl.log->info("the coordinator's link ({}) closed after it ended the run; not rejoining", link.name());
+        } else {
+          impl.log->warn("lost the coordinator at {}; learners train on, reconnecting", link.name());
+        }
+        link.disconnected_since = Clock::now();
+        link.next_attempt = Clock::now() + link.backoff->next_delay();
+        link.probing = !run_ended;
       }
-      disconnected_since = Clock::now();
-      next_attempt = Clock::now() + backoff.next_delay();
-      probing = !run_ended;
-    }
-    // Backing off, probe the port: a coordinator restarted on it is joined at once instead of after
-    // the rest of a delay that grew while it was down. One probe-started attempt per outage: if it
-    // fails, the backoff alone paces the next ones (a port that accepts but cannot join is not
-    // retried every probe).
-    if (!impl.watcher && probing && Clock::now() < next_attempt && Clock::now() >= next_probe) {
-      next_probe = Clock::now() + kProbeEvery;
-      if (port_accepts(options.coordinator, kProbeEvery)) {
-        next_attempt = Clock::now();
-        probing = false;
-        probe_started = true;
+      // Backing off, probe the port: a coordinator restarted on it is joined at once instead of after
+      // the rest of a delay that grew while it was down. One probe-started attempt per outage: if it
+      // fails, the backoff alone paces the next ones (a port that accepts but cannot join is not
+      // retried every probe).
+      if (!link.watcher && link.probing && Clock::now() < link.next_attempt && Clock::now() >= link.next_probe) {
+        link.next_probe = Clock::now() + kProbeEvery;
+        if (port_accepts(link.address, kProbeEvery)) {
+          link.next_attempt = Clock::now();
+          link.probing = false;
+          link.probe_started = true;
+        }
       }
-    }
-    if (!impl.watcher && !run_ended && Clock::now() >= next_attempt && (stopped_by.empty() || impl.learner_supervisor)) {
-      std::string why;
-      auto attempt = impl.connect(why);
-      if (attempt == Impl::Attempt::refused) {
-        impl.log->error("{}", why);
-        return make_error(ErrorCode::conflict, why);
-      }
-      if (attempt == Impl::Attempt::joined) {
-        if (impl.sessions > 1) reconnects += 1;
-        impl.log->info("joined the coordinator at {}:{} (session {})", options.coordinator.host,
-                       options.coordinator.port, impl.sessions);
-        backoff.reset();
-        failed_attempts = 0;
-        probe_started = false;
-      } else {
-        if (failed_attempts++ == 0 || why != last_why) impl.log->warn("{}", why);
-        last_why = why;
-        next_attempt = Clock::now() + backoff.next_delay();
-        if (!probe_started) probing = true;
-        const double down_s = std::chrono::duration<double>(Clock::now() - disconnected_since).count();
-        if (options.give_up_after_s > 0 && down_s > options.give_up_after_s) {
-          return make_error(ErrorCode::unavailable, "gave up after " + std::to_string(static_cast<int>(down_s)) +
-                                                        " s without the coordinator: " + why);
+      // Shard 0 first: it gives the learner slots the other shards are asked for.
+      const bool slots_known = i == 0 || impl.runtime;
+      if (!link.watcher && slots_known && !run_ended && Clock::now() >= link.next_attempt &&
+          (stopped_by.empty() || impl.learner_supervisor)) {
+        std::string why;
+        auto attempt = impl.connect(link, why);
+        if (attempt == Impl::Attempt::refused) {
+          impl.log->error("{}", why);
+          return make_error(ErrorCode::conflict, why);
+        }
+        if (attempt == Impl::Attempt::joined) {
+          if (link.sessions > 1) link.reconnects += 1;
+          if (impl.sharded()) {
+            impl.log->info("joined syncer shard {} at {} (session {})", link.shard, link.name(), link.sessions);
+          } else {
+            impl.log->info("joined the coordinator at {} (session {})", link.name(), link.sessions);
+          }
+          link.backoff->reset();
+          link.failed_attempts = 0;
+          link.probe_started = false;
+        } else {
+          if (link.failed_attempts++ == 0 || why != link.last_why) impl.log->warn("{}", why);
+          link.last_why = why;
+          link.next_attempt = Clock::now() + link.backoff->next_delay();
+          if (!link.probe_started) link.probing = true;
+          const double down_s = std::chrono::duration<double>(Clock::now() - link.disconnected_since).count();
+          if (options.give_up_after_s > 0 && down_s > options.give_up_after_s) {
+            return make_error(ErrorCode::unavailable, "gave up after " + std::to_string(static_cast<int>(down_s)) +
+                                                          " s without the coordinator at " + link.name() + ": " + why);
+          }
         }
       }
     }
@@ -514,31 +659,59 @@ Expected<nlohmann::json> Node::run(const std::function<bool()>& stop_requested,
         if (stopped_by.empty()) stopped_by = "budget";
         break;
       }
-      if (progress && elapsed() >= next_progress) {
+      if (elapsed() >= next_progress) {
         next_progress = elapsed() + (impl.runtime ? impl.runtime->progress_interval_s : 2.0);
-        progress({{"elapsed_s", elapsed()}, {"connected", static_cast<bool>(impl.watcher)},
-                  {"steps", status.value("steps_computed", int64_t{0})}, {"restarts", status.value("restarts", 0)}});
+        // Each learner's last answer while it held the model: a finished one answers no more, or empty.
+        const auto answered = impl.learner_digests();  // a named copy: items() must not outlive it
+        for (const auto& [learner, fragments] : answered.items()) {
+          if (!fragments.empty()) digests[learner] = fragments;
+        }
+        if (progress) {
+          progress({{"elapsed_s", elapsed()}, {"connected", connected()},
+                    {"steps", status.value("steps_computed", int64_t{0})}, {"restarts", status.value("restarts", 0)}});
+        }
       }
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
 
-  // Let the last updates and Leaves out of the emulated link before the process goes.
-  wait_for_drain(impl.uplink, 2.0);
+  // Let the last updates and Leaves out of the emulated links before the process goes.
+  for (auto& link : impl.links) wait_for_drain(link.uplink, 2.0);
   auto status = impl.supervisor_status();
   const auto traffic = impl.stats->snapshot().total();
+  int64_t sessions = 0, reconnects = 0;
+  std::vector<std::string> addresses;
+  for (const auto& link : impl.links) {
+    sessions += link.sessions;
+    reconnects += link.reconnects;
+    addresses.push_back(link.name());
+  }
+  const auto& first = impl.links.front();
   nlohmann::json summary = {
       {"role", "node"}, {"node", options.name}, {"site", options.site},
-      {"coordinator", options.coordinator.host + ":" + std::to_string(options.coordinator.port)},
+      {"coordinator", impl.sharded() ? nlohmann::json(addresses) : nlohmann::json(first.name())},
       {"first_learner", impl.first_learner}, {"learners", options.learners},
       {"steps", status.value("steps_computed", int64_t{0})}, {"restarts", status.value("restarts", 0)},
       {"finished", status.value("finished", 0)}, {"failed", status.value("failed", 0)},
-      {"sessions", impl.sessions}, {"reconnects", reconnects}, {"refused", impl.refusals->to_json()},
+      {"sessions", sessions}, {"reconnects", reconnects}, {"refused", impl.refusals->to_json()},
       {"bytes_sent", traffic.bytes_sent},
       {"bytes_received", traffic.bytes_received},
-      {"uplink", {{"bandwidth_mbit", impl.uplink_spec.bandwidth_bits_per_s / 1e6},
-                  {"latency_ms", impl.uplink_spec.latency_s * 1000}}},
-      {"wall_s", elapsed()}, {"stopped_by", stopped_by}};
+      {"uplink", {{"bandwidth_mbit", first.uplink_spec.bandwidth_bits_per_s / 1e6},
+                  {"latency_ms", first.uplink_spec.latency_s * 1000}}},
+      {"wall_s", elapsed()}, {"stopped_by", stopped_by},
+      // Per learner and fragment, as last asked while it ran: {version, digest} of its global copy.
+      {"learner_digests", digests}};
+  if (impl.sharded()) {
+    nlohmann::json shards = nlohmann::json::array();
+    for (const auto& link : impl.links) {
+      shards.push_back({{"shard", link.shard}, {"address", link.name()}, {"site", link.site},
+                        {"sessions", link.sessions}, {"reconnects", link.reconnects}});
+    }
+    const auto& c = *impl.router_counters;
+    summary["shards"] = shards;
+    summary["routed"] = {{"updates_routed", c.updates_routed.load()}, {"updates_dropped", c.updates_dropped.load()},
+                         {"welcomes_merged", c.welcomes_merged.load()}, {"joins_replayed", c.joins_replayed.load()}};
+  }
   return summary;
 }
 

@@ -24,6 +24,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -42,7 +43,9 @@ struct NodeConfig {
 };
 
 struct NodeOptions {
-  HostPort coordinator;
+  // The coordinator; of a sharded run, every syncer shard's, shard 0's first (it gives the learner
+  // slots). Learners then see one syncer, store and monitor (actors/shard_router.hpp).
+  std::vector<HostPort> coordinators;
   std::string name;                            // for logs and link accounting (default: host:pid)
   std::string site = "local";
   std::string device = "cpu";                  // reported in the join (train.device)

@@ -59,12 +59,15 @@ void add_infrastructure_children(SupervisorSpec& root, std::shared_ptr<storage::
                                  std::shared_ptr<const std::vector<training::Batch>> heldout,
                                  std::shared_ptr<const ModelLayout> layout) {
   root.children.push_back({store_name(), "checkpoint_store", 0,
-                           [=](caf::actor_system& s, const ChildContext&) { return spawn_store_actor(s, store); }});
+                           [=](caf::actor_system& s, const ChildContext&) { return spawn_store_actor(s, store, options->shard); }});
   root.children.push_back({monitor_name(), "failure_monitor", 0,
                            [=](caf::actor_system& s, const ChildContext&) { return spawn_failure_monitor(s, options); }});
   root.children.push_back({syncer_name(), "syncer", 0, [=](caf::actor_system& s, const ChildContext&) {
                              return spawn_syncer(s, SyncerSpec{options, initial_fragments});
                            }});
+  // A syncer shard holds only its own fragments' versions: the model is assembled from every shard's
+  // store (archipelago eval --run-dir per shard), not scored by one of them.
+  if (options->shard.count > 1) return;
   root.children.push_back({evaluator_name(), "evaluator", 0, [=](caf::actor_system& s, const ChildContext&) {
                              return spawn_evaluator(s, EvaluatorSpec{options, heldout, layout});
                            }});

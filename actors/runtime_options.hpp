@@ -59,8 +59,19 @@ struct FaultOptions {
   uint64_t seed = 7;                // of the kill schedule
 };
 
+// Which fragments this process's syncer owns (`coordinator --shard I --shards N`): fragment p
+// belongs to shard p mod N. A shard opens rounds, accepts updates and serves fetches only for its
+// own fragments; its store holds the others at their initial value, which nothing reads. One shard
+// (the default) owns every fragment.
+struct ShardOptions {
+  int index = 0;
+  int count = 1;
+  bool owns(int fragment) const { return count <= 1 || fragment % count == index; }
+};
+
 struct RuntimeOptions {
   training::ReferenceSetup setup;   // model, inner, outer, data, run
+  ShardOptions shard;
   SyncerOptions syncer;
   DetectorOptions detector;
   RestartOptions restart;

@@ -34,6 +34,7 @@ struct PrepareResults {
 
 struct StoreState {
   std::shared_ptr<storage::CheckpointStore> store;
+  ShardOptions shard;  // a learner is served only these fragments
   Outbox outbox{"store"};
   std::map<uint64_t, TicketCommit> tickets;
   std::map<uint64_t, caf::actor> ticket_senders;
@@ -252,6 +253,10 @@ void serve_latest(StoreActor* self, const caf::actor& to, bool as_persist, const
     Welcome welcome{version, static_cast<uint32_t>(latest->fragments.size()), true, ""};
     for (const auto& [fragment, blob] : latest->fragments) {
       welcome.fragment_versions.push_back(version_of(fragment));
+      if (!st.shard.owns(static_cast<int>(fragment))) {
+        skip.insert(fragment);  // another shard's: its owner serves it
+        continue;
+      }
       if (fragment < held.size() && held[fragment] == chunk_checksum(blob.data(), blob.size())) {
         welcome.held_fragments.push_back(fragment);
         skip.insert(fragment);
@@ -287,8 +292,9 @@ void serve_latest(StoreActor* self, const caf::actor& to, bool as_persist, const
   }
 }
 
-caf::behavior store_behavior(StoreActor* self, std::shared_ptr<storage::CheckpointStore> store) {
+caf::behavior store_behavior(StoreActor* self, std::shared_ptr<storage::CheckpointStore> store, ShardOptions shard) {
   self->state.store = std::move(store);
+  self->state.shard = shard;
   return {
       [=](WireBytes& bytes) {
         auto& st = self->state;
@@ -403,8 +409,9 @@ caf::behavior store_behavior(StoreActor* self, std::shared_ptr<storage::Checkpoi
 
 }  // namespace
 
-caf::actor spawn_store_actor(caf::actor_system& system, std::shared_ptr<storage::CheckpointStore> store) {
-  return system.spawn<caf::detached>(store_behavior, std::move(store));
+caf::actor spawn_store_actor(caf::actor_system& system, std::shared_ptr<storage::CheckpointStore> store,
+                             ShardOptions shard) {
+  return system.spawn<caf::detached>(store_behavior, std::move(store), shard);
 }
 
 }  // namespace archipelago::actors

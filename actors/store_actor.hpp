@@ -25,6 +25,8 @@
 // restarted store actor reuses the open database.
 #pragma once
 
+#include "actors/runtime_options.hpp"
+
 #include <memory>
 
 #include <caf/actor.hpp>
@@ -34,6 +36,8 @@
 
 namespace archipelago::actors {
 
-caf::actor spawn_store_actor(caf::actor_system& system, std::shared_ptr<storage::CheckpointStore> store);
+// `shard`: a learner's fetch is served only the fragments this syncer shard owns.
+caf::actor spawn_store_actor(caf::actor_system& system, std::shared_ptr<storage::CheckpointStore> store,
+                             ShardOptions shard = {});
 
 }  // namespace archipelago::actors

@@ -47,6 +47,7 @@ const char* to_string(RejectReason reason) {
     case RejectReason::implausible_claim: return "implausible_claim";
     case RejectReason::non_finite_merge: return "non_finite_merge";
     case RejectReason::outlier: return "outlier";
+    case RejectReason::not_owner: return "not_owner";
   }
   return "unknown";
 }
@@ -426,6 +427,7 @@ std::optional<RejectReason> SyncerCore::screen(const std::string& sender_id, uin
       update.chunk.element_count != static_cast<uint64_t>(fragments_[update.fragment_id].numel)) {
     return RejectReason::wrong_shape;
   }
+  if (!options_.shard.owns(static_cast<int>(update.fragment_id))) return RejectReason::not_owner;
   return std::nullopt;
 }
 
@@ -471,6 +473,10 @@ std::optional<RejectReason> SyncerCore::accept(const UpdateHeader& h, std::vecto
 }
 
 std::optional<RejectReason> SyncerCore::accept(const UpdateHeader& h, Payload payload, double now_s) {
+  if (!options_.shard.owns(static_cast<int>(h.fragment))) {
+    count_reject(RejectReason::not_owner, h.learner_id, 0, h.compute_s);
+    return RejectReason::not_owner;
+  }
   auto& f = fragments_[h.fragment];
   const double share = fragment_share(static_cast<int>(h.fragment));
   const CreditedWork work = credit_work(h.inner_steps, h.tokens, schedule_.largest_period(), tokens_per_step_);
@@ -710,6 +716,7 @@ std::vector<int> SyncerCore::ready_fragments(double now_s, double* next_deadline
   std::vector<int> ready;
   const double grace = grace_s();
   for (int p = 0; p < fragment_count(); ++p) {
+    if (!options_.shard.owns(p)) continue;  // another shard's: never merged here
     update_quorum(p, now_s);  // the quorum shrinks when learners leave
     if (fragment_in_flight(p)) continue;  // looked at again when its commit has landed or failed
     const auto& f = fragments_[p];
@@ -932,7 +939,12 @@ nlohmann::json SyncerCore::status(double now_s) const {
     fragment_versions.push_back(f.version);
     open_rounds.push_back(f.next_round);
   }
+  std::vector<int> owned;
+  for (int p = 0; p < fragment_count(); ++p) {
+    if (options_.shard.owns(p)) owned.push_back(p);
+  }
   return {{"mode", mode_},
+          {"shard", {{"index", options_.shard.index}, {"count", options_.shard.count}, {"fragments", owned}}},
           {"outer_lr", rules_.lr},
           {"outer_momentum", rules_.momentum},
           {"quorum", options_.setup.outer.quorum},

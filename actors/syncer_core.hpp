@@ -49,16 +49,17 @@ namespace archipelago::actors {
 
 // Why an update was refused; each class has its own counter. implausible_claim: it claims 0 inner
 // steps (policy.hpp, credit_work). non_finite_merge: the merge it was part of came out NaN/Inf and
-// was dropped with every contribution it held (SyncerCore::stage).
+// was dropped with every contribution it held (SyncerCore::stage). not_owner: its fragment belongs
+// to another syncer shard (RuntimeOptions::shard).
 enum class RejectReason {
   stale, duplicate, unknown_learner, wrong_shape, non_finite, malformed, unauthenticated, implausible_claim,
-  non_finite_merge, outlier,
+  non_finite_merge, outlier, not_owner,
 };
 inline constexpr RejectReason kRejectReasons[] = {
     RejectReason::stale,      RejectReason::duplicate,       RejectReason::unknown_learner,
     RejectReason::wrong_shape, RejectReason::non_finite,     RejectReason::malformed,
     RejectReason::unauthenticated, RejectReason::implausible_claim, RejectReason::non_finite_merge,
-    RejectReason::outlier,
+    RejectReason::outlier,    RejectReason::not_owner,
 };
 const char* to_string(RejectReason reason);
 // What a message or tensor that did not decode is refused as: non_finite or malformed.

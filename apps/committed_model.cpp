@@ -8,8 +8,17 @@
 namespace archipelago::apps {
 namespace fs = std::filesystem;
 
-std::variant<CommittedModel, LoadFailure> load_committed_model(const std::string& run_dir,
-                                                               std::optional<uint64_t> wanted) {
+namespace {
+
+// One run directory's version, read and verified, before its parameters are laid out.
+struct LoadedVersion {
+  actors::RuntimeOptions runtime;
+  actors::ModelStart start;
+  training::Tokenizer tokenizer;
+  storage::VersionData data;
+};
+
+std::variant<LoadedVersion, LoadFailure> load_version(const std::string& run_dir, std::optional<uint64_t> wanted) {
   const fs::path dir(run_dir);
   if (!fs::is_directory(dir)) return LoadFailure{2, "no run directory " + run_dir};
   if (!fs::exists(dir / "config.toml") || !fs::is_directory(dir / "store")) {
@@ -51,12 +60,75 @@ std::variant<CommittedModel, LoadFailure> load_committed_model(const std::string
     return LoadFailure{1, "version " + std::to_string(version) + " holds " + std::to_string(data->fragments.size()) +
                               " of " + std::to_string(layout.plan.fragments.size()) + " fragments"};
   }
-  auto flat = actors::flat_parameters(layout, *data);
+  return LoadedVersion{std::move(*runtime), std::move(*start), std::move(*tokenizer), std::move(*data)};
+}
+
+std::variant<CommittedModel, LoadFailure> laid_out(LoadedVersion loaded, std::vector<uint64_t> shard_versions) {
+  const uint64_t version = loaded.data.version;
+  auto flat = actors::flat_parameters(*loaded.start.layout, loaded.data);
   if (!flat) return LoadFailure{1, "version " + std::to_string(version) + ": " + flat.error().reason};
   for (float v : *flat) {
     if (!std::isfinite(v)) return LoadFailure{1, "version " + std::to_string(version) + " holds a non-finite parameter"};
   }
-  return CommittedModel{std::move(*runtime), std::move(*start), std::move(*tokenizer), version, std::move(*flat)};
+  return CommittedModel{std::move(loaded.runtime), std::move(loaded.start), std::move(loaded.tokenizer), version,
+                        std::move(*flat), std::move(shard_versions)};
+}
+
+}  // namespace
+
+std::variant<CommittedModel, LoadFailure> load_committed_model(const std::string& run_dir,
+                                                               std::optional<uint64_t> wanted) {
+  auto loaded = load_version(run_dir, wanted);
+  if (auto* failure = std::get_if<LoadFailure>(&loaded)) return *failure;
+  auto& version = std::get<LoadedVersion>(loaded);
+  if (version.runtime.shard.count > 1) {
+    return LoadFailure{2, run_dir + " is syncer shard " + std::to_string(version.runtime.shard.index) + " of " +
+                              std::to_string(version.runtime.shard.count) + ": name every shard's run directory"};
+  }
+  return laid_out(std::move(version), {});
+}
+
+std::variant<CommittedModel, LoadFailure> load_committed_model(const std::vector<std::string>& run_dirs,
+                                                               const std::vector<uint64_t>& wanted) {
+  if (run_dirs.empty()) return LoadFailure{2, "no run directory"};
+  if (!wanted.empty() && wanted.size() != run_dirs.size()) {
+    return LoadFailure{2, "give one version per run directory, or none (the latest of each)"};
+  }
+  auto version_at = [&](size_t i) { return wanted.empty() ? std::nullopt : std::optional<uint64_t>(wanted[i]); };
+  if (run_dirs.size() == 1) return load_committed_model(run_dirs.front(), version_at(0));
+  std::vector<std::optional<LoadedVersion>> shards(run_dirs.size());
+  for (size_t i = 0; i < run_dirs.size(); ++i) {
+    const auto& dir = run_dirs[i];
+    auto loaded = load_version(dir, version_at(i));
+    if (auto* failure = std::get_if<LoadFailure>(&loaded)) return *failure;
+    auto& version = std::get<LoadedVersion>(loaded);
+    const auto shard = version.runtime.shard;
+    if (shard.count != static_cast<int>(run_dirs.size())) {
+      return LoadFailure{2, dir + " is " + (shard.count > 1 ? "shard " + std::to_string(shard.index) + " of " +
+                                                                   std::to_string(shard.count)
+                                                             : std::string("an unsharded run")) +
+                                ", and " + std::to_string(run_dirs.size()) + " run directories were given"};
+    }
+    if (shards[shard.index]) return LoadFailure{2, "two run directories are shard " + std::to_string(shard.index)};
+    shards[shard.index] = std::move(version);
+  }
+  // Shard 0's configuration and model, with every fragment from the shard that owns it.
+  LoadedVersion assembled = std::move(*shards.front());
+  std::vector<uint64_t> versions{assembled.data.version};
+  const auto& plan = assembled.start.layout->plan;
+  for (size_t i = 1; i < shards.size(); ++i) {
+    auto& shard = *shards[i];
+    if (shard.start.layout->plan.fragments.size() != plan.fragments.size() ||
+        shard.tokenizer.hash() != assembled.tokenizer.hash()) {
+      return LoadFailure{2, run_dirs[i] + ": shard " + std::to_string(i) + "'s model or tokenizer is not shard 0's"};
+    }
+    versions.push_back(shard.data.version);
+    for (size_t p = 0; p < plan.fragments.size(); ++p) {
+      if (!shard.runtime.shard.owns(static_cast<int>(p))) continue;
+      assembled.data.fragments[static_cast<uint32_t>(p)] = std::move(shard.data.fragments[static_cast<uint32_t>(p)]);
+    }
+  }
+  return laid_out(std::move(assembled), std::move(versions));
 }
 
 }  // namespace archipelago::apps

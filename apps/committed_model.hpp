@@ -19,8 +19,9 @@ struct CommittedModel {
   actors::RuntimeOptions runtime;  // the run's configuration (config.toml)
   actors::ModelStart start;        // a replica of the run's model (its weights are not yet the version's)
   training::Tokenizer tokenizer;   // the run's (its directory's tokenizer.model, or byte-level)
-  uint64_t version = 0;
+  uint64_t version = 0;            // of a sharded run: shard 0's
   std::vector<float> flat;         // the version's parameters, in the replica's order
+  std::vector<uint64_t> shard_versions;  // of a sharded run: each shard's latest version (empty: unsharded)
 };
 
 struct LoadFailure {
@@ -32,5 +33,10 @@ struct LoadFailure {
 // no retention runs); it fails while a coordinator holds it.
 std::variant<CommittedModel, LoadFailure> load_committed_model(const std::string& run_dir,
                                                                std::optional<uint64_t> version);
+// A sharded run's model (one run directory per syncer shard, in any order): each fragment from the
+// shard that owns it, at that shard's version in `versions` (one per directory, in their order; empty:
+// each shard's latest). A model version of a sharded run is this vector. One directory: as above.
+std::variant<CommittedModel, LoadFailure> load_committed_model(const std::vector<std::string>& run_dirs,
+                                                               const std::vector<uint64_t>& versions);
 
 }  // namespace archipelago::apps

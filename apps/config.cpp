@@ -7,6 +7,7 @@
 #include <map>
 #include <sstream>
 
+#include <nlohmann/json.hpp>
 #include <toml++/toml.h>
 
 #include "common/files.hpp"
@@ -463,6 +464,38 @@ Status record_run_tokenizer(const std::string& run_dir, const training::Tokenize
   return write_file_atomically(path, tokenizer.model());
 }
 
+Expected<actors::ShardOptions> read_run_shard(const std::string& run_dir) {
+  const auto path = std::filesystem::path(run_dir) / "shard.json";
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) return actors::ShardOptions{};
+  auto text = read_whole_file(path.string());
+  if (!text) return text.error();
+  auto j = nlohmann::json::parse(*text, nullptr, false);
+  if (!j.is_object() || !j.contains("index") || !j.contains("count") || !j["index"].is_number_integer() ||
+      !j["count"].is_number_integer() || j["count"].get<int>() < 1 || j["index"].get<int>() < 0 ||
+      j["index"].get<int>() >= j["count"].get<int>()) {
+    return make_error(ErrorCode::invalid_argument, path.string() + " is not {\"index\": I, \"count\": N} with 0 <= I < N");
+  }
+  return actors::ShardOptions{j["index"].get<int>(), j["count"].get<int>()};
+}
+
+Status record_run_shard(const std::string& run_dir, int index, int count) {
+  auto recorded = read_run_shard(run_dir);
+  if (!recorded) return recorded.error();
+  const bool file = std::filesystem::exists(std::filesystem::path(run_dir) / "shard.json");
+  auto name = [](int i, int n) { return n > 1 ? "shard " + std::to_string(i) + " of " + std::to_string(n) : std::string("an unsharded run"); };
+  if (file || std::filesystem::exists(std::filesystem::path(run_dir) / "store")) {
+    if (recorded->index != index || recorded->count != count) {
+      return make_error(ErrorCode::conflict, "the run in " + run_dir + " is " + name(recorded->index, recorded->count) +
+                                                 ", not " + name(index, count));
+    }
+    if (file || count == 1) return {};
+  }
+  if (count == 1) return {};
+  return write_file_atomically((std::filesystem::path(run_dir) / "shard.json").string(),
+                               nlohmann::json{{"index", index}, {"count", count}}.dump() + "\n");
+}
+
 Expected<actors::RuntimeOptions> stored_run_options(const std::string& run_dir) {
   auto file = read_config_file((std::filesystem::path(run_dir) / "config.toml").string());
   if (!file) return file.error();
@@ -470,7 +503,11 @@ Expected<actors::RuntimeOptions> stored_run_options(const std::string& run_dir) 
   if (std::filesystem::exists(run_tokenizer_path(run_dir))) overrides.push_back(tokenizer_override(run_tokenizer_path(run_dir)));
   auto config = load_config(file->text, file->origin, overrides);
   if (!config) return config.error();
-  return to_runtime_options(*config, run_dir, true);
+  auto shard = read_run_shard(run_dir);
+  if (!shard) return shard.error();
+  auto options = to_runtime_options(*config, run_dir, true);
+  options.shard = *shard;
+  return options;
 }
 
 Expected<Config> load_config(const std::optional<std::string>& file_text, const std::string& origin,

@@ -85,6 +85,12 @@ std::string run_tokenizer_path(const std::string& run_dir);
 // when its vocabulary is not the model's, invalid_argument when model.init_from's export was made
 // with another tokenizer.
 Status record_run_tokenizer(const std::string& run_dir, const training::Tokenizer& tokenizer, const Config& config);
+// Which syncer shard a run directory belongs to (<run_dir>/shard.json, {"index": I, "count": N};
+// none: an unsharded run, 0 of 1). invalid_argument: a damaged file.
+Expected<actors::ShardOptions> read_run_shard(const std::string& run_dir);
+// Writes shard.json for a run started as shard I of N (nothing for an unsharded run); conflict when
+// the directory already belongs to another shard, or to an unsharded run that committed versions.
+Status record_run_shard(const std::string& run_dir, int index, int count);
 // The --set override that points data.tokenizer at the SentencePiece model in `path`.
 std::string tokenizer_override(const std::string& path);
 

@@ -102,6 +102,14 @@ int run_coordinator(const CoordinatorArguments& arguments) {
   auto admin_secret = net::load_admin_token(arguments.admin_token_file, false);
   if (!admin_secret) return fail(2, admin_secret.error().reason);
   if (arguments.run_dir.empty()) return fail(2, "--run-dir is required (the same directory resumes the run)");
+  if (arguments.shards < 1 || arguments.shard < 0 || arguments.shard >= arguments.shards) {
+    return fail(2, "--shard " + std::to_string(arguments.shard) + " of --shards " + std::to_string(arguments.shards) +
+                       ": a shard is 0 .. shards-1");
+  }
+  if (arguments.shards > 1 && config->run.mode != "decoupled" && config->run.mode != "async") {
+    return fail(2, "syncer shards need train.mode decoupled or async (each fragment commits on its own), not " +
+                       config->run.mode);
+  }
 
   std::error_code ec;
   fs::create_directories(arguments.run_dir, ec);
@@ -116,10 +124,14 @@ int run_coordinator(const CoordinatorArguments& arguments) {
   auto corpus = training::load_corpus(config->data);
   if (!corpus) return fail(1, "corpus: " + corpus.error().reason);
   if (auto recorded = record_run_tokenizer(arguments.run_dir, corpus->tokenizer, *config); !recorded) return fail(2, recorded.error().reason);
+  if (auto recorded = record_run_shard(arguments.run_dir, arguments.shard, arguments.shards); !recorded) {
+    return fail(2, recorded.error().reason);
+  }
   log->info("corpus loaded in {:.3f} s", std::chrono::duration<double>(std::chrono::steady_clock::now() - corpus_began).count());
 
   actors::CoordinatorOptions options;
   options.runtime = to_runtime_options(*config, arguments.run_dir, false);
+  options.runtime.shard = {arguments.shard, arguments.shards};
   options.secret = std::make_shared<const net::Secret>(std::move(*secret));
   if (*admin_secret) options.admin_secret = std::make_shared<const net::Secret>(std::move(**admin_secret));
   options.listen = *listen;

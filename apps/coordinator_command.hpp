@@ -23,6 +23,7 @@ struct CoordinatorArguments {
   std::optional<std::string> metrics_token_file;  // the read-only credential of /metrics off loopback
   std::optional<std::string> metrics_listen;    // HOST:PORT of /metrics and the status page (none: off)  // the console's secret (else $ARCHIPELAGO_ADMIN_TOKEN_FILE; none: no console)
   std::optional<std::string> site;     // default: the [sites] coordinator, else "local"
+  int shard = 0, shards = 1;           // this process is syncer shard `shard` of `shards`
   bool json = false;
   bool insecure_plaintext = false;  // allow plaintext off loopback (the proof and updates in clear)
 };

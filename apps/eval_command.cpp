@@ -18,7 +18,7 @@ int run_eval(const EvalArguments& arguments) {
     std::fprintf(stderr, "archipelago eval: %s\n", message.c_str());
     return code;
   };
-  if (arguments.run_dir.empty() == arguments.export_dir.empty()) {
+  if (arguments.run_dirs.empty() == arguments.export_dir.empty()) {
     return fail(2, "give one model: --run-dir R (a committed version) or --export DIR");
   }
   if (arguments.batch_size < 1) return fail(2, "--batch-size must be >= 1");
@@ -31,14 +31,22 @@ int run_eval(const EvalArguments& arguments) {
   std::unique_ptr<training::Replica> replica;
   training::Tokenizer tokenizer;
   nlohmann::json source;
-  if (!arguments.run_dir.empty()) {
-    auto loaded = load_committed_model(arguments.run_dir, arguments.version);
+  std::string described;
+  if (!arguments.run_dirs.empty()) {
+    auto loaded = load_committed_model(arguments.run_dirs, arguments.versions);
     if (auto* failure = std::get_if<LoadFailure>(&loaded)) return fail(failure->exit_code, failure->message);
     auto& model = std::get<CommittedModel>(loaded);
     replica = std::move(model.start.replica);
     replica->write_parameters(model.flat);
     tokenizer = model.tokenizer;
-    source = {{"run_dir", arguments.run_dir}, {"version", model.version}};
+    if (model.shard_versions.empty()) {
+      source = {{"run_dir", arguments.run_dirs.front()}, {"version", model.version}};
+      described = "version " + std::to_string(model.version) + " of " + arguments.run_dirs.front();
+    } else {
+      source = {{"run_dirs", arguments.run_dirs}, {"shard_versions", model.shard_versions}};
+      described = "versions " + nlohmann::json(model.shard_versions).dump() + " of the shards " +
+                  nlohmann::json(arguments.run_dirs).dump();
+    }
   } else {
     auto exported = training::read_export(arguments.export_dir);
     if (!exported) return fail(2, exported.error().reason);
@@ -50,13 +58,11 @@ int run_eval(const EvalArguments& arguments) {
     replica->write_parameters(*flat);
     tokenizer = exported->tokenizer;
     source = {{"export", arguments.export_dir}, {"version", exported->version}};
+    described = "export " + arguments.export_dir;
   }
   const auto score = training::score_text(*replica, tokenizer, text, arguments.batch_size);
   std::printf("%s: loss %.4f nats/token, %.4f bits per byte over %lld bytes of %s\n",
-              arguments.run_dir.empty() ? ("export " + arguments.export_dir).c_str()
-                                        : ("version " + std::to_string(source["version"].get<uint64_t>()) + " of " +
-                                           arguments.run_dir).c_str(),
-              score.loss, score.bits_per_byte, static_cast<long long>(score.bytes), arguments.text.c_str());
+              described.c_str(), score.loss, score.bits_per_byte, static_cast<long long>(score.bytes), arguments.text.c_str());
   if (arguments.json) {
     source["text"] = arguments.text;
     source["tokenizer"] = tokenizer.hash();

@@ -81,13 +81,20 @@ int main(int argc, char** argv) {
                                                         "file holding /metrics' read-only token (else $ARCHIPELAGO_METRICS_TOKEN_FILE)");
   coordinator_command->add_option_function<std::string>("--site", [&](const std::string& v) { coordinator.site = v; },
                                                         "this process's site (default: the [sites] coordinator, else local)");
+  coordinator_command->add_option("--shard", coordinator.shard,
+                                  "run syncer shard I of --shards N: it owns fragment p when p mod N = I (default 0)");
+  coordinator_command->add_option("--shards", coordinator.shards,
+                                  "syncer shards of the run, one coordinator process each (default 1); nodes name "
+                                  "every shard's address, shard 0's first");
   coordinator_command->add_flag("--json", coordinator.json, "print a one-line JSON summary as the last line of stdout");
   coordinator_command->add_flag("--insecure-plaintext", coordinator.insecure_plaintext,
                                 "listen without TLS on a non-loopback address (join proofs and updates in clear)");
 
   archipelago::apps::NodeArguments node;
   auto* node_command = app.add_subcommand("node", "run a node: learners that join a coordinator and train");
-  node_command->add_option("--coordinator", node.coordinator, "HOST:PORT of the coordinator")->required();
+  node_command->add_option("--coordinator", node.coordinator,
+                           "HOST:PORT of the coordinator; of a sharded run, every shard's, shard 0's first "
+                           "(comma-separated)")->required();
   node_command->add_option("--learners", node.learners, "learners on this node (default 1)")->check(CLI::PositiveNumber);
   node_command->add_option("--site", node.site, "this node's site, as named in [sites] (default local)");
   node_command->add_option_function<std::string>("--name", [&](const std::string& v) { node.name = v; },
@@ -184,9 +191,10 @@ int main(int argc, char** argv) {
   archipelago::apps::EvalArguments eval;
   auto* eval_command = app.add_subcommand(
       "eval", "loss and bits per byte of a committed version or an export on a text file");
-  eval_command->add_option("--run-dir", eval.run_dir, "a run's directory: score one of its committed versions");
-  eval_command->add_option_function<uint64_t>("--version", [&](uint64_t v) { eval.version = v; },
-                                              "the committed version (default: the latest)");
+  eval_command->add_option("--run-dir", eval.run_dirs,
+                           "a run's directory: score one of its committed versions (a sharded run: once per shard)");
+  eval_command->add_option("--version", eval.versions,
+                           "the committed version (default: the latest; a sharded run: once per --run-dir)");
   eval_command->add_option("--export", eval.export_dir, "an export directory (archipelago export) instead");
   eval_command->add_option("--text", eval.text, "the text file to score")->required();
   eval_command->add_option("--max-bytes", eval.max_bytes, "score only the first N bytes (default: all)");

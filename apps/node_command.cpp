@@ -76,8 +76,14 @@ int run_node(const NodeArguments& arguments) {
   if (arguments.device) overrides.push_back("train.device=" + *arguments.device);
   auto local = load_config(file->text, file->origin, overrides);
   if (!local) return fail(2, "invalid configuration: " + local.error().reason);
-  auto coordinator = actors::parse_host_port(arguments.coordinator);
-  if (!coordinator) return fail(2, "--coordinator " + coordinator.error().reason);
+  std::vector<actors::HostPort> coordinators;
+  std::stringstream addresses(arguments.coordinator);
+  for (std::string address; std::getline(addresses, address, ',');) {
+    auto coordinator = actors::parse_host_port(address);
+    if (!coordinator) return fail(2, "--coordinator " + coordinator.error().reason);
+    coordinators.push_back(*coordinator);
+  }
+  if (coordinators.empty()) return fail(2, "--coordinator: no address");
   auto secret = net::load_token(arguments.token_file);
   if (!secret) return fail(2, secret.error().reason);
   init_logging({"node", local->log_level, arguments.log_file.value_or("")});
@@ -88,7 +94,7 @@ int run_node(const NodeArguments& arguments) {
   }
 
   actors::NodeOptions options;
-  options.coordinator = *coordinator;
+  options.coordinators = std::move(coordinators);
   options.name = arguments.name.value_or("");
   options.site = arguments.site;
   options.learners = arguments.learners;

@@ -8,7 +8,7 @@
 namespace archipelago::apps {
 
 struct NodeArguments {
-  std::string coordinator;             // HOST:PORT
+  std::string coordinator;             // HOST:PORT; a sharded run: every shard's, comma-separated, shard 0 first
   int learners = 1;
   std::string site = "local";
   std::optional<std::string> name;     // default host:pid

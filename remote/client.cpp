@@ -478,6 +478,8 @@ Expected<NodeSession> NodePlane::join(const net::Secret& secret, NodeJoin reques
           auto tokenizer = answer.getTokenizer();
           session.tokenizer_model.assign(reinterpret_cast<const char*>(tokenizer.begin()), tokenizer.size());
           session.first_learner = answer.getFirstLearner();
+          session.shard = answer.getShard();
+          session.shards = std::max(1, answer.getShards());
           if (!response.hasSession()) {
             connection->close();
             return session;

@@ -51,6 +51,7 @@ struct NodeSession {
   std::string config_toml, topology_toml, coordinator_site;
   std::string tokenizer_model;  // the run's SentencePiece model ("" for byte-level)
   int first_learner = -1;
+  int shard = 0, shards = 1;  // the syncer shard that answered (it owns fragment p when p mod shards = shard)
   caf::actor link;            // null when refused
   std::string key;            // what the facades and the watcher use in this process
 };

@@ -37,6 +37,8 @@ struct JoinAnswer {
   coordinatorSite @3 :Text;
   firstLearner @4 :Int32;
   tokenizer @5 :Data;         # the run's SentencePiece model (empty: byte-level), to admitted nodes only
+  shard @6 :Int32;            # this coordinator is syncer shard `shard` of `shards`: it owns fragment p
+  shards @7 :Int32;           #   when p mod shards = shard (0 shards: an unsharded coordinator, 1)
 }
 
 # A node's session. `learner` is the node's handle of one learner incarnation (a small number the

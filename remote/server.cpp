@@ -420,6 +420,8 @@ class GatewayImpl final : public wire::Gateway::Server {
           answer.setTopologyToml(topology);
           answer.setCoordinatorSite(site);
           answer.setFirstLearner(first);
+          answer.setShard(c->server->spec.shard);
+          answer.setShards(c->server->spec.shards);
           if (link) {
             const std::string& model = c->server->spec.tokenizer_model;
             answer.setTokenizer(kj::arrayPtr(reinterpret_cast<const kj::byte*>(model.data()), model.size()));

@@ -48,6 +48,7 @@ struct ServerSpec {
   bool insecure_plaintext = false;                    // allow plaintext off loopback
   EdgeLimits limits;
   std::string tokenizer_model;                        // sent to every admitted node (empty: byte-level)
+  int shard = 0, shards = 1;                          // the syncer shard this port serves (JoinAnswer)
 };
 
 class Server {
