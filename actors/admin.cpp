@@ -153,10 +153,10 @@ Expected<nlohmann::json> execute(caf::actor_system& system, const AdminSpec& spe
       };
       // The syncer's tunables as they are now, what its updates came in, what it refused, by reason,
       // what screening clipped and refused, and the model version as its fragments' versions, with
-      // the fragments whose commit is under way (null while it restarts).
+      // the fragments whose commit is under way, and which syncer shard this is (null while it restarts).
       for (const char* key : {"outer_lr", "outer_momentum", "quorum", "inner_steps", "uplink_codec", "downlink_codec",
                               "updates_by_codec", "updates_by_period", "rejected", "screening", "fragment_versions",
-                              "fragments_in_flight"}) {
+                              "fragments_in_flight", "shard"}) {
         answer[key] = syncer.contains(key) ? syncer[key] : nlohmann::json(nullptr);
       }
       return answer;

@@ -333,6 +333,8 @@ Expected<nlohmann::json> Coordinator::run(const std::function<bool()>& stop_requ
       const auto ledger = ledger_from_status(impl.ledger_wall_s(), slot_ids, monitor, syncer, impl.accounting_at_start);
       auto p = operator_sample(now, start_version.value_or(0), syncer, monitor, evaluator, ledger);
       p["tokens"] = tokens_merged(syncer);
+      p["shard"] = impl.runtime->shard.index;
+      p["shards"] = impl.runtime->shard.count;
       p["alive"] = monitor.value("alive", 0);
       p["nodes"] = field(gateway, "nodes").size();
       p["bytes_cross_site"] = traffic.cross_site().bytes_sent + traffic.cross_site().bytes_received;

@@ -57,11 +57,16 @@ using SyncerActor = caf::stateful_actor<SyncerState>;
 
 caf::actor lookup(SyncerActor* self, caf::atom_value name) { return Directory::get(self->system(), name); }
 
+// The spec's store, else the one registered as the process's store (a restarted store is found again).
+caf::actor store_of(SyncerActor* self) {
+  return self->state.spec.store ? self->state.spec.store : lookup(self, store_name());
+}
+
 void handle(SyncerActor* self, WireBytes&& bytes, const caf::actor& sender);
 
 void request_restore(SyncerActor* self) {
   auto& st = self->state;
-  auto store = lookup(self, store_name());
+  auto store = store_of(self);
   st.restore_requested_s = st.now();
   if (!store) return;  // retried on the next tick
   st.restore_broadcast.assign(st.core->fragment_count(), {});
@@ -74,7 +79,7 @@ void request_restore(SyncerActor* self) {
 // Streams a staged commit's blobs to the store under its ticket and asks for them to be prepared.
 void send_persist(SyncerActor* self, const StagedCommit& commit) {
   auto& st = self->state;
-  auto store = lookup(self, store_name());
+  auto store = store_of(self);
   if (!store) return;  // the commit times out and is rolled back
   auto send_tensor = [&](int fragment, const std::vector<float>& values, PersistKind kind) {
     auto encoded = float_bytes(values);
@@ -108,7 +113,7 @@ void record_next(SyncerActor* self) {
       st.to_record.pop_front();
       continue;
     }
-    auto store = lookup(self, store_name());
+    auto store = store_of(self);
     if (!store) return;  // tried again at the next answer or timeout; past 30 s it is rolled back
     st.to_record.pop_front();
     StagedCommit& commit = it->second;
@@ -131,7 +136,7 @@ void record_next(SyncerActor* self) {
 // Tells the store that ticket `ticket` is given up: what it prepared for it is dropped.
 void abandon_ticket(SyncerActor* self, uint64_t ticket) {
   auto& st = self->state;
-  auto store = lookup(self, store_name());
+  auto store = store_of(self);
   auto abandon = st.outbox.wrap(Persisted{0, false, "given up", ticket});
   if (store && abandon) self->send(store, std::move(*abandon));
 }

@@ -36,6 +36,9 @@ struct SyncerSpec {
   std::shared_ptr<const RuntimeOptions> options;
   // θ of every fragment for a fresh run (version 1); ignored when the store has a version.
   std::shared_ptr<const std::vector<std::vector<float>>> initial_fragments;
+  // Its checkpoint store actor (null: the process's, looked up by name at each use). One process
+  // with several syncer shards (bench/syncer) gives each its own.
+  caf::actor store;
 };
 
 caf::actor spawn_syncer(caf::actor_system& system, SyncerSpec spec);

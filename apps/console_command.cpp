@@ -184,8 +184,15 @@ int run_console(const ConsoleArguments& arguments) {
   if (!file) return fail(2, file.error().reason);
   auto local = load_config(file->text, file->origin, {});
   if (!local) return fail(2, "invalid configuration: " + local.error().reason);
-  auto target = actors::parse_host_port(arguments.target);
-  if (!target) return fail(2, arguments.target + ": " + target.error().reason);
+  // A sharded run: every syncer shard's address, shard 0's first (as a node names them).
+  std::vector<actors::HostPort> targets;
+  std::stringstream addresses(arguments.target);
+  for (std::string address; std::getline(addresses, address, ',');) {
+    auto target = actors::parse_host_port(address);
+    if (!target) return fail(2, address + ": " + target.error().reason);
+    targets.push_back(*target);
+  }
+  if (targets.empty()) return fail(2, "no coordinator address");
   if (arguments.command && arguments.command->rfind("help", 0) != 0) {
     auto checked = parse_command(*arguments.command, 0);  // a typo fails here, before any session
     if (!checked) return fail(2, checked.error().reason);
@@ -195,14 +202,19 @@ int run_console(const ConsoleArguments& arguments) {
   const auto transport = transport_options(local->net);
 
   if (auto status = actors::validate_transport(transport); !status) return fail(2, status.error().reason);
-  remote::Endpoint endpoint{target->host, target->port, actors::tls_files(transport), arguments.insecure_plaintext,
-                            actors::edge_limits(transport)};
-  auto session = remote::AdminClient::open(std::move(endpoint), **token, 10);
-  if (!session) {
-    if (session.error().code == ErrorCode::conflict) {
-      return fail(3, "the coordinator refused the admin session: " + session.error().reason);
+  std::vector<std::unique_ptr<remote::AdminClient>> sessions;
+  for (const auto& target : targets) {
+    remote::Endpoint endpoint{target.host, target.port, actors::tls_files(transport), arguments.insecure_plaintext,
+                              actors::edge_limits(transport)};
+    auto session = remote::AdminClient::open(std::move(endpoint), **token, 10);
+    if (!session) {
+      const std::string where = target.host + ":" + std::to_string(target.port) + ": ";
+      if (session.error().code == ErrorCode::conflict) {
+        return fail(3, where + "the coordinator refused the admin session: " + session.error().reason);
+      }
+      return fail(session.error().code == ErrorCode::invalid_argument ? 2 : 1, where + session.error().reason);
     }
-    return fail(session.error().code == ErrorCode::invalid_argument ? 2 : 1, session.error().reason);
+    sessions.push_back(std::move(*session));
   }
 
   actors::Outbox outbox("console");
@@ -221,38 +233,45 @@ int run_console(const ConsoleArguments& arguments) {
     if (!command) return fail(2, command.error().reason);
     auto bytes = outbox.wrap(*command);
     if (!bytes) return fail(1, bytes.error().to_string());
-    int code = 1;
-    auto answered = (*session)->request(*bytes, 30);
-    if (!answered) {
-      code = fail(1, name + ": " + answered.error().reason);
-    } else {
-            [&](actors::WireBytes& answer) {
-              auto envelope = actors::unwrap(std::move(answer));
-              const auto* reply = envelope ? std::get_if<messages::AdminReply>(&envelope->body) : nullptr;
-              if (!reply) {
-                code = fail(1, "malformed answer from the coordinator");
-                return;
-              }
-              if (!reply->ok) {
-                code = fail(1, name + ": " + reply->text);
-                return;
-              }
-              auto json = nlohmann::json::parse(reply->json, nullptr, false);
-              if (json.is_discarded()) {
-                code = fail(1, name + ": the answer is not JSON");
-                return;
-              }
-              std::printf("%s\n", arguments.json ? json.dump().c_str() : json.dump(2).c_str());
-              code = 0;
-            }(*answered);
+    // A learner's or a node's control goes through shard 0 only (the node obeys it once); everything
+    // else is asked of every shard, each answering for its own fragments, versions and store.
+    const bool learner_control = command->verb == messages::AdminVerb::kill_learner ||
+                                 command->verb == messages::AdminVerb::kill_node ||
+                                 command->verb == messages::AdminVerb::restart_learner ||
+                                 command->verb == messages::AdminVerb::pause || command->verb == messages::AdminVerb::resume ||
+                                 command->verb == messages::AdminVerb::throttle ||
+                                 command->verb == messages::AdminVerb::corrupt_update;
+    const size_t asked = learner_control ? 1 : sessions.size();
+    nlohmann::json answers = nlohmann::json::array();
+    for (size_t k = 0; k < asked; ++k) {
+      const std::string where = sessions.size() > 1 ? "shard " + std::to_string(k) + ": " : "";
+      auto answered = sessions[k]->request(*bytes, 30);
+      if (!answered) return fail(1, where + name + ": " + answered.error().reason);
+      auto envelope = actors::unwrap(std::move(*answered));
+      const auto* reply = envelope ? std::get_if<messages::AdminReply>(&envelope->body) : nullptr;
+      if (!reply) return fail(1, where + "malformed answer from the coordinator");
+      if (!reply->ok) return fail(1, where + name + ": " + reply->text);
+      auto json = nlohmann::json::parse(reply->json, nullptr, false);
+      if (json.is_discarded()) return fail(1, where + name + ": the answer is not JSON");
+      answers.push_back(std::move(json));
     }
+    nlohmann::json shown = answers.front();
+    if (sessions.size() > 1) {
+      shown = {{"shards", nlohmann::json::array()}};
+      for (size_t k = 0; k < answers.size(); ++k) {
+        shown["shards"].push_back({{"shard", k}, {"target", targets[k].host + ":" + std::to_string(targets[k].port)},
+                                   {"answer", answers[k]}});
+      }
+    }
+    std::printf("%s\n", arguments.json ? shown.dump().c_str() : shown.dump(2).c_str());
     std::fflush(stdout);
-    return code;
+    return 0;
   };
 
   if (arguments.command) return run_one(*arguments.command);
   // The prompt: libedit's line editing, history (kept in ~/.archipelago_history) and tab completion.
-  std::printf("connected to %s; help lists the commands, tab completes them\n", arguments.target.c_str());
+  std::printf("connected to %s%s; help lists the commands, tab completes them\n", arguments.target.c_str(),
+              sessions.size() > 1 ? " (every syncer shard; a learner's or node's control goes through shard 0)" : "");
   const char* home = std::getenv("HOME");
   const std::string history = home ? std::string(home) + "/.archipelago_history" : "";
   rl_readline_name = const_cast<char*>("archipelago");

@@ -125,7 +125,9 @@ int main(int argc, char** argv) {
 
   archipelago::apps::ConsoleArguments console;
   auto* console_command = app.add_subcommand("console", "inspect a running coordinator: a prompt, or one command with -c");
-  console_command->add_option("target", console.target, "HOST:PORT of the coordinator")->required();
+  console_command->add_option("target", console.target,
+                              "HOST:PORT of the coordinator; of a sharded run, every shard's, comma-separated, shard 0 "
+                              "first")->required();
   console_command->add_option("-c,--command", console.command, "run one command, print its answer, exit (non-zero on error)");
   console_command->add_flag("--json", console.json, "print answers as one JSON line");
   console_command->add_flag("--insecure-plaintext", console.insecure_plaintext,

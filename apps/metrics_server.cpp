@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <sstream>
@@ -126,6 +127,11 @@ std::string MetricsBoard::prometheus() const {
   const uint64_t version = whole(p, "version");
   family(out, "archipelago_committed_version", "gauge", "Latest committed global version.");
   out << "archipelago_committed_version " << version << "\n";
+  // Which syncer shard this coordinator is: a sharded run's model is every shard's fragments, each
+  // shard's /metrics scraped as its own target (versions are per shard).
+  family(out, "archipelago_syncer_shard_info", "gauge", "This coordinator is syncer shard `shard` of `shards` (1 of 1: unsharded).");
+  out << "archipelago_syncer_shard_info{shard=\"" << whole(p, "shard") << "\",shards=\"" << std::max<int64_t>(1, whole(p, "shards"))
+      << "\"} 1\n";
   family(out, "archipelago_fragment_version", "gauge",
          "Committed version of each fragment: the model version is the vector of these (fragments commit independently).");
   const auto fragment_versions = part(p, "fragment_versions", true);

@@ -2,7 +2,7 @@
 // bandwidth limit.
 //
 //   bench_syncer [--params 25000000,250000000] [--learners 4,16,64] [--fragments 4] [--rounds 2]
-//                [--codec int4] [--dir DIR] [--out FILE]
+//                [--shards 1,2] [--codec int4] [--dir DIR] [--out FILE]
 //
 // Per configuration (model size × learners), in one process: a real syncer actor and a real
 // checkpoint store actor over RocksDB (synced commits, the last 2 versions kept), and M synthetic
@@ -17,6 +17,10 @@
 // rate, measured in the same run; the commit (last fold → version visible: stage, outer step,
 // downlink encoding, persist, broadcast); the syncer's CPU seconds (process CPU minus this thread's);
 // and peak RSS above the process before the actors started, in fp32 copies of the model.
+// With --shards S the fragments are owned by S syncer shards (fragment p by shard p mod S), each a
+// syncer actor with its own store actor and RocksDB directory, in this one process; every learner
+// joins each, sends each fragment's update to its owner, and has one update in flight per shard
+// (one shard: one at a time, as above). The figures then sum over the shards (commits, folds).
 // Each configuration prints one JSON line; --out appends them to a file.
 #include <sys/resource.h>
 #include <time.h>
@@ -116,9 +120,21 @@ struct Config {
   int learners = 0;
   int fragments = 4;
   int rounds = 2;
+  int shards = 1;  // syncer shards, each its own syncer and store actor owning fragments p mod shards
   messages::Codec codec = messages::Codec::int4_uniform;
   std::string dir;
 };
+
+// The status of one syncer actor (not looked up by name: a sharded run has several).
+Expected<nlohmann::json> ask_admin_of(caf::actor_system& system, const caf::actor& syncer, double timeout_s) {
+  caf::scoped_actor self{system};
+  Expected<nlohmann::json> out = make_error(ErrorCode::unavailable, "no answer from the syncer");
+  self->request(syncer, std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000)), admin_atom::value,
+                admin_request("bench", "status"))
+      .receive([&](WireBytes& bytes) { out = read_admin_reply(std::move(bytes)); },
+               [&](caf::error& e) { out = make_error(ErrorCode::unavailable, system.render(e)); });
+  return out;
+}
 
 Expected<nlohmann::json> run(const Config& c, double copy_rate) {
   std::error_code ec;
@@ -157,8 +173,20 @@ Expected<nlohmann::json> run(const Config& c, double copy_rate) {
   }
   const int64_t rss_before_kb = status_kb("VmRSS");
 
-  auto store = open_run_store(*options);
-  if (!store) return store.error();
+  // One store (its own directory) and one syncer per shard, each owning fragments p mod shards.
+  std::vector<std::shared_ptr<RuntimeOptions>> shard_options;
+  std::vector<std::shared_ptr<storage::CheckpointStore>> stores;
+  for (int k = 0; k < c.shards; ++k) {
+    auto o = std::make_shared<RuntimeOptions>(*options);
+    o->shard = {k, c.shards};
+    if (c.shards > 1) o->run_dir = c.dir + "/shard-" + std::to_string(k);
+    std::filesystem::create_directories(o->run_dir, ec);
+    auto store = open_run_store(*o);
+    if (!store) return store.error();
+    stores.push_back(std::move(*store));
+    shard_options.push_back(std::move(o));
+  }
+  auto owner = [&](int p) { return p % c.shards; };
   caf::actor_system_config config;
   config.set("scheduler.max-threads", size_t{2});
   config.set("logger.console-verbosity", caf::atom("quiet"));
@@ -168,43 +196,47 @@ Expected<nlohmann::json> run(const Config& c, double copy_rate) {
     caf::actor_system system{config};
     auto initial = std::make_shared<std::vector<std::vector<float>>>();
     for (int64_t n : sizes) initial->emplace_back(static_cast<size_t>(n), 0.0f);
-    auto store_actor = spawn_store_actor(system, *store);
-    Directory::put(system, store_name(), store_actor);
-    auto syncer = spawn_syncer(system, SyncerSpec{options, initial});
-    Directory::put(system, syncer_name(), syncer);
-    initial.reset();  // the syncer holds its own copy
+    std::vector<caf::actor> store_actors, syncers;
+    for (int k = 0; k < c.shards; ++k) {
+      store_actors.push_back(spawn_store_actor(system, stores[k], shard_options[k]->shard));
+      syncers.push_back(spawn_syncer(system, SyncerSpec{shard_options[k], initial, store_actors.back()}));
+      auto ready = Clock::now();
+      while (true) {
+        auto st = ask_admin_of(system, syncers.back(), 600);
+        if (st && st->value("phase", "") == "ready") break;
+        if (since(ready) > 300) return make_error(ErrorCode::unavailable, "the syncer did not get ready");
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+    }
+    initial.reset();  // the syncers hold their own copies
 
     caf::scoped_actor self{system};
     std::vector<Outbox> outboxes;
     for (int m = 0; m < c.learners; ++m) outboxes.emplace_back(learner_id(m));
-    // Wait for version 1, then join every learner.
-    auto started = Clock::now();
-    while (true) {
-      auto st = ask_admin(system, syncer_name(), "bench", "status", {}, 600);
-      if (st && st->value("phase", "") == "ready") break;
-      if (since(started) > 300) return make_error(ErrorCode::unavailable, "the syncer did not get ready");
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
+    // Every learner joins every shard.
     for (int m = 0; m < c.learners; ++m) {
       auto join = outboxes[static_cast<size_t>(m)].wrap(
           messages::Join{learner_id(m), "bench", "bench", "cpu", 0, options->syncer.auth_token});
       if (!join) return join.error();
-      self->send(syncer, std::move(*join));
+      for (auto& syncer : syncers) self->send(syncer, *join);
     }
-    auto joined = ask_admin(system, syncer_name(), "bench", "status", {}, 600);
-    if (!joined || joined->value("active_learners", 0) != c.learners) {
-      return make_error(ErrorCode::unavailable, "not every synthetic learner joined");
+    for (auto& syncer : syncers) {
+      auto joined = ask_admin_of(system, syncer, 600);
+      if (!joined || joined->value("active_learners", 0) != c.learners) {
+        return make_error(ErrorCode::unavailable, "not every synthetic learner joined");
+      }
     }
     drain(self);
     reset_peak_rss();
-    uint64_t version = 1;
-    double fold_before = 0;
+    std::vector<uint64_t> versions(static_cast<size_t>(c.shards), 1);
+    std::vector<double> fold_before(static_cast<size_t>(c.shards), 0);
     for (int r = 0; r < c.rounds; ++r) {
       const double cpu0 = process_cpu_s(), own0 = thread_cpu_s();
       const auto t0 = Clock::now();
       int64_t sent_bytes = 0;
       for (int m = 0; m < c.learners; ++m) {
         for (int p = 0; p < c.fragments; ++p) {
+          const uint64_t version = versions[static_cast<size_t>(owner(p))];
           const auto& payload = payloads[static_cast<size_t>(m % distinct)][static_cast<size_t>(p)];
           auto chunks = outboxes[static_cast<size_t>(m)].wrap_tensor(
               c.codec, static_cast<uint64_t>(sizes[p]), payload, [&](messages::TensorChunk chunk) -> messages::Message {
@@ -223,64 +255,76 @@ Expected<nlohmann::json> run(const Config& c, double copy_rate) {
           if (!chunks) return chunks.error();
           for (auto& bytes : *chunks) {
             sent_bytes += static_cast<int64_t>(bytes.size());
-            self->send(syncer, std::move(bytes));
+            self->send(syncers[static_cast<size_t>(owner(p))], std::move(bytes));
           }
-          // Answered after the update's chunks: the update has been folded (or refused). A `set` of a
-          // key that is not tunable is refused at once and changes nothing: a cheaper echo than status.
-          bool answered = false;
-          self->request(syncer, std::chrono::seconds(600), tune_atom::value, std::string("bench.echo"), std::string())
-              .receive([&](bool, const std::string&, const std::string&) { answered = true; },
-                       [&](caf::error&) {});
-          if (!answered) return make_error(ErrorCode::unavailable, "the syncer did not answer");
+          // One update in flight per shard: once each shard has one (fragments p mod shards), wait for
+          // their answers. An answer comes after the update's chunks: the update has been folded (or
+          // refused). A `set` of a key that is not tunable is refused at once and changes nothing: a
+          // cheaper echo than status. One shard: one update in flight at a time.
+          if ((p + 1) % c.shards != 0 && p != c.fragments - 1) continue;
+          for (int q = p - p % c.shards; q <= p; ++q) {
+            bool answered = false;
+            self->request(syncers[static_cast<size_t>(owner(q))], std::chrono::seconds(600), tune_atom::value,
+                          std::string("bench.echo"), std::string())
+                .receive([&](bool, const std::string&, const std::string&) { answered = true; },
+                         [&](caf::error&) {});
+            if (!answered) return make_error(ErrorCode::unavailable, "the syncer did not answer");
+          }
         }
         drain(self);
       }
       const double merge_s = since(t0);
       const auto t1 = Clock::now();
-      nlohmann::json last;
-      int64_t broadcast_bytes = 0;
-      while (true) {
-        auto st = ask_admin(system, syncer_name(), "bench", "status", {}, 600);
-        if (!st) return st.error();
-        broadcast_bytes += drain(self);
-        // Every fragment of the round committed: nothing pending, nothing in flight.
-        if (st->value("version", uint64_t{0}) > version && !st->value("commit_in_flight", true) &&
-            st->value("pending", int64_t{1}) == 0) {
-          last = *st;
-          break;
+      int64_t broadcast_bytes = 0, commits = 0, rejected = 0, clipped = 0;
+      double fold_s = 0;
+      for (int k = 0; k < c.shards; ++k) {
+        auto& version = versions[static_cast<size_t>(k)];
+        nlohmann::json last;
+        while (true) {
+          auto st = ask_admin_of(system, syncers[static_cast<size_t>(k)], 600);
+          if (!st) return st.error();
+          broadcast_bytes += drain(self);
+          // Every fragment of the round committed: nothing pending, nothing in flight.
+          if (st->value("version", uint64_t{0}) > version && !st->value("commit_in_flight", true) &&
+              st->value("pending", int64_t{1}) == 0) {
+            last = *st;
+            break;
+          }
+          if (since(t1) > 600) return make_error(ErrorCode::unavailable, "no commit within 600 s");
+          std::this_thread::sleep_for(std::chrono::milliseconds(5));
         }
-        if (since(t1) > 600) return make_error(ErrorCode::unavailable, "no commit within 600 s");
-        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        version = last.value("version", version + 1);
+        commits += last.value("commits", int64_t{0});
+        rejected += last.value("rejected_total", int64_t{0});
+        clipped += last["screening"].value("clipped", int64_t{0});
+        fold_s += last.value("fold_s", 0.0) - fold_before[static_cast<size_t>(k)];  // the syncers' norms and folds alone
+        fold_before[static_cast<size_t>(k)] = last.value("fold_s", 0.0);
       }
       const double commit_s = since(t1);
-      version = last.value("version", version + 1);
       const double syncer_cpu_s = (process_cpu_s() - cpu0) - (thread_cpu_s() - own0);
       const int updates = c.learners * c.fragments;
       // One fused pass per update over its fragment: read the int4 payload, read and write the fp32
       // sum; memcpy moves 2 bytes of traffic per byte copied.
       const double pass_bytes = static_cast<double>(c.params) * (0.5 + 8.0) * c.learners;
       const double limit_s = pass_bytes / (2.0 * copy_rate);
-      const double fold_s = last.value("fold_s", 0.0) - fold_before;  // the syncer's norms and folds alone
-      fold_before = last.value("fold_s", 0.0);
-      rounds.push_back({{"round", r + 1}, {"version", version}, {"updates", updates},
-                        {"commits", last.value("commits", int64_t{0})},
+      rounds.push_back({{"round", r + 1}, {"versions", versions}, {"updates", updates},
+                        {"commits", commits},
                         {"updates_per_s", updates / merge_s}, {"merge_s", merge_s}, {"limit_s", limit_s},
                         {"merge_vs_limit", merge_s / limit_s}, {"fold_s", fold_s}, {"fold_vs_limit", fold_s / limit_s},
                         {"commit_s", commit_s},
                         {"syncer_cpu_s", syncer_cpu_s}, {"uplink_bytes", sent_bytes},
-                        {"rejected", last.value("rejected_total", int64_t{0})},
-                        {"clipped", last["screening"].value("clipped", int64_t{0})}});
+                        {"rejected", rejected}, {"clipped", clipped}});
       std::fprintf(stderr, "  M=%d params=%lld round %d: %.1f updates/s, merge %.2f s (limit %.2f s, %.1fx; "
                    "folds %.2f s, %.1fx), commit %.2f s, syncer cpu %.2f s\n", c.learners,
                    static_cast<long long>(c.params), r + 1, updates / merge_s, merge_s, limit_s, merge_s / limit_s,
                    fold_s, fold_s / limit_s, commit_s, syncer_cpu_s);
     }
     peak_kb = status_kb("VmHWM");
-    self->send_exit(syncer, caf::exit_reason::user_shutdown);
-    self->send_exit(store_actor, caf::exit_reason::user_shutdown);
+    for (auto& syncer : syncers) self->send_exit(syncer, caf::exit_reason::user_shutdown);
+    for (auto& store_actor : store_actors) self->send_exit(store_actor, caf::exit_reason::user_shutdown);
   }
   const double model_copy_kb = static_cast<double>(c.params) * 4 / 1024;
-  nlohmann::json out = {{"params", c.params}, {"learners", c.learners}, {"fragments", c.fragments},
+  nlohmann::json out = {{"params", c.params}, {"learners", c.learners}, {"fragments", c.fragments}, {"shards", c.shards},
                         {"codec", messages::codec_name(c.codec)}, {"memcpy_gb_per_s", copy_rate / 1e9},
                         {"rss_before_mib", rss_before_kb / 1024}, {"peak_rss_mib", peak_kb / 1024},
                         {"peak_above_before_fp32_copies", (peak_kb - rss_before_kb) / model_copy_kb},
@@ -292,7 +336,7 @@ Expected<nlohmann::json> run(const Config& c, double copy_rate) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::vector<int64_t> params{25'000'000, 250'000'000}, learners{4, 16, 64};
+  std::vector<int64_t> params{25'000'000, 250'000'000}, learners{4, 16, 64}, shard_counts{1};
   Config base;
   std::string codec = "int4", out_path;
   base.dir = (std::filesystem::temp_directory_path() / "bench-syncer").string();
@@ -302,6 +346,7 @@ int main(int argc, char** argv) {
     else if (flag == "--learners") learners = parse_list(value);
     else if (flag == "--fragments") base.fragments = std::stoi(value);
     else if (flag == "--rounds") base.rounds = std::stoi(value);
+    else if (flag == "--shards") shard_counts = parse_list(value);
     else if (flag == "--codec") codec = value;
     else if (flag == "--dir") base.dir = value;
     else if (flag == "--out") out_path = value;
@@ -323,18 +368,21 @@ int main(int argc, char** argv) {
   std::fprintf(stderr, "memcpy: %.2f GB/s\n", rate / 1e9);
   for (int64_t n : params) {
     for (int64_t m : learners) {
-      Config c = base;
-      c.params = n;
-      c.learners = static_cast<int>(m);
-      auto result = run(c, rate);
-      if (!result) {
-        std::fprintf(stderr, "params %lld, %lld learners: %s\n", static_cast<long long>(n), static_cast<long long>(m),
-                     result.error().to_string().c_str());
-        return 1;
+      for (int64_t shards : shard_counts) {
+        Config c = base;
+        c.params = n;
+        c.learners = static_cast<int>(m);
+        c.shards = static_cast<int>(shards);
+        auto result = run(c, rate);
+        if (!result) {
+          std::fprintf(stderr, "params %lld, %lld learners, %lld shards: %s\n", static_cast<long long>(n),
+                       static_cast<long long>(m), static_cast<long long>(shards), result.error().to_string().c_str());
+          return 1;
+        }
+        std::printf("%s\n", result->dump().c_str());
+        std::fflush(stdout);
+        if (!out_path.empty()) std::ofstream(out_path, std::ios::app) << result->dump() << "\n";
       }
-      std::printf("%s\n", result->dump().c_str());
-      std::fflush(stdout);
-      if (!out_path.empty()) std::ofstream(out_path, std::ios::app) << result->dump() << "\n";
     }
   }
   return 0;

@@ -15,14 +15,16 @@ import report_section  # noqa: E402
 def main(path):
     rows = [json.loads(line) for line in open(path) if line.strip()]
     folds = all("fold_s" in r["rounds"][-1] for r in rows)
-    print("| parameters | learners | updates/s | merge s | limit s | merge ÷ limit |"
+    sharded = any(r.get("shards", 1) != 1 for r in rows)
+    print("| parameters | learners |" + (" shards |" if sharded else "") + " updates/s | merge s | limit s | merge ÷ limit |"
           + (" folds s | folds ÷ limit |" if folds else "")
           + " commit s | round s | syncer CPU s | peak RSS MiB | peak above start, fp32 copies |")
-    print("|---:|---:|---:|---:|---:|---:|" + ("---:|---:|" if folds else "") + "---:|---:|---:|---:|---:|")
+    print("|---:|---:|" + ("---:|" if sharded else "") + "---:|---:|---:|---:|" + ("---:|---:|" if folds else "") + "---:|---:|---:|---:|---:|")
     for r in rows:
         last = r["rounds"][-1]  # the first round pays for first-touch allocations
         fold = f" {last['fold_s']:.2f} | {last['fold_vs_limit']:.1f} |" if folds else ""
-        print(f"| {r['params'] / 1e6:.0f} M | {r['learners']} | {last['updates_per_s']:.1f} | {last['merge_s']:.2f} "
+        shards = f" {r.get('shards', 1)} |" if sharded else ""
+        print(f"| {r['params'] / 1e6:.0f} M | {r['learners']} |{shards} {last['updates_per_s']:.1f} | {last['merge_s']:.2f} "
               f"| {last['limit_s']:.2f} | {last['merge_vs_limit']:.1f} |{fold} {last['commit_s']:.2f} "
               f"| {last['merge_s'] + last['commit_s']:.2f} "
               f"| {last['syncer_cpu_s']:.2f} | {r['peak_rss_mib']} | {r['peak_above_before_fp32_copies']:.2f} |")
@@ -31,7 +33,7 @@ def main(path):
           f"of {len(rows[0]['rounds'])}.")
     # Extrapolation, linear in parameters, from the row with the most learners at the largest size.
     largest = max(r["params"] for r in rows)
-    row = max((r for r in rows if r["params"] == largest), key=lambda r: r["learners"])
+    row = max((r for r in rows if r["params"] == largest and r.get("shards", 1) == 1), key=lambda r: r["learners"])
     last = row["rounds"][-1]
     round_s = last["merge_s"] + last["commit_s"]  # first update sent -> every fragment committed
     per_learner_1b = round_s / row["learners"] * (1e9 / largest)  # s of a round per learner at 1 B parameters

@@ -1027,3 +1027,30 @@ TEST_CASE("syncer core: an int4 update folded from its codes merges as its decod
   CHECK(core.fragment(0).pending.empty());
   CHECK(core.rejects().by_reason.at("non_finite") == 1);
 }
+
+TEST_CASE("syncer core: a shard merges and accepts only the fragments it owns; another's are refused as not_owner") {
+  auto o = testing::tiny_options("core-shard", "decoupled", 1, 10);
+  o.setup.outer.quorum = 1;
+  o.syncer.grace_max_s = 0;
+  o.shard = {1, 2};  // owns fragment 1 of {0, 1}
+  SyncerCore core(o, {{0, 0}, {0, 0}});
+  auto initial = core.stage_initial(0);
+  landed(core, initial, 0);
+  REQUIRE(core.join(join_of("learner-0"), 0).accepted);
+  // Fragment 0 belongs to shard 0: its update is refused before a byte of it is kept...
+  auto header = update_of("learner-0", 0, 2);
+  CHECK(core.screen("learner-0", 10, header) == RejectReason::not_owner);
+  // ... and refused at accept too, counted, with nothing pending.
+  UpdateHeader h0{"learner-0", 0, core.fragment(0).version, 10, 100, 1.0f, 0};
+  CHECK(core.accept(h0, {1.0f, 1.0f}, 1) == RejectReason::not_owner);
+  CHECK(core.fragment(0).pending.empty());
+  CHECK(core.rejects().by_reason.at("not_owner") == 1);  // screen() is counted by the actor
+  // Its own fragment merges as in an unsharded run.
+  CHECK(core.screen("learner-0", 11, update_of("learner-0", 1, 2)) == std::nullopt);
+  UpdateHeader h1{"learner-0", 1, core.fragment(1).version, 10, 100, 1.0f, 0};
+  CHECK_FALSE(core.accept(h1, {1.0f, 1.0f}, 1).has_value());
+  CHECK(ready_now(core, 1) == std::vector<int>{1});
+  merge_and_commit(core, {1}, 1);
+  CHECK(core.status(1)["fragment_commits"] == nlohmann::json::array({0, 1}));
+  CHECK(core.status(1)["shard"]["fragments"] == nlohmann::json::array({1}));
+}

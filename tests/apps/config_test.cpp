@@ -1,4 +1,6 @@
 // Configuration: the embedded default, overlays, overrides, and rejection of bad keys and values.
+#include <filesystem>
+#include <fstream>
 #include <map>
 
 #include <doctest/doctest.h>
@@ -110,4 +112,40 @@ TEST_CASE("stragglers, the drop fault and the outer-momentum warm-up: parsed, an
             .find("faults.drop_outer_gradient") != std::string::npos);
   CHECK(load_config(std::nullopt, "", {"faults.drop_outer_gradient=0.5", "train.engine=reference", "train.mode=sync"})
             .ok());
+}
+
+TEST_CASE("a run directory names its syncer shard: recorded once, and another shard or an unsharded run is refused") {
+  namespace fs = std::filesystem;
+  using archipelago::apps::read_run_shard;
+  using archipelago::apps::record_run_shard;
+  const auto dir = fs::temp_directory_path() / "archipelago-shard-record-test";
+  fs::remove_all(dir);
+  fs::create_directories(dir / "a");
+  // An unsharded run writes nothing and reads as 0 of 1.
+  REQUIRE(record_run_shard((dir / "a").string(), 0, 1).ok());
+  CHECK_FALSE(fs::exists(dir / "a" / "shard.json"));
+  CHECK(read_run_shard((dir / "a").string())->count == 1);
+  // A shard's directory keeps its identity; the same shard restarts on it, no other may.
+  fs::create_directories(dir / "b");
+  REQUIRE(record_run_shard((dir / "b").string(), 1, 2).ok());
+  auto recorded = read_run_shard((dir / "b").string());
+  REQUIRE(recorded.ok());
+  CHECK(recorded->index == 1);
+  CHECK(recorded->count == 2);
+  CHECK(record_run_shard((dir / "b").string(), 1, 2).ok());
+  auto other = record_run_shard((dir / "b").string(), 0, 2);
+  REQUIRE_FALSE(other.ok());
+  CHECK(other.error().reason.find("is shard 1 of 2, not shard 0 of 2") != std::string::npos);
+  CHECK_FALSE(record_run_shard((dir / "b").string(), 0, 1).ok());
+  // An unsharded run that committed versions (its store exists) cannot become a shard.
+  fs::create_directories(dir / "a" / "store");
+  auto became = record_run_shard((dir / "a").string(), 0, 2);
+  REQUIRE_FALSE(became.ok());
+  CHECK(became.error().reason.find("is an unsharded run") != std::string::npos);
+  // A damaged file is refused with its path.
+  std::ofstream(dir / "b" / "shard.json") << "{\"index\": 2, \"count\": 2}";
+  auto damaged = read_run_shard((dir / "b").string());
+  REQUIRE_FALSE(damaged.ok());
+  CHECK(damaged.error().reason.find("shard.json") != std::string::npos);
+  fs::remove_all(dir);
 }

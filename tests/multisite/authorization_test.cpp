@@ -839,6 +839,6 @@ TEST_CASE("an impostor coordinator records every byte a node sends it, never see
   CHECK(recorded.find("node-a") != std::string::npos);  // the recording holds the join
   CHECK(recorded.find(token) == std::string::npos);
   CHECK(recorded.find(token.substr(0, 8)) == std::string::npos);
-  CHECK(node.err().find("the coordinator refused this node: unauthenticated: impostor") != std::string::npos);
+  CHECK(node.err().find("refused this node: unauthenticated: impostor") != std::string::npos);
   CHECK(node.err().find("the coordinator ended the run") == std::string::npos);
 }

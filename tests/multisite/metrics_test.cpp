@@ -90,6 +90,7 @@ TEST_CASE("metrics and the status page: Prometheus text checked against the run,
   CHECK(metrics.samples["archipelago_committed_version"] <= seen_after);
   CHECK(metrics.samples["archipelago_versions_committed_total"] == metrics.samples["archipelago_committed_version"] - 1);
   CHECK(metrics.samples["archipelago_learners{state=\"alive\"}"] == 2);
+  CHECK(metrics.samples["archipelago_syncer_shard_info{shard=\"0\",shards=\"1\"}"] == 1);  // unsharded
   CHECK(metrics.samples["archipelago_learners{state=\"dead\"}"] == 0);
   CHECK(metrics.samples["archipelago_bytes_total{direction=\"received\",link=\"node-a\"}"] > 0);
   CHECK(metrics.samples["archipelago_bytes_total{direction=\"sent\",link=\"node-a\"}"] > 0);

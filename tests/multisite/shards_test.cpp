@@ -20,7 +20,8 @@ namespace {
 // A coordinator's command line as syncer shard `shard` of 2, in its own run directory.
 std::vector<std::string> shard_args(const Scratch& s, int port, int shard) {
   auto arguments = coordinator_args(s, port, {"train.mode=decoupled", "train.max_seconds=0", "outer.fragments=4"},
-                                    {"--shard", std::to_string(shard), "--shards", "2"});
+                                    {"--shard", std::to_string(shard), "--shards", "2", "--admin-token-file",
+                                     s.token.string()});
   for (size_t i = 0; i + 1 < arguments.size(); ++i) {
     if (arguments[i] == "--run-dir") arguments[i + 1] = (s.dir / ("run-" + std::to_string(shard))).string();
   }
@@ -89,6 +90,17 @@ TEST_CASE("two syncer shards in two processes: a SIGKILLed shard resumes from it
                                           count_of(shard1->err(), "joined at version") >= 4 &&
                                           shard0.last_value("version") >= 5 && shard1->last_value("version") >= 5; }, 90),
                   shard0.all() << shard1->all() << a.all() << b.all());
+
+  // The console of a sharded run asks every shard: each answers for its own fragments and versions.
+  const std::string both = "127.0.0.1:" + std::to_string(port0) + ",127.0.0.1:" + std::to_string(port1);
+  auto status = console_answer(s.dir, both, "status", s.token);
+  REQUIRE_MESSAGE(status["shards"].size() == 2, status.dump());
+  for (int k = 0; k < 2; ++k) {
+    const auto& answer = status["shards"][k]["answer"];
+    CHECK(answer["shard"]["index"] == k);
+    CHECK(answer["shard"]["fragments"] == nlohmann::json::array({k, k + 2}));
+    CHECK(answer["committed_version"].get<uint64_t>() >= 5);
+  }
 
   shard1->kill(SIGKILL);
   shard1->wait(10);
@@ -178,4 +190,16 @@ TEST_CASE("two syncer shards in two processes: a SIGKILLed shard resumes from it
   const double initial = assembled_loss(s, {"1", "1"});
   const double trained = assembled_loss(s, {});
   CHECK(trained < initial - 0.05);
+  // One shard's directory alone, one named twice, or a version short: refused, with the reason.
+  auto refused = [&](const std::vector<std::string>& extra, const std::string& reason) {
+    std::vector<std::string> arguments{"eval", "--text", kData + "/kjv.txt", "--max-bytes", "1000"};
+    arguments.insert(arguments.end(), extra.begin(), extra.end());
+    Process eval("eval-refused", arguments, s.dir);
+    CHECK(eval.wait(60) == 2);
+    CHECK_MESSAGE(eval.err().find(reason) != std::string::npos, eval.err());
+  };
+  const auto run0 = (s.dir / "run-0").string(), run1 = (s.dir / "run-1").string();
+  refused({"--run-dir", run1}, "is syncer shard 1 of 2: name every shard's run directory");
+  refused({"--run-dir", run0, "--run-dir", run0}, "two run directories are shard 0");
+  refused({"--run-dir", run0, "--run-dir", run1, "--version", "1"}, "one version per run directory");
 }
