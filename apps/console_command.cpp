@@ -1,4 +1,5 @@
 #include "apps/console_command.hpp"
+#include "apps/console_format.hpp"
 
 #include <cstdio>
 #include <cstdlib>
@@ -263,7 +264,11 @@ int run_console(const ConsoleArguments& arguments) {
                                    {"answer", answers[k]}});
       }
     }
-    std::printf("%s\n", arguments.json ? shown.dump().c_str() : shown.dump(2).c_str());
+    if (arguments.json) {
+      std::printf("%s\n", shown.dump().c_str());
+    } else {
+      std::printf("%s", format_answer(shown).c_str());
+    }
     std::fflush(stdout);
     return 0;
   };
