@@ -165,7 +165,10 @@ void SyncerCore::seal(StagedCommit& commit, double now_s) {
     const StagedFragment* staged = commit.find(p);
     fragment_versions.push_back(staged ? commit.version : fragments_[p].version);
     if (!staged) carried.push_back(p);
-    outer_state.push_back(stored_entry(staged ? staged->next : fragments_[p]));
+    const auto released = released_entries_.find(p);
+    outer_state.push_back(staged                               ? stored_entry(staged->next)
+                          : released != released_entries_.end() ? released->second
+                                                                 : stored_entry(fragments_[p]));
     if (!staged) continue;
     for (const auto& c : staged->merged) {
       contributors.push_back({{"learner", c.learner_id}, {"fragment", p}, {"base", c.base_version},
@@ -227,6 +230,8 @@ Status SyncerCore::restore(uint64_t version, std::vector<std::vector<float>> bro
       if (v.is_number() && std::isfinite(v.get<double>()) && v.get<double>() >= 0) honest_norms_[p][learner] = v.get<double>();
     }
   }
+  released_entries_.clear();
+  release_unowned();
   return {};
 }
 
@@ -832,6 +837,18 @@ void SyncerCore::commit_succeeded(StagedCommit& commit, double now_s) {
   loss_sum_ = 0;
   loss_count_ = 0;
   ema(timings_.sync_s, now_s - commit.started_s);
+  if (commit.initial) release_unowned();
+}
+
+void SyncerCore::release_unowned() {
+  for (int p = 0; p < fragment_count(); ++p) {
+    if (options_.shard.owns(p) || released_entries_.count(p)) continue;
+    auto& f = fragments_[p];
+    released_entries_[p] = stored_entry(f);  // what every record says of it, as version 1 stored it
+    std::vector<float>().swap(f.parameters);
+    std::vector<float>().swap(f.broadcast);
+    f.outer = training::OuterState{};
+  }
 }
 
 void SyncerCore::commit_failed(StagedCommit& commit, const std::string& reason) {

@@ -24,6 +24,8 @@
 // merge that would make any of them NaN/Inf is dropped in stage() (with the contributions it held,
 // counted as non_finite_merge) and the committed value stays; at most one commit per fragment is in
 // flight, and one sealed commit at a time; committed versions are strictly increasing; a rejected update changes nothing but a counter.
+// A syncer shard (RuntimeOptions::shard) merges only its own fragments and, once version 1 (or the
+// version it restored) is committed, holds no values of the others: its records carry them.
 // Not thread-safe: owned by one syncer actor.
 #pragma once
 
@@ -287,6 +289,10 @@ class SyncerCore {
   // Σ of the inner learning rate over the update's steps (the last `credited_steps` before to_step).
   double learning_rate_sum(uint64_t from_step, uint64_t to_step, int64_t credited_steps) const;
   void remember_norm(int p, const std::string& learner_id, double norm);
+  // A shard keeps no values of the fragments it does not own once version 1 (or the version it
+  // restored) is committed: their θ, B and outer state are dropped, and every later record carries
+  // them from the store, with the stored entry they had (released_entries_).
+  void release_unowned();
   nlohmann::json accounting_json(const std::map<std::string, LearnerRecord>& learners) const;
   nlohmann::json accounting_json() const { return accounting_json(learners_); }
   void restore_accounting(const nlohmann::json& accounting);
@@ -305,6 +311,7 @@ class SyncerCore {
   Screening screening_;
   std::vector<std::map<std::string, double>> honest_norms_;  // per fragment: learner -> its latest honest ‖Δ‖
   std::vector<double> largest_passed_ratio_;      // per fragment
+  std::map<int, nlohmann::json> released_entries_;  // another shard's fragments: their stored entry
   int64_t clipped_ = 0;
   int64_t held_ = 0;                              // updates held for want of known norms
   int64_t unscreened_ = 0;                        // held ones merged with fewer than kMinKnown norms known

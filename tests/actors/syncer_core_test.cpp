@@ -1035,7 +1035,15 @@ TEST_CASE("syncer core: a shard merges and accepts only the fragments it owns; a
   o.shard = {1, 2};  // owns fragment 1 of {0, 1}
   SyncerCore core(o, {{0, 0}, {0, 0}});
   auto initial = core.stage_initial(0);
-  landed(core, initial, 0);
+  core.seal(initial, 0);
+  const auto entry_at_1 = initial.manifest["outer_state"][0];
+  core.commit_succeeded(initial, 0);
+  // Version 1 stored fragment 0 whole; the shard keeps none of its values after that.
+  CHECK(core.fragment(0).parameters.empty());
+  CHECK(core.fragment(0).broadcast.empty());
+  CHECK(core.fragment(0).outer.momentum.empty());
+  CHECK(core.fragment(0).numel == 2);
+  CHECK(core.fragment(1).parameters.size() == 2);
   REQUIRE(core.join(join_of("learner-0"), 0).accepted);
   // Fragment 0 belongs to shard 0: its update is refused before a byte of it is kept...
   auto header = update_of("learner-0", 0, 2);
@@ -1050,7 +1058,19 @@ TEST_CASE("syncer core: a shard merges and accepts only the fragments it owns; a
   UpdateHeader h1{"learner-0", 1, core.fragment(1).version, 10, 100, 1.0f, 0};
   CHECK_FALSE(core.accept(h1, {1.0f, 1.0f}, 1).has_value());
   CHECK(ready_now(core, 1) == std::vector<int>{1});
-  merge_and_commit(core, {1}, 1);
+  // Later records say of fragment 0 what version 1 stored, so a restarted shard restores from them.
+  SyncerCore fresh(o, {{0, 0}, {0, 0}});
+  auto staged = core.stage({1}, 1);
+  REQUIRE(staged.ok());
+  core.seal(*staged, 1);
+  CHECK(staged->manifest["outer_state"][0] == entry_at_1);
+  auto manifest = staged->manifest;
+  core.commit_succeeded(*staged, 1);
   CHECK(core.status(1)["fragment_commits"] == nlohmann::json::array({0, 1}));
   CHECK(core.status(1)["shard"]["fragments"] == nlohmann::json::array({1}));
+  // What the store holds: fragment 0 as version 1 stored it (θ0, zero momentum), fragment 1 as committed.
+  const auto stored1 = to_stored(core.fragment(1));
+  REQUIRE(fresh.restore(core.latest_version(), {{0, 0}, stored1.broadcast}, {{0, 0}, stored1.outer}, manifest).ok());
+  CHECK(fresh.fragment(1).broadcast == core.fragment(1).broadcast);
+  CHECK(fresh.fragment(0).parameters.empty());  // released again after the restore
 }
