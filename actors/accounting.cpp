@@ -155,24 +155,28 @@ Ledger ledger_from_status(double wall_s, const std::vector<std::string>& slot_id
   const auto slots = member(monitor, "slots");
   const auto learners = member(syncer, "learners");
   const auto learners_at_start = member(syncer_at_start, "learners");
+  // A syncer shard merges its own fragments only, each a share of every step's compute: its ledger
+  // is that share of the slots' time (the shards' ledgers add up to the run's).
+  const auto shard = member(syncer, "shard");
+  const double share = shard.is_object() && shard.contains("share") && shard["share"].is_number() ? shard["share"].get<double>() : 1.0;
   std::vector<SlotTimes> times;
   for (const auto& id : slot_ids) {
     const auto t = member(member(slots, id), "times");
     const auto merged = member(learners, id);
     const auto merged_before = member(learners_at_start, id);
     SlotTimes s;
-    s.lifetime_s = number_of(t, "lifetime_s");
-    s.alive_s = number_of(t, "alive_s");
-    s.recovery_s = number_of(t, "recovery_s");
-    s.compute_s = number_of(t, "compute_s");
-    s.wait_s = number_of(t, "wait_s");
-    s.paused_s = number_of(t, "paused_s");
-    s.restarting_s = number_of(t, "restarting_s");
+    s.lifetime_s = share * number_of(t, "lifetime_s");
+    s.alive_s = share * number_of(t, "alive_s");
+    s.recovery_s = share * number_of(t, "recovery_s");
+    s.compute_s = share * number_of(t, "compute_s");
+    s.wait_s = share * number_of(t, "wait_s");
+    s.paused_s = share * number_of(t, "paused_s");
+    s.restarting_s = share * number_of(t, "restarting_s");
     s.merged_compute_s = number_of(merged, "compute_merged_s") - number_of(merged_before, "compute_merged_s");
     s.rejected_compute_s = number_of(merged, "compute_rejected_s") - number_of(merged_before, "compute_rejected_s");
     times.push_back(s);
   }
-  return build_ledger(wall_s, times);
+  return build_ledger(share * wall_s, times);
 }
 
 nlohmann::json operator_sample(double elapsed_s, uint64_t start_version, const nlohmann::json& syncer,

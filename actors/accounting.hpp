@@ -107,7 +107,8 @@ nlohmann::json slot_times_json(const messages::SlotReport& times);
 // The ledger of a run from its actors' status: the failure monitor's "slots" (times from the
 // supervisors' SlotReports) and the syncer's "learners" (compute merged and rejected), minus what
 // the syncer had counted at `syncer_at_start` (a resumed run's earlier processes). `slot_ids`: every
-// learner slot of the run; a slot nobody reported on is idle.
+// learner slot of the run; a slot nobody reported on is idle. A syncer shard's ledger (its status
+// says its `shard.share` of the model) is that share of every slot's times: the shards' add up.
 Ledger ledger_from_status(double wall_s, const std::vector<std::string>& slot_ids, const nlohmann::json& monitor,
                           const nlohmann::json& syncer, const nlohmann::json& syncer_at_start);
 

@@ -957,11 +957,15 @@ nlohmann::json SyncerCore::status(double now_s) const {
     open_rounds.push_back(f.next_round);
   }
   std::vector<int> owned;
+  double owned_share = 0;
   for (int p = 0; p < fragment_count(); ++p) {
-    if (options_.shard.owns(p)) owned.push_back(p);
+    if (!options_.shard.owns(p)) continue;
+    owned.push_back(p);
+    owned_share += fragment_share(p);
   }
   return {{"mode", mode_},
-          {"shard", {{"index", options_.shard.index}, {"count", options_.shard.count}, {"fragments", owned}}},
+          {"shard", {{"index", options_.shard.index}, {"count", options_.shard.count}, {"fragments", owned},
+                     {"share", options_.shard.count > 1 ? owned_share : 1.0}}},  // unsharded: exactly all
           {"outer_lr", rules_.lr},
           {"outer_momentum", rules_.momentum},
           {"quorum", options_.setup.outer.quorum},

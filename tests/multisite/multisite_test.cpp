@@ -21,7 +21,7 @@ namespace {
 using Hashes = std::map<uint64_t, std::vector<std::tuple<int, uint32_t, std::string>>>;
 Hashes stored_hashes(const fs::path& store_dir) {
   auto store = archipelago::storage::CheckpointStore::open(store_dir.string());
-  REQUIRE_MESSAGE(store, store.error().reason);
+  REQUIRE_MESSAGE(store, (store ? "" : store.error().reason));
   auto list = (*store)->list();
   REQUIRE(list);
   Hashes out;
