@@ -64,7 +64,8 @@ std::string self_binary() { return "/proc/self/exe"; }
 // ---- configuration ---------------------------------------------------------------------------------
 
 const std::vector<std::string> kFaultKinds = {"kill_learner", "kill_node", "kill_coordinator", "freeze_node",
-                                              "slow_node", "kill_site", "slow_learner", "corrupt_update", "cut_site"};
+                                              "slow_node", "kill_site", "slow_learner", "corrupt_update", "cut_site",
+                                              "kill_shard"};
 
 std::string fault_kind_list() {
   std::string out;
@@ -91,6 +92,7 @@ struct DrillConfig {
   double quiet_tail_s = 8;     // no fault later than duration - this
   int nodes = 2, learners_per_node = 2;
   int sites = 1;               // node-i is in site-(i % sites); kill_site SIGKILLs all of a site's nodes
+  int shards = 1;              // syncer shards, one coordinator process each; kill_shard SIGKILLs shard 1.. (not 0)
   bool netns = false;          // each site in its own network namespace (root); needed by cut_site
   std::vector<std::string> sets;  // the coordinator's --set overrides
   bool baseline = true;        // run the ddp-like stall baseline under the same schedule
@@ -122,7 +124,7 @@ Expected<DrillConfig> load_drill(const std::string& path) {
       "name", "description", "duration_s", "warmup_s", "quiet_tail_s", "nodes", "learners_per_node", "sites", "sets",
       "baseline", "reference", "loss_margin", "learner_bound_s", "node_bound_s", "coordinator_bound_s",
       "freeze_bound_s", "node_restart_after_s", "coordinator_restart_after_s", "freeze_s", "slow_s", "slow_duty",
-      "slow_factor", "cut_s", "netns", "allow_skipped"};
+      "slow_factor", "cut_s", "netns", "allow_skipped", "shards"};
   for (const auto& [key, value] : table) {
     if (key != "drill" && key != "mtbf_s" && key != "timeline") return bad(std::string(key.str()), "unknown table");
   }
@@ -163,6 +165,8 @@ Expected<DrillConfig> load_drill(const std::string& path) {
     if (c.learners_per_node < 1 || c.learners_per_node > 8) return bad("drill.learners_per_node", "1..8");
     if (auto v = (*drill)["sites"].value<int64_t>()) c.sites = static_cast<int>(*v);
     if (c.sites < 1 || c.sites > c.nodes) return bad("drill.sites", "1..nodes");
+    if (auto v = (*drill)["shards"].value<int64_t>()) c.shards = static_cast<int>(*v);
+    if (c.shards < 1 || c.shards > 4) return bad("drill.shards", "1..4");
     if (auto v = (*drill)["baseline"].value<bool>()) c.baseline = *v;
     if (auto v = (*drill)["reference"].value<bool>()) c.reference = *v;
     if (auto v = (*drill)["allow_skipped"].value<bool>()) c.allow_skipped = *v;
@@ -208,6 +212,17 @@ Expected<DrillConfig> load_drill(const std::string& path) {
     return false;
   };
   if (cuts() && !c.netns) return bad("drill.netns", "cut_site needs netns = true (a site's link is a veth between namespaces)");
+  auto kills_shards = [&] {
+    if (c.mtbf_s.count("kill_shard") && c.mtbf_s.at("kill_shard") > 0) return true;
+    for (const auto& f : c.timeline) {
+      if (f.kind == "kill_shard") return true;
+    }
+    return false;
+  };
+  if (kills_shards() && c.shards < 2) return bad("drill.shards", "kill_shard needs shards >= 2 (shard 0 is the coordinator)");
+  if (c.shards > 1 && (c.baseline || c.reference)) {
+    return bad("drill.shards", "a sharded drill runs no baseline or reference run: set baseline = false and reference = false");
+  }
   return c;
 }
 
@@ -232,6 +247,7 @@ std::vector<Fault> make_schedule(const DrillConfig& c, uint64_t seed, double dur
   const int learners = c.nodes * c.learners_per_node;
   auto target_of = [&](const std::string& kind, Random& r) -> std::string {
     if (kind == "kill_coordinator") return "coordinator";
+    if (kind == "kill_shard") return "shard-" + std::to_string(1 + r.below(static_cast<size_t>(c.shards - 1)));
     if (learner_fault(kind)) return "learner-" + std::to_string(r.below(learners));
     if (site_fault(kind)) return "site-" + std::to_string(r.below(c.sites));
     return "node-" + std::to_string(r.below(c.nodes));
@@ -240,7 +256,11 @@ std::vector<Fault> make_schedule(const DrillConfig& c, uint64_t seed, double dur
     const auto& kind = kFaultKinds[k];
     auto it = c.mtbf_s.find(kind);
     if (it == c.mtbf_s.end() || it->second <= 0) continue;
-    const int targets = kind == "kill_coordinator" ? 1 : learner_fault(kind) ? learners : site_fault(kind) ? c.sites : c.nodes;
+    const int targets = kind == "kill_coordinator" ? 1
+                        : kind == "kill_shard"     ? c.shards - 1
+                        : learner_fault(kind)      ? learners
+                        : site_fault(kind)         ? c.sites
+                                                   : c.nodes;
     const double rate = targets / it->second;
     Random r(seed * 0x100000001b3ULL + k + 1);
     for (double t = c.warmup_s;;) {
@@ -557,7 +577,7 @@ class AdminClient {
 // ---- one run of the cluster ---------------------------------------------------------------------------
 
 struct Recovery {
-  std::string kind;        // learner | node | coordinator | freeze | slow
+  std::string kind;        // learner | node | coordinator | shard | freeze | slow
   std::string fault;       // the fault's kind
   std::string target;
   double at_s = 0;         // when the fault was applied (run clock)
@@ -626,6 +646,12 @@ Expected<Hashes> stored_hashes(storage::CheckpointStore& store) {
   return out;
 }
 
+// Digests of versions read at a kill, compared with the store at the next kill or after the run.
+struct DigestComparisons {
+  int same = 0, changed = 0, lost = 0, dropped = 0;
+  int compared() const { return same + changed + lost + dropped; }
+};
+
 class Runner {
  public:
   Runner(const DrillConfig& c, std::string mode, std::vector<Fault> schedule, fs::path dir, std::string binary,
@@ -649,6 +675,16 @@ class Runner {
     chmod(admin_token_.c_str(), 0600);
     admin_ = std::make_unique<AdminClient>(host_, admin_token_.string());
     port_ = free_port();
+    shard_ports_.assign(c_.shards, port_);
+    for (int k = 1; k < c_.shards; ++k) {
+      do shard_ports_[k] = free_port();
+      while (std::count(shard_ports_.begin(), shard_ports_.begin() + k, shard_ports_[k]) > 0);
+    }
+    shards_.resize(c_.shards);
+    shard_incarnations_.assign(c_.shards, 0);
+    shard_summaries_.assign(c_.shards, json::object());
+    shard_snapshots_.resize(c_.shards);
+    shard_digests_.resize(c_.shards);
     started_ = Clock::now();
     if (!drive()) {
       stop_all();
@@ -673,10 +709,19 @@ class Runner {
     return ntohs(address.sin_port);
   }
 
-  std::vector<std::string> coordinator_args() const {
-    std::vector<std::string> a{"coordinator", "--json", "--listen", host_ + ":" + std::to_string(port_), "--run-dir",
-                               (dir_ / "run").string(), "--token-file", token_.string(), "--admin-token-file",
+  // Shard 0 (or the only coordinator) in dir/run; shard k >= 1 of a sharded drill in dir/run-shard-k.
+  std::vector<std::string> coordinator_args(int shard = 0) const {
+    const int port = shard == 0 ? port_ : shard_ports_[shard];
+    const fs::path run = dir_ / (shard == 0 ? std::string("run") : "run-shard-" + std::to_string(shard));
+    std::vector<std::string> a{"coordinator", "--json", "--listen", host_ + ":" + std::to_string(port), "--run-dir",
+                               run.string(), "--token-file", token_.string(), "--admin-token-file",
                                admin_token_.string()};
+    if (c_.shards > 1) {
+      for (const std::string& s : {std::string("--shard"), std::to_string(shard), std::string("--shards"),
+                                   std::to_string(c_.shards)}) {
+        a.push_back(s);
+      }
+    }
     // The drill's own network namespaces are not loopback, and the drill tests recovery, not the
     // edge: plaintext there is allowed explicitly (the multisite and sites tests cover TLS).
     if (!remote::is_loopback(host_)) a.push_back("--insecure-plaintext");
@@ -695,7 +740,9 @@ class Runner {
 
   // Every node obeys the drill's corrupt_update (--drill-hooks): these nodes exist for the drill.
   std::vector<std::string> node_args(int i) const {
-    std::vector<std::string> a{"node", "--json", "--drill-hooks", "--coordinator", host_ + ":" + std::to_string(port_),
+    std::string coordinators = host_ + ":" + std::to_string(port_);
+    for (int k = 1; k < c_.shards; ++k) coordinators += "," + host_ + ":" + std::to_string(shard_ports_[k]);
+    std::vector<std::string> a{"node", "--json", "--drill-hooks", "--coordinator", coordinators,
                                "--learners", std::to_string(c_.learners_per_node), "--name", "node-" + std::to_string(i),
                                "--token-file", token_.string(), "--state-dir",
                                (dir_ / ("node-" + std::to_string(i) + "-state")).string(), "--set", "train.threads=1"};
@@ -708,6 +755,22 @@ class Runner {
       }
     }
     return a;
+  }
+
+  void start_shard(int k) {
+    shards_[k] = std::make_unique<Child>(binary_, "shard-" + std::to_string(k), coordinator_args(k), dir_,
+                                         shard_incarnations_[k]++);
+  }
+
+  // Waits for shard k's "listening on"; the run-clock time it was seen, or -1.
+  double await_shard_listening(int k, double timeout_s) {
+    const auto deadline = now() + timeout_s;
+    while (now() < deadline) {
+      if (!shards_[k]->running()) return -1;
+      if (shards_[k]->out().find("listening on") != std::string::npos) return now();
+      sleep_s(0.01);
+    }
+    return -1;
   }
 
   void start_coordinator() {
@@ -977,6 +1040,8 @@ class Runner {
         t.r.evidence = "SIGSTOP/SIGCONT, stopped " + fmt(100 * c_.slow_duty, 0) + " % of every 0.5 s, for " +
                        fmt(c_.slow_s, 1) + " s";
       }
+    } else if (f.kind == "kill_shard") {
+      return kill_shard(f, t);
     } else if (f.kind == "kill_coordinator") {
       t.r.kind = "coordinator";
       t.r.bound_s = c_.coordinator_bound_s;
@@ -999,7 +1064,7 @@ class Runner {
       store->reset();
       const uint64_t before = latest ? *latest : 0;
       if (hashes) {
-        compare_snapshots(*hashes);  // what earlier kills read, against the store this one left
+        compare_snapshots(*hashes, snapshots_, digests_);  // what earlier kills read, against the store this one left
         for (const auto& [v, e] : *hashes) snapshots_[v] = e;
       }
       t.r.detail["store_latest_at_kill"] = before;
@@ -1043,6 +1108,83 @@ class Runner {
       return true;
     }
     pending_ = t;
+    return true;
+  }
+
+  // SIGKILL of syncer shard k >= 1: its store is read as the kill left it, it restarts on its run
+  // directory after coordinator_restart_after_s, must resume from that latest version and commit a
+  // new one within coordinator_bound_s of listening, and shard 0 must have committed meanwhile (the
+  // other shards' fragments never wait for a dead one). Recorded as a recovery of kind "shard".
+  bool kill_shard(const Fault& f, Tracking& t) {
+    const int k = std::atoi(f.target.c_str() + 6);  // "shard-K"
+    if (f.target.rfind("shard-", 0) != 0 || k < 1 || k >= c_.shards) return skip(f, "no such shard");
+    if (!shards_[k] || !shards_[k]->running()) return skip(f, "not running");
+    t.r.kind = "shard";
+    t.r.bound_s = c_.coordinator_bound_s;
+    read_progress();
+    const int64_t others_at_kill = last_version_;
+    shards_[k]->signal(SIGKILL);
+    shards_[k]->wait(10);
+    t.r.at_s = now();
+    result_.kills += 1;
+    const fs::path run = dir_ / ("run-shard-" + std::to_string(k));
+    auto store = storage::CheckpointStore::open((run / "store").string());
+    if (!store) {
+      result_.error = "cannot open shard " + std::to_string(k) + "'s store after its kill: " + store.error().reason;
+      return false;
+    }
+    auto latest = (*store)->latest_committed_version();
+    auto hashes = stored_hashes(**store);
+    store->reset();
+    const uint64_t before = latest ? *latest : 0;
+    if (hashes) {
+      compare_snapshots(*hashes, shard_snapshots_[k], shard_digests_[k]);
+      for (const auto& [v, e] : *hashes) shard_snapshots_[k][v] = e;
+    }
+    t.r.detail["store_latest_at_kill"] = before;
+    sleep_s(std::max(0.0, t.r.at_s + c_.coordinator_restart_after_s - now()));
+    const double restarted_at = now();
+    start_shard(k);
+    const double listening = await_shard_listening(k, 60);
+    if (listening < 0) {
+      result_.error = "restarted syncer shard " + std::to_string(k) + " did not listen:\n" + shards_[k]->err();
+      return false;
+    }
+    t.r.from_s = listening;
+    t.r.detail["process_start_to_listening_s"] = listening - restarted_at;
+    t.r.detail["down_s"] = listening - t.r.at_s;
+    const std::string err = shards_[k]->err();
+    const std::string needle = "resuming from committed version ";
+    auto at = err.find(needle);
+    const int64_t resumed = at == std::string::npos ? -1 : std::atoll(err.c_str() + at + needle.size());
+    t.r.detail["resumed_from_version"] = resumed;
+    shard_resumed_ok_ = shard_resumed_ok_ && resumed == static_cast<int64_t>(before);
+    shard_resumed_evidence_ += (shard_resumed_evidence_.empty() ? "" : "; ") + f.target + ": store latest " +
+                               std::to_string(before) + " -> resumed from " + std::to_string(resumed);
+    // Shard 0 went on while shard k was down.
+    read_progress();
+    const int64_t others_now = last_version_;
+    t.r.detail["shard_0_versions_while_down"] = others_now - others_at_kill;
+    others_kept_committing_ += others_now > others_at_kill ? 1 : 0;
+    others_evidence_ += (others_evidence_.empty() ? "" : "; ") + f.target + " down " + fmt(listening - t.r.at_s) +
+                        " s: shard 0 " + std::to_string(others_at_kill) + " -> " + std::to_string(others_now);
+    // Its next committed version: polled at 50 ms through an admin session of its own.
+    AdminClient shard_admin(host_, admin_token_.string());
+    const double deadline = listening + std::max(30.0, 5 * c_.coordinator_bound_s);
+    while (now() < deadline) {
+      auto status = shard_admin.call(shard_ports_[k], messages::AdminVerb::status, {}, 2);
+      if (status && (*status).value("committed_version", uint64_t{0}) > before) {
+        t.r.recovered_s = now();
+        t.r.detail["next_version"] = (*status)["committed_version"];
+        break;
+      }
+      if (!shards_[k]->running()) break;
+      sleep_s(0.05);
+    }
+    t.r.evidence = "SIGKILL; restart listening " + fmt(listening - t.r.at_s) + " s after the kill; resumed from " +
+                   std::to_string(resumed) + " (store latest " + std::to_string(before) + ")";
+    result_.recoveries.push_back(t.r);
+    write_progress();
     return true;
   }
 
@@ -1153,6 +1295,13 @@ class Runner {
       result_.error = "the coordinator did not start listening:\n" + coordinator_->err();
       return false;
     }
+    for (int k = 1; k < c_.shards; ++k) {
+      start_shard(k);
+      if (await_shard_listening(k, 120) < 0) {
+        result_.error = "syncer shard " + std::to_string(k) + " did not start listening:\n" + shards_[k]->err();
+        return false;
+      }
+    }
     nodes_.resize(c_.nodes);
     node_incarnations_.assign(c_.nodes, 0);
     for (int i = 0; i < c_.nodes; ++i) start_node(i);
@@ -1181,6 +1330,12 @@ class Runner {
       if (!coordinator_->running()) {
         result_.error = "the coordinator exited unexpectedly:\n" + coordinator_->err();
         return false;
+      }
+      for (int k = 1; k < c_.shards; ++k) {
+        if (!shards_[k]->running() && !(pending_ && pending_->r.kind == "shard")) {
+          result_.error = "syncer shard " + std::to_string(k) + " exited unexpectedly:\n" + shards_[k]->err();
+          return false;
+        }
       }
       if (now() >= next_status) {
         poll_status();
@@ -1245,6 +1400,9 @@ class Runner {
 
   void stop_all() {
     if (coordinator_) coordinator_->signal(SIGKILL);
+    for (auto& shard : shards_) {
+      if (shard) shard->signal(SIGKILL);
+    }
     for (auto& n : nodes_) {
       if (n) {
         n->signal(SIGCONT);
@@ -1258,7 +1416,18 @@ class Runner {
     result_.wall_s = now() - origin_s_;
     admin_.reset();
     coordinator_->signal(SIGTERM);
+    for (int k = 1; k < c_.shards; ++k) shards_[k]->signal(SIGTERM);
     const int code = coordinator_->wait(120);
+    for (int k = 1; k < c_.shards; ++k) {
+      const int shard_code = shards_[k]->wait(120);
+      shard_summaries_[k] = shards_[k]->summary();
+      if (shard_code != 0 || !shard_summaries_[k].is_object()) {
+        result_.error = "syncer shard " + std::to_string(k) + " did not stop cleanly (exit " + std::to_string(shard_code) +
+                        "):\n" + shards_[k]->err();
+        result_.driven = false;
+        return;
+      }
+    }
     for (auto& n : nodes_) n->wait(30);
     read_progress();
     result_.final_summary = coordinator_->summary();
@@ -1270,9 +1439,12 @@ class Runner {
     }
     // The last coordinator's ledger goes on from the carry of the version it resumed: it covers the
     // whole run, every earlier incarnation and the time no coordinator ran (actors/accounting.hpp).
+    // A sharded run's is the sum of its shards' ledgers, each its share of the slots' time.
     result_.cluster_wall_s = now() - first_coordinator_s_;
-    if (s.contains("goodput_seconds") && s["goodput_seconds"].is_object()) {
-      for (const auto& [part, v] : s["goodput_seconds"].items()) {
+    for (int k = 0; k < c_.shards; ++k) {
+      const json& summary = k == 0 ? s : shard_summaries_[k];
+      if (!summary.contains("goodput_seconds") || !summary["goodput_seconds"].is_object()) continue;
+      for (const auto& [part, v] : summary["goodput_seconds"].items()) {
         if (!v.is_number()) continue;
         result_.parts[part] += v.get<double>();
         result_.allocated_s += v.get<double>();
@@ -1284,9 +1456,43 @@ class Runner {
     if (s["resumed_from_version"].is_null() && s["initial_heldout_loss"].is_number()) {
       result_.initial_loss = s["initial_heldout_loss"].get<double>();
     }
+    if (c_.shards > 1) score_assembled_model();
     check_store();
     check_recoveries();
     check_ledger();
+  }
+
+  // A sharded run's shards score nothing (each holds only its fragments): the model assembled from
+  // every shard's latest version and the initial one (version 1 everywhere) are scored by `eval` on
+  // the first 20 000 bytes of the corpus text.
+  void score_assembled_model() {
+    std::string cache_dir = "archipelago-runs/data", corpus = "kjv";
+    auto unquoted = [](std::string v) {
+      if (v.size() >= 2 && (v.front() == '"' || v.front() == '\'')) v = v.substr(1, v.size() - 2);
+      return v;
+    };
+    for (const auto& set : c_.sets) {
+      if (set.rfind("data.cache_dir=", 0) == 0) cache_dir = unquoted(set.substr(15));
+      if (set.rfind("data.corpus=", 0) == 0) corpus = unquoted(set.substr(12));
+    }
+    const std::string text = corpus == "kjv" ? (fs::path(cache_dir) / "kjv.txt").string() : corpus;
+    auto score = [&](const std::string& name, bool initial) -> double {
+      std::vector<std::string> a{"eval", "--json", "--text", text, "--max-bytes", "20000"};
+      for (int k = 0; k < c_.shards; ++k) {
+        a.push_back("--run-dir");
+        a.push_back((dir_ / (k == 0 ? std::string("run") : "run-shard-" + std::to_string(k))).string());
+        if (initial) {
+          a.push_back("--version");
+          a.push_back("1");
+        }
+      }
+      Child eval(binary_, name, a, dir_, 0);
+      if (eval.wait(300) != 0) return NAN;
+      const json j = eval.summary();
+      return j.is_object() && j["loss"].is_number() ? j["loss"].get<double>() : NAN;
+    };
+    result_.final_loss = score("eval-assembled", false);
+    result_.initial_loss = score("eval-initial", true);
   }
 
   void add(const std::string& name, bool passed, int64_t observations, const std::string& evidence) {
@@ -1294,14 +1500,25 @@ class Runner {
   }
 
   void check_store() {
-    auto store = storage::CheckpointStore::open((dir_ / "run" / "store").string());
+    check_store_of(dir_ / "run" / "store", result_.final_summary, snapshots_, digests_, "");
+    for (size_t k = 1; k < shards_.size(); ++k) {
+      check_store_of(dir_ / ("run-shard-" + std::to_string(k)) / "store", shard_summaries_[k], shard_snapshots_[k],
+                     shard_digests_[k], "shard_" + std::to_string(k) + "_");
+    }
+  }
+
+  // One store's versions (shard 0's or the only coordinator's: no prefix; shard k's: "shard_k_").
+  void check_store_of(const fs::path& dir, const json& summary, std::map<uint64_t, std::vector<std::string>>& snapshots,
+                      DigestComparisons& digests, const std::string& prefix) {
+    const uint64_t final_version = summary.value("final_version", uint64_t{0});
+    auto store = storage::CheckpointStore::open(dir.string());
     if (!store) {
-      add("versions_strictly_increasing_and_verified", false, 0, "cannot open the store: " + store.error().reason);
+      add(prefix + "versions_strictly_increasing_and_verified", false, 0, "cannot open the store: " + store.error().reason);
       return;
     }
     auto list = (*store)->list();
     if (!list) {
-      add("versions_strictly_increasing_and_verified", false, 0, "list: " + list.error().reason);
+      add(prefix + "versions_strictly_increasing_and_verified", false, 0, "list: " + list.error().reason);
       return;
     }
     // 1. Versions strictly increasing, each one read back and verified (every blob re-hashed).
@@ -1319,20 +1536,19 @@ class Runner {
         failures += " v" + std::to_string(info.version) + ": " + v.error().reason;
       }
     }
-    const uint64_t final_version = result_.final_summary.value("final_version", uint64_t{0});
     const bool complete = !list->empty() && list->back().version == final_version;
-    add("versions_strictly_increasing_and_verified",
+    add(prefix + "versions_strictly_increasing_and_verified",
         increasing && verified == static_cast<int>(list->size()) && complete, static_cast<int64_t>(list->size()),
         std::to_string(list->size()) + " versions " + (list->empty() ? "" : std::to_string(list->front().version) + ".." +
         std::to_string(list->back().version)) + ", strictly increasing: " + (increasing ? "yes" : "no") + ", " +
             std::to_string(verified) + " read back with every blob verified; newest = the final summary's final_version " +
             std::to_string(final_version) + ": " + (complete ? "yes" : "no") + failures);
-    // 2. Digests of the versions seen at each coordinator kill never changed.
+    // 2. Digests of the versions seen at each kill of this store's process never changed.
     auto after = stored_hashes(**store);
-    if (after && (!snapshots_.empty() || digests_.compared() > 0)) {
-      compare_snapshots(*after);
-      const auto& d = digests_;
-      add("digests_never_change", d.changed == 0 && d.lost == 0, d.same + d.changed + d.lost,
+    if (after && (!snapshots.empty() || digests.compared() > 0)) {
+      compare_snapshots(*after, snapshots, digests);
+      const auto& d = digests;
+      add(prefix + "digests_never_change", d.changed == 0 && d.lost == 0, d.same + d.changed + d.lost,
           std::to_string(d.same) + " comparisons of a version read at a coordinator kill with the store at the next "
               "kill or after the run held the same digests, " + std::to_string(d.changed) + " changed, " +
               std::to_string(d.lost) + " lost" +
@@ -1372,11 +1588,11 @@ class Runner {
                                    " steps merged > " + std::to_string(span);
       }
     }
-    const json by_reason = result_.final_summary.value("rejected_by_reason", json::object());
+    const json by_reason = summary.value("rejected_by_reason", json::object());
     const int64_t duplicates = by_reason.is_object() && by_reason.contains("duplicate") && by_reason["duplicate"].is_number()
                                    ? by_reason["duplicate"].get<int64_t>()
                                    : 0;
-    add("no_update_applied_twice", over == 0 && monotone && !until.empty(), contributions,
+    add(prefix + "no_update_applied_twice", over == 0 && monotone && !until.empty(), contributions,
         std::to_string(contributions) + " merged contributions over " + std::to_string(steps.size()) +
             " learner-fragment pairs: merged steps <= their data span in " + std::to_string(steps.size() - over) +
             "; received_until never decreased: " + (monotone ? "yes" : "no") + "; duplicates refused by the syncer: " +
@@ -1385,7 +1601,7 @@ class Runner {
 
   // The goodput ledger is honest across coordinator kills: the last coordinator's ledger covers the
   // run from the first one's start (the carry), and no part is negative (merged work never outruns the
-  // compute the learners measured).
+  // compute the learners measured). A sharded run's is the sum of its shards' (each its share).
   void check_ledger() {
     if (result_.allocated_s <= 0) {
       add("ledger_covers_the_run", false, 0, "the last coordinator's summary has no ledger");
@@ -1408,23 +1624,25 @@ class Runner {
 
   // Every version read at an earlier kill against the store now: the same digests, or dropped by
   // retention (older than the oldest kept), never changed or lost. A dropped one is compared no more.
-  void compare_snapshots(const Hashes& now_stored) {
+  static void compare_snapshots(const Hashes& now_stored, std::map<uint64_t, std::vector<std::string>>& snapshots,
+                                DigestComparisons& digests) {
     const uint64_t oldest = now_stored.empty() ? 0 : now_stored.begin()->first;
-    for (auto it = snapshots_.begin(); it != snapshots_.end();) {
+    for (auto it = snapshots.begin(); it != snapshots.end();) {
       auto found = now_stored.find(it->first);
       if (found == now_stored.end()) {
-        (it->first < oldest ? digests_.dropped : digests_.lost) += 1;
-        it = snapshots_.erase(it);
+        (it->first < oldest ? digests.dropped : digests.lost) += 1;
+        it = snapshots.erase(it);
         continue;
       }
-      (found->second == it->second ? digests_.same : digests_.changed) += 1;
+      (found->second == it->second ? digests.same : digests.changed) += 1;
       ++it;
     }
   }
 
   void check_recoveries() {
     int coordinator_kills = 0, learners_ok = 0, learners_total = 0, coord_ok = 0, corrupt = 0, refused = 0;
-    std::string late, coordinator_late, corrupt_evidence;
+    int shard_kills = 0, shard_ok = 0;
+    std::string late, coordinator_late, corrupt_evidence, shard_late;
     for (const auto& r : result_.recoveries) {
       if (r.kind == "corrupt") {
         corrupt += 1;
@@ -1435,6 +1653,12 @@ class Runner {
                                         r.detail["malformed_after"].dump() + " after " +
                                         fmt(r.detail["refused_after_s"].get<double>()) + " s"
                                   : "no refusal seen");
+      }
+      if (r.kind == "shard") {
+        shard_kills += 1;
+        if (r.recovered() && r.recovery_s() < r.bound_s) shard_ok += 1;
+        else shard_late += " " + r.target + " at " + fmt(r.at_s - origin_s_, 1) + " s: " + (r.recovered() ? fmt(r.recovery_s()) + " s" : "never");
+        continue;
       }
       if (r.kind == "coordinator") {
         coordinator_kills += 1;
@@ -1459,6 +1683,15 @@ class Runner {
               " updates sent with a flipped payload bit were refused by the syncer (reason malformed: the chunk's "
               "checksum);" + corrupt_evidence);
     }
+    if (shard_kills > 0) {
+      add("shard_resumed_from_last_committed", shard_resumed_ok_, shard_kills, shard_resumed_evidence_);
+      add("shard_next_commit_within_bound", shard_ok == shard_kills, shard_kills,
+          std::to_string(shard_ok) + " of " + std::to_string(shard_kills) + " restarted shards committed a new version < " +
+              fmt(c_.coordinator_bound_s, 1) + " s after listening" + shard_late);
+      add("other_shards_committed_while_one_was_down", others_kept_committing_ == shard_kills, shard_kills,
+          std::to_string(others_kept_committing_) + " of " + std::to_string(shard_kills) +
+              " shard outages saw shard 0 commit new versions meanwhile: " + others_evidence_);
+    }
     if (coordinator_kills > 0) {
       add("coordinator_resumed_from_last_committed", resumed_ok_, coordinator_kills, resumed_evidence_);
       add("coordinator_next_commit_within_bound", coord_ok == coordinator_kills, coordinator_kills,
@@ -1474,7 +1707,10 @@ class Runner {
   void check_loss(double theta0_loss) {
     if (!result_.driven || !result_.final_summary.is_object()) return;
     std::string source = "θ0 scored by this run's coordinator";
-    if (!result_.final_summary.value("resumed_from_version", json()).is_null() || !std::isfinite(result_.initial_loss)) {
+    if (c_.shards > 1) {
+      source = "`eval` of version 1 of every shard (θ0), against the model assembled from every shard's latest, on "
+               "the corpus's first 20 000 bytes";
+    } else if (!result_.final_summary.value("resumed_from_version", json()).is_null() || !std::isfinite(result_.initial_loss)) {
       if (std::isfinite(theta0_loss)) {
         result_.initial_loss = theta0_loss;
         source = "θ0 (same seed) scored by the fault-free run";
@@ -1520,12 +1756,18 @@ class Runner {
   std::vector<std::string> stalled_;
   std::vector<json> skipped_;
   std::map<uint64_t, std::vector<std::string>> snapshots_;
-  struct DigestComparisons {
-    int same = 0, changed = 0, lost = 0, dropped = 0;
-    int compared() const { return same + changed + lost + dropped; }
-  } digests_;
+  DigestComparisons digests_;
   bool resumed_ok_ = true;
   std::string resumed_evidence_;
+  // A sharded drill: shard k >= 1's process, port, incarnations, final summary, and what its kills read.
+  std::vector<std::unique_ptr<Child>> shards_;
+  std::vector<int> shard_ports_, shard_incarnations_;
+  std::vector<json> shard_summaries_;
+  std::vector<std::map<uint64_t, std::vector<std::string>>> shard_snapshots_;
+  std::vector<DigestComparisons> shard_digests_;
+  bool shard_resumed_ok_ = true;
+  std::string shard_resumed_evidence_, others_evidence_;
+  int others_kept_committing_ = 0;
   RunResult result_;
 
  public:
@@ -1724,7 +1966,7 @@ std::string recovery_svg(const std::map<std::string, std::vector<double>>& kinds
 std::map<std::string, double> bounds_of(const DrillConfig& c) {
   return {{"learner", c.learner_bound_s}, {"node", c.node_bound_s}, {"site", c.node_bound_s}, {"coordinator", c.coordinator_bound_s},
           {"freeze", c.freeze_bound_s}, {"slow", c.freeze_bound_s}, {"slow_learner", c.freeze_bound_s},
-          {"corrupt", c.learner_bound_s}, {"cut", c.node_bound_s}};
+          {"corrupt", c.learner_bound_s}, {"cut", c.node_bound_s}, {"shard", c.coordinator_bound_s}};
 }
 
 }  // namespace
@@ -1917,7 +2159,8 @@ int run_drill(const DrillArguments& arguments) {
   }
   const std::map<std::string, int> kind_color = {{"learner", 3}, {"node", 4},         {"coordinator", 1},
                                                  {"freeze", 5},  {"slow", 6},         {"site", 8},
-                                                 {"cut", 2},     {"slow_learner", 9}, {"corrupt", 0}};
+                                                 {"cut", 2},     {"slow_learner", 9}, {"corrupt", 0},
+                                                 {"shard", 7}};
   for (const auto& r : diloco.recoveries) {
     markers.push_back({r.at_s - origins["diloco"], r.kind + " " + r.target, kind_color.count(r.kind) ? kind_color.at(r.kind) : 7});
   }
@@ -1969,6 +2212,7 @@ int run_drill(const DrillArguments& arguments) {
       {"node", "the node process restarted → every learner of it rejoined and merged a contribution"},
       {"site", "the site's node processes restarted → every learner of them rejoined and merged a contribution"},
       {"coordinator", "the restarted coordinator listening → its next committed version (status polled at 50 ms)"},
+      {"shard", "the restarted syncer shard listening → its next committed version (status polled at 50 ms)"},
       {"freeze", "SIGCONT → every learner of the node merged a contribution"},
       {"slow", "the end of the slowdown → every learner of the node merged a contribution"},
       {"slow_learner", "the end of its throttle (console `throttle ID 1`) → the learner merged a contribution"},

@@ -2,7 +2,7 @@
 commands (between `<!-- default-run:begin ... -->` and `<!-- default-run:end -->`) and those of
 "Using the trained model" (`<!-- using-model:begin ... -->` to `<!-- using-model:end -->`).
 
-    python3 scripts/default_run_sections.py COMMIT CPU
+    python3 scripts/default_run_sections.py COMMIT CPU [--readme FILE]     (FILE: README.md)
 """
 import json
 import sys
@@ -39,7 +39,7 @@ def default_run(run, commit, cpu):
     ]
 
 
-def main(commit, cpu):
+def main(commit, cpu, readme="README.md"):
     run, sample, score = (json.load(open(p)) for p in (RUN, SAMPLE, EVAL))
     s = run["sample"]
     lines = [
@@ -67,10 +67,10 @@ def main(commit, cpu):
         f"English legal prose) gives {score['loss']:.4f} nats/token, {score['bits_per_byte']:.3f} bits per byte: "
         "a model of the King James Bible, not of English.",
     ]
-    text = open("README.md").read()
+    text = open(readme).read()
     text = replace(text, "default-run", default_run(run, commit, cpu))
-    open("README.md", "w").write(replace(text, "using-model", lines))
+    open(readme, "w").write(replace(text, "using-model", lines))
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2])
+    main(sys.argv[1], sys.argv[2], *(sys.argv[sys.argv.index("--readme") + 1:][:1] if "--readme" in sys.argv else []))

@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -69,8 +70,12 @@ class Process {
   Process(std::string name, const std::vector<std::string>& arguments, const fs::path& dir,
           const std::vector<std::string>& environment = {})
       : name_(std::move(name)), out_(dir / (name_ + ".out")), err_(dir / (name_ + ".err")) {
+    const pid_t parent = getpid();
     pid_ = fork();
     if (pid_ == 0) {
+      // A test that crashes (no destructor runs) takes its processes with it.
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (getppid() != parent) _exit(127);
       setpgid(0, 0);
       int out = open(out_.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
       int err = open(err_.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
