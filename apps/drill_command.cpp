@@ -1053,20 +1053,12 @@ class Runner {
       coordinator_->wait(10);
       t.r.at_s = now();
       result_.kills += 1;
-      // The store as the killed process left it: its latest version, every digest.
-      auto store = storage::CheckpointStore::open((dir_ / "run" / "store").string());
-      if (!store) {
-        result_.error = "cannot open the store after the coordinator kill: " + store.error().reason;
+      auto latest = read_store_after_kill(dir_ / "run" / "store", snapshots_, digests_);
+      if (!latest) {
+        result_.error = "cannot open the store after the coordinator kill: " + latest.error().reason;
         return false;
       }
-      auto latest = (*store)->latest_committed_version();
-      auto hashes = stored_hashes(**store);
-      store->reset();
-      const uint64_t before = latest ? *latest : 0;
-      if (hashes) {
-        compare_snapshots(*hashes, snapshots_, digests_);  // what earlier kills read, against the store this one left
-        for (const auto& [v, e] : *hashes) snapshots_[v] = e;
-      }
+      const uint64_t before = *latest;
       t.r.detail["store_latest_at_kill"] = before;
       sleep_s(std::max(0.0, t.r.at_s + c_.coordinator_restart_after_s - now()));
       const double restarted_at = now();
@@ -1080,27 +1072,13 @@ class Runner {
       t.r.detail["process_start_to_listening_s"] = listening - restarted_at;
       t.r.detail["down_s"] = listening - t.r.at_s;
       result_.coordinator_down_s += listening - t.r.at_s;
-      const std::string err = coordinator_->err();
-      const std::string needle = "resuming from committed version ";
-      auto at = err.find(needle);
-      const int64_t resumed = at == std::string::npos ? -1 : std::atoll(err.c_str() + at + needle.size());
+      const int64_t resumed = resumed_version(*coordinator_);
       t.r.detail["resumed_from_version"] = resumed;
       resumed_ok_ = resumed_ok_ && resumed == static_cast<int64_t>(before);
       resumed_evidence_ += (resumed_evidence_.empty() ? "" : "; ") + std::string("store latest ") + std::to_string(before) +
                            " -> resumed from " + std::to_string(resumed);
       release_stall(30);
-      // The next committed version: polled at 50 ms through the admin session.
-      const double deadline = listening + std::max(30.0, 5 * c_.coordinator_bound_s);
-      while (now() < deadline) {
-        auto status = admin_->call(port_, messages::AdminVerb::status, {}, 2);
-        if (status && (*status).value("committed_version", uint64_t{0}) > before) {
-          t.r.recovered_s = now();
-          t.r.detail["next_version"] = (*status)["committed_version"];
-          break;
-        }
-        if (!coordinator_->running()) break;
-        sleep_s(0.05);
-      }
+      await_next_commit(*admin_, port_, *coordinator_, before, listening, t.r);
       t.r.evidence = "SIGKILL; restart listening " + fmt(listening - t.r.at_s) + " s after the kill; resumed from " +
                      std::to_string(resumed) + " (store latest " + std::to_string(before) + ")";
       result_.recoveries.push_back(t.r);
@@ -1109,6 +1087,47 @@ class Runner {
     }
     pending_ = t;
     return true;
+  }
+
+  // The store as a killed process left it: its latest committed version (0: none). Every version's
+  // digests are compared with what earlier kills of that process read, and kept for the next one.
+  static Expected<uint64_t> read_store_after_kill(const fs::path& store_dir,
+                                                  std::map<uint64_t, std::vector<std::string>>& snapshots,
+                                                  DigestComparisons& digests) {
+    auto store = storage::CheckpointStore::open(store_dir.string());
+    if (!store) return store.error();
+    auto latest = (*store)->latest_committed_version();
+    auto hashes = stored_hashes(**store);
+    store->reset();
+    if (hashes) {
+      compare_snapshots(*hashes, snapshots, digests);
+      for (const auto& [v, e] : *hashes) snapshots[v] = e;
+    }
+    return latest ? *latest : uint64_t{0};
+  }
+
+  // The version a restarted coordinator or shard says it resumed from (-1: it did not say).
+  static int64_t resumed_version(const Child& process) {
+    const std::string err = process.err();
+    const std::string needle = "resuming from committed version ";
+    auto at = err.find(needle);
+    return at == std::string::npos ? -1 : std::atoll(err.c_str() + at + needle.size());
+  }
+
+  // A restarted process's next committed version after `before`, polled at 50 ms through `admin`:
+  // sets r.recovered_s and r.detail["next_version"] when seen (for at most max(30 s, 5 bounds)).
+  void await_next_commit(AdminClient& admin, int port, Child& process, uint64_t before, double listening, Recovery& r) {
+    const double deadline = listening + std::max(30.0, 5 * c_.coordinator_bound_s);
+    while (now() < deadline) {
+      auto status = admin.call(port, messages::AdminVerb::status, {}, 2);
+      if (status && (*status).value("committed_version", uint64_t{0}) > before) {
+        r.recovered_s = now();
+        r.detail["next_version"] = (*status)["committed_version"];
+        return;
+      }
+      if (!process.running()) return;
+      sleep_s(0.05);
+    }
   }
 
   // SIGKILL of syncer shard k >= 1: its store is read as the kill left it, it restarts on its run
@@ -1127,20 +1146,13 @@ class Runner {
     shards_[k]->wait(10);
     t.r.at_s = now();
     result_.kills += 1;
-    const fs::path run = dir_ / ("run-shard-" + std::to_string(k));
-    auto store = storage::CheckpointStore::open((run / "store").string());
-    if (!store) {
-      result_.error = "cannot open shard " + std::to_string(k) + "'s store after its kill: " + store.error().reason;
+    auto latest = read_store_after_kill(dir_ / ("run-shard-" + std::to_string(k)) / "store", shard_snapshots_[k],
+                                        shard_digests_[k]);
+    if (!latest) {
+      result_.error = "cannot open shard " + std::to_string(k) + "'s store after its kill: " + latest.error().reason;
       return false;
     }
-    auto latest = (*store)->latest_committed_version();
-    auto hashes = stored_hashes(**store);
-    store->reset();
-    const uint64_t before = latest ? *latest : 0;
-    if (hashes) {
-      compare_snapshots(*hashes, shard_snapshots_[k], shard_digests_[k]);
-      for (const auto& [v, e] : *hashes) shard_snapshots_[k][v] = e;
-    }
+    const uint64_t before = *latest;
     t.r.detail["store_latest_at_kill"] = before;
     sleep_s(std::max(0.0, t.r.at_s + c_.coordinator_restart_after_s - now()));
     const double restarted_at = now();
@@ -1153,10 +1165,7 @@ class Runner {
     t.r.from_s = listening;
     t.r.detail["process_start_to_listening_s"] = listening - restarted_at;
     t.r.detail["down_s"] = listening - t.r.at_s;
-    const std::string err = shards_[k]->err();
-    const std::string needle = "resuming from committed version ";
-    auto at = err.find(needle);
-    const int64_t resumed = at == std::string::npos ? -1 : std::atoll(err.c_str() + at + needle.size());
+    const int64_t resumed = resumed_version(*shards_[k]);
     t.r.detail["resumed_from_version"] = resumed;
     shard_resumed_ok_ = shard_resumed_ok_ && resumed == static_cast<int64_t>(before);
     shard_resumed_evidence_ += (shard_resumed_evidence_.empty() ? "" : "; ") + f.target + ": store latest " +
@@ -1168,19 +1177,8 @@ class Runner {
     others_kept_committing_ += others_now > others_at_kill ? 1 : 0;
     others_evidence_ += (others_evidence_.empty() ? "" : "; ") + f.target + " down " + fmt(listening - t.r.at_s) +
                         " s: shard 0 " + std::to_string(others_at_kill) + " -> " + std::to_string(others_now);
-    // Its next committed version: polled at 50 ms through an admin session of its own.
-    AdminClient shard_admin(host_, admin_token_.string());
-    const double deadline = listening + std::max(30.0, 5 * c_.coordinator_bound_s);
-    while (now() < deadline) {
-      auto status = shard_admin.call(shard_ports_[k], messages::AdminVerb::status, {}, 2);
-      if (status && (*status).value("committed_version", uint64_t{0}) > before) {
-        t.r.recovered_s = now();
-        t.r.detail["next_version"] = (*status)["committed_version"];
-        break;
-      }
-      if (!shards_[k]->running()) break;
-      sleep_s(0.05);
-    }
+    AdminClient shard_admin(host_, admin_token_.string());  // the drill's own session is to shard 0
+    await_next_commit(shard_admin, shard_ports_[k], *shards_[k], before, listening, t.r);
     t.r.evidence = "SIGKILL; restart listening " + fmt(listening - t.r.at_s) + " s after the kill; resumed from " +
                    std::to_string(resumed) + " (store latest " + std::to_string(before) + ")";
     result_.recoveries.push_back(t.r);

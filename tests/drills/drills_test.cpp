@@ -35,15 +35,22 @@ struct ScratchDir {
   ~ScratchDir() { fs::remove_all(dir); }
 };
 
+// `archipelago drill --config config/drills/NAME.toml --seed SEED --json --report DIR`, which must
+// exit 0; its JSON line.
+nlohmann::json passing_drill(const std::string& name, int seed, const ScratchDir& scratch, int timeout_s) {
+  const std::string config = std::string(ARCHIPELAGO_SOURCE_DIR) + "/config/drills/" + name + ".toml";
+  auto outcome = run_cli("drill --config " + config + " --seed " + std::to_string(seed) + " --json --report " +
+                             scratch.dir.string(), timeout_s);
+  CAPTURE(outcome.out);
+  REQUIRE(outcome.exit_code == 0);
+  return last_line_json(outcome.out);
+}
+
 }  // namespace
 
 TEST_CASE("the CI drill: every fault recovered within its bound, every invariant held, the JSON line and the report") {
   ScratchDir scratch;
-  const std::string config = std::string(ARCHIPELAGO_SOURCE_DIR) + "/config/drills/ci.toml";
-  auto outcome = run_cli("drill --config " + config + " --seed 7 --json --report " + scratch.dir.string(), 400);
-  CAPTURE(outcome.out);
-  REQUIRE(outcome.exit_code == 0);
-  const auto result = last_line_json(outcome.out);
+  const auto result = passing_drill("ci", 7, scratch, 400);
 
   // The fields a caller reads.
   REQUIRE(result["goodput"]["diloco"].is_number());
@@ -116,11 +123,7 @@ TEST_CASE("the network drill: a site's link cut in network namespaces and restor
     return;
   }
   ScratchDir scratch;
-  const std::string config = std::string(ARCHIPELAGO_SOURCE_DIR) + "/config/drills/ci-netns.toml";
-  auto outcome = run_cli("drill --config " + config + " --seed 3 --json --report " + scratch.dir.string(), 300);
-  CAPTURE(outcome.out);
-  REQUIRE(outcome.exit_code == 0);
-  const auto result = last_line_json(outcome.out);
+  const auto result = passing_drill("ci-netns", 3, scratch, 300);
   CHECK(result["netns"] == true);
   CHECK(result["invariants_passed"] == result["invariants_total"]);
   REQUIRE(result["recovery_s"]["cut"]["n"].get<int>() == 1);
@@ -204,11 +207,7 @@ TEST_CASE("a drill whose scheduled fault could not be carried out fails, unless 
 
 TEST_CASE("the shard drill: syncer shard 1 SIGKILLed twice resumes from its store while shard 0 keeps committing") {
   ScratchDir scratch;
-  const std::string config = std::string(ARCHIPELAGO_SOURCE_DIR) + "/config/drills/shard-loss.toml";
-  auto outcome = run_cli("drill --config " + config + " --seed 5 --json --report " + scratch.dir.string(), 300);
-  CAPTURE(outcome.out);
-  REQUIRE(outcome.exit_code == 0);
-  const auto result = last_line_json(outcome.out);
+  const auto result = passing_drill("shard-loss", 5, scratch, 300);
   CHECK(result["kills"].get<int>() == 2);
   REQUIRE(result["recovery_s"]["shard"]["n"].get<int>() == 2);
   CHECK(result["recovery_s"]["shard"]["max"].get<double>() < 2.0);
