@@ -250,12 +250,7 @@ Expected<nlohmann::json> execute(caf::actor_system& system, const AdminSpec& spe
     case AdminVerb::pause:
     case AdminVerb::resume:
       return audited(system, spec, peer, command, [&]() -> Expected<nlohmann::json> {
-        const auto action = command.verb == AdminVerb::kill_learner    ? ControlAction::kill_learner
-                            : command.verb == AdminVerb::kill_node       ? ControlAction::kill_node
-                            : command.verb == AdminVerb::restart_learner ? ControlAction::restart_learner
-                            : command.verb == AdminVerb::pause           ? ControlAction::pause_learner
-                                                                         : ControlAction::resume_learner;
-        return control(spec, action, command.target);
+        return control(spec, *control_action_of(command.verb), command.target);
       });
     case AdminVerb::throttle:
       return audited(system, spec, peer, command, [&]() -> Expected<nlohmann::json> {
@@ -265,11 +260,11 @@ Expected<nlohmann::json> execute(caf::actor_system& system, const AdminSpec& spe
           return make_error(ErrorCode::invalid_argument,
                             "throttle takes a factor from 1 (full speed) to 100, not '" + command.value + "'");
         }
-        return control(spec, ControlAction::throttle_learner, command.target, factor);
+        return control(spec, *control_action_of(command.verb), command.target, factor);
       });
     case AdminVerb::corrupt_update:
       return audited(system, spec, peer, command, [&]() -> Expected<nlohmann::json> {
-        return control(spec, ControlAction::corrupt_update, command.target);
+        return control(spec, *control_action_of(command.verb), command.target);
       });
     case AdminVerb::checkpoint:
       return audited(system, spec, peer, command, [&]() -> Expected<nlohmann::json> {
@@ -408,6 +403,19 @@ Expected<nlohmann::json> apply_learner_control(caf::actor_system& system, const 
 
 caf::actor spawn_admin(caf::actor_system& system, AdminSpec spec) {
   return system.spawn<caf::detached>(admin_behavior, std::move(spec));
+}
+
+std::optional<ControlAction> control_action_of(AdminVerb verb) {
+  switch (verb) {
+    case AdminVerb::kill_learner: return ControlAction::kill_learner;
+    case AdminVerb::kill_node: return ControlAction::kill_node;
+    case AdminVerb::restart_learner: return ControlAction::restart_learner;
+    case AdminVerb::pause: return ControlAction::pause_learner;
+    case AdminVerb::resume: return ControlAction::resume_learner;
+    case AdminVerb::throttle: return ControlAction::throttle_learner;
+    case AdminVerb::corrupt_update: return ControlAction::corrupt_update;
+    default: return std::nullopt;
+  }
 }
 
 }  // namespace archipelago::actors

@@ -15,6 +15,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <map>
 #include <string>
 
@@ -66,5 +67,9 @@ struct AdminSpec {
 };
 
 caf::actor spawn_admin(caf::actor_system& system, AdminSpec spec);
+
+// The learner control an admin verb is carried out as, by the node that runs the learner (none: the
+// verb acts on the coordinator itself).
+std::optional<messages::ControlAction> control_action_of(messages::AdminVerb verb);
 
 }  // namespace archipelago::actors

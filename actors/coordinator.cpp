@@ -260,12 +260,8 @@ Expected<std::unique_ptr<Coordinator>> Coordinator::start(CoordinatorOptions opt
                   prepared_s - began_s, monotonic_seconds() - prepared_s);
   impl->options = std::move(options);
   if (runtime.shard.count > 1) {
-    std::vector<int> owned;
-    for (int p = 0; p < static_cast<int>(impl->setup.layout->plan.fragments.size()); ++p) {
-      if (runtime.shard.owns(p)) owned.push_back(p);
-    }
-    impl->log->info("syncer shard {} of {}: fragments {}", runtime.shard.index, runtime.shard.count,
-                    nlohmann::json(owned).dump());
+    impl->log->info("syncer {}: fragments {}", runtime.shard.name(),
+                    nlohmann::json(runtime.shard.owned(static_cast<int>(impl->setup.layout->plan.fragments.size()))).dump());
   }
   impl->log->info("coordinator listening on {}:{}{} (site {}), {} learner slot(s), {} parameters, {}", impl->options.listen.host,
                   impl->port, impl->options.transport.tls ? " (TLS)" : "", impl->options.site,

@@ -13,6 +13,7 @@
 #include <cerrno>
 #include <chrono>
 #include <functional>
+#include <mutex>
 #include <thread>
 
 #include <caf/all.hpp>
@@ -252,6 +253,11 @@ struct Node::Impl {
   // whose session's facades learners see directly).
   std::vector<caf::actor> routers;
   std::shared_ptr<ShardRouterCounters> router_counters = std::make_shared<ShardRouterCounters>();
+  struct Digests {
+    std::mutex mutex;
+    nlohmann::json learners = nlohmann::json::object();  // learner id -> [{version, digest}] per fragment
+  };
+  std::shared_ptr<Digests> digests = std::make_shared<Digests>();
 
   // The run, once the first join brought its configuration.
   std::shared_ptr<const RuntimeOptions> runtime;
@@ -315,22 +321,26 @@ struct Node::Impl {
     return out;
   }
 
-  // Per running learner of this node: each fragment's version and the digest of the global copy it
-  // holds (empty: none answered). What a run's end is checked against: the owner's stored version.
-  nlohmann::json learner_digests() {
-    nlohmann::json out = nlohmann::json::object();
-    caf::scoped_actor self{*system};
+  // Asks every running learner of this node for each fragment's version and the digest of the
+  // global copy it holds; the answers land in `digests` as they come (nothing waits for a learner
+  // in the middle of a step). Each learner's last answer while it held the model is kept: what a
+  // run's end is checked against (the owner's stored version).
+  void ask_learner_digests() {
     for (int i = 0; i < options.learners && first_learner >= 0; ++i) {
       auto learner = Directory::get(*system, learner_name(first_learner + i));
       if (!learner) continue;
-      self->request(learner, std::chrono::seconds(1), admin_atom::value, admin_request("node", "digests"))
-          .receive([&](WireBytes& bytes) {
-                     auto j = read_admin_reply(std::move(bytes));
-                     if (j && j->contains("fragments")) out[learner_id(first_learner + i)] = (*j)["fragments"];
-                   },
-                   [&](caf::error&) {});
+      system->spawn([board = digests, learner, id = learner_id(first_learner + i)](caf::event_based_actor* self) {
+        self->request(learner, std::chrono::seconds(1), admin_atom::value, admin_request("node", "digests"))
+            .then(
+                [=](WireBytes& bytes) {
+                  auto j = read_admin_reply(std::move(bytes));
+                  if (!j || !j->contains("fragments") || (*j)["fragments"].empty()) return;
+                  std::lock_guard lock(board->mutex);
+                  board->learners[id] = (*j)["fragments"];
+                },
+                [](caf::error&) {});
+      });
     }
-    return out;
   }
 
   void stop_learners() {
@@ -571,7 +581,6 @@ Expected<nlohmann::json> Node::run(const std::function<bool()>& stop_requested,
   const auto& options = impl.options;
   std::string stopped_by;
   double next_progress = 0;
-  nlohmann::json digests = nlohmann::json::object();  // each learner's last answered fragment digests
   auto elapsed = [&] { return std::chrono::duration<double>(Clock::now() - impl.started).count(); };
   auto connected = [&] {
     return std::all_of(impl.links.begin(), impl.links.end(), [](const ShardLink& l) { return static_cast<bool>(l.watcher); });
@@ -661,11 +670,7 @@ Expected<nlohmann::json> Node::run(const std::function<bool()>& stop_requested,
       }
       if (elapsed() >= next_progress) {
         next_progress = elapsed() + (impl.runtime ? impl.runtime->progress_interval_s : 2.0);
-        // Each learner's last answer while it held the model: a finished one answers no more, or empty.
-        const auto answered = impl.learner_digests();  // a named copy: items() must not outlive it
-        for (const auto& [learner, fragments] : answered.items()) {
-          if (!fragments.empty()) digests[learner] = fragments;
-        }
+        impl.ask_learner_digests();
         if (progress) {
           progress({{"elapsed_s", elapsed()}, {"connected", connected()},
                     {"steps", status.value("steps_computed", int64_t{0})}, {"restarts", status.value("restarts", 0)}});
@@ -687,6 +692,11 @@ Expected<nlohmann::json> Node::run(const std::function<bool()>& stop_requested,
     addresses.push_back(link.name());
   }
   const auto& first = impl.links.front();
+  nlohmann::json learner_digests;
+  {
+    std::lock_guard lock(impl.digests->mutex);
+    learner_digests = impl.digests->learners;
+  }
   nlohmann::json summary = {
       {"role", "node"}, {"node", options.name}, {"site", options.site},
       {"coordinator", impl.sharded() ? nlohmann::json(addresses) : nlohmann::json(first.name())},
@@ -700,7 +710,7 @@ Expected<nlohmann::json> Node::run(const std::function<bool()>& stop_requested,
                   {"latency_ms", first.uplink_spec.latency_s * 1000}}},
       {"wall_s", elapsed()}, {"stopped_by", stopped_by},
       // Per learner and fragment, as last asked while it ran: {version, digest} of its global copy.
-      {"learner_digests", digests}};
+      {"learner_digests", learner_digests}};
   if (impl.sharded()) {
     nlohmann::json shards = nlohmann::json::array();
     for (const auto& link : impl.links) {

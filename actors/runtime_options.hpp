@@ -11,6 +11,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "common/error.hpp"
 #include "training/reference_engine.hpp"
@@ -66,7 +67,21 @@ struct FaultOptions {
 struct ShardOptions {
   int index = 0;
   int count = 1;
-  bool owns(int fragment) const { return count <= 1 || fragment % count == index; }
+  // The shard of `count` that owns `fragment`: the one rule every owner lookup uses.
+  static int owner(int fragment, int count) { return count <= 1 ? 0 : fragment % count; }
+  bool owns(int fragment) const { return owner(fragment, count) == index; }
+  // Its fragments among `fragments`, ascending.
+  std::vector<int> owned(int fragments) const {
+    std::vector<int> out;
+    for (int p = 0; p < fragments; ++p) {
+      if (owns(p)) out.push_back(p);
+    }
+    return out;
+  }
+  // "shard I of N", or "an unsharded run".
+  std::string name() const {
+    return count > 1 ? "shard " + std::to_string(index) + " of " + std::to_string(count) : "an unsharded run";
+  }
 };
 
 struct RuntimeOptions {

@@ -2,14 +2,13 @@
 
 #include <algorithm>
 #include <map>
-#include <set>
 #include <string>
 #include <vector>
 
 #include <caf/all.hpp>
 
+#include "actors/runtime_options.hpp"
 #include "actors/wire.hpp"
-#include "common/log.hpp"
 
 namespace archipelago::actors {
 namespace {
@@ -31,13 +30,12 @@ struct RouterState {
   std::map<caf::actor_addr, LearnerTrack> learners;
   std::shared_ptr<ShardRouterCounters> counters;
   std::unique_ptr<Outbox> outbox;   // merged Welcomes go out as the role they stand for
-  std::shared_ptr<spdlog::logger> log = component_logger("node");
   const char* name = "shard_router";
 };
 
 using RouterActor = caf::stateful_actor<RouterState>;
 
-int owner_of(const RouterState& st, uint32_t fragment) { return static_cast<int>(fragment % static_cast<uint32_t>(st.shards)); }
+int owner_of(const RouterState& st, uint32_t fragment) { return ShardOptions::owner(static_cast<int>(fragment), st.shards); }
 
 void send_to_shard(RouterActor* self, int shard, const caf::actor& learner, WireBytes bytes) {
   const auto& facade = self->state.facades[shard];

@@ -956,13 +956,9 @@ nlohmann::json SyncerCore::status(double now_s) const {
     fragment_versions.push_back(f.version);
     open_rounds.push_back(f.next_round);
   }
-  std::vector<int> owned;
+  const std::vector<int> owned = options_.shard.owned(fragment_count());
   double owned_share = 0;
-  for (int p = 0; p < fragment_count(); ++p) {
-    if (!options_.shard.owns(p)) continue;
-    owned.push_back(p);
-    owned_share += fragment_share(p);
-  }
+  for (int p : owned) owned_share += fragment_share(p);
   return {{"mode", mode_},
           {"shard", {{"index", options_.shard.index}, {"count", options_.shard.count}, {"fragments", owned},
                      {"share", options_.shard.count > 1 ? owned_share : 1.0}}},  // unsharded: exactly all

@@ -63,7 +63,8 @@ std::variant<LoadedVersion, LoadFailure> load_version(const std::string& run_dir
   return LoadedVersion{std::move(*runtime), std::move(*start), std::move(*tokenizer), std::move(*data)};
 }
 
-std::variant<CommittedModel, LoadFailure> laid_out(LoadedVersion loaded, std::vector<uint64_t> shard_versions) {
+std::variant<CommittedModel, LoadFailure> laid_out(LoadedVersion loaded, std::vector<uint64_t> shard_versions,
+                                                   std::vector<std::string> shard_run_dirs) {
   const uint64_t version = loaded.data.version;
   auto flat = actors::flat_parameters(*loaded.start.layout, loaded.data);
   if (!flat) return LoadFailure{1, "version " + std::to_string(version) + ": " + flat.error().reason};
@@ -71,7 +72,7 @@ std::variant<CommittedModel, LoadFailure> laid_out(LoadedVersion loaded, std::ve
     if (!std::isfinite(v)) return LoadFailure{1, "version " + std::to_string(version) + " holds a non-finite parameter"};
   }
   return CommittedModel{std::move(loaded.runtime), std::move(loaded.start), std::move(loaded.tokenizer), version,
-                        std::move(*flat), std::move(shard_versions)};
+                        std::move(*flat), std::move(shard_versions), std::move(shard_run_dirs)};
 }
 
 }  // namespace
@@ -82,10 +83,9 @@ std::variant<CommittedModel, LoadFailure> load_committed_model(const std::string
   if (auto* failure = std::get_if<LoadFailure>(&loaded)) return *failure;
   auto& version = std::get<LoadedVersion>(loaded);
   if (version.runtime.shard.count > 1) {
-    return LoadFailure{2, run_dir + " is syncer shard " + std::to_string(version.runtime.shard.index) + " of " +
-                              std::to_string(version.runtime.shard.count) + ": name every shard's run directory"};
+    return LoadFailure{2, run_dir + " is syncer " + version.runtime.shard.name() + ": name every shard's run directory"};
   }
-  return laid_out(std::move(version), {});
+  return laid_out(std::move(version), {}, {});
 }
 
 std::variant<CommittedModel, LoadFailure> load_committed_model(const std::vector<std::string>& run_dirs,
@@ -104,10 +104,8 @@ std::variant<CommittedModel, LoadFailure> load_committed_model(const std::vector
     auto& version = std::get<LoadedVersion>(loaded);
     const auto shard = version.runtime.shard;
     if (shard.count != static_cast<int>(run_dirs.size())) {
-      return LoadFailure{2, dir + " is " + (shard.count > 1 ? "shard " + std::to_string(shard.index) + " of " +
-                                                                   std::to_string(shard.count)
-                                                             : std::string("an unsharded run")) +
-                                ", and " + std::to_string(run_dirs.size()) + " run directories were given"};
+      return LoadFailure{2, dir + " is " + shard.name() + ", and " + std::to_string(run_dirs.size()) +
+                                " run directories were given"};
     }
     if (shards[shard.index]) return LoadFailure{2, "two run directories are shard " + std::to_string(shard.index)};
     shards[shard.index] = std::move(version);
@@ -115,20 +113,22 @@ std::variant<CommittedModel, LoadFailure> load_committed_model(const std::vector
   // Shard 0's configuration and model, with every fragment from the shard that owns it.
   LoadedVersion assembled = std::move(*shards.front());
   std::vector<uint64_t> versions{assembled.data.version};
+  std::vector<std::string> dirs{assembled.runtime.run_dir};
   const auto& plan = assembled.start.layout->plan;
   for (size_t i = 1; i < shards.size(); ++i) {
     auto& shard = *shards[i];
     if (shard.start.layout->plan.fragments.size() != plan.fragments.size() ||
         shard.tokenizer.hash() != assembled.tokenizer.hash()) {
-      return LoadFailure{2, run_dirs[i] + ": shard " + std::to_string(i) + "'s model or tokenizer is not shard 0's"};
+      return LoadFailure{2, shard.runtime.run_dir + ": shard " + std::to_string(i) + "'s model or tokenizer is not shard 0's"};
     }
     versions.push_back(shard.data.version);
+    dirs.push_back(shard.runtime.run_dir);
     for (size_t p = 0; p < plan.fragments.size(); ++p) {
       if (!shard.runtime.shard.owns(static_cast<int>(p))) continue;
       assembled.data.fragments[static_cast<uint32_t>(p)] = std::move(shard.data.fragments[static_cast<uint32_t>(p)]);
     }
   }
-  return laid_out(std::move(assembled), std::move(versions));
+  return laid_out(std::move(assembled), std::move(versions), std::move(dirs));
 }
 
 }  // namespace archipelago::apps

@@ -21,7 +21,8 @@ struct CommittedModel {
   training::Tokenizer tokenizer;   // the run's (its directory's tokenizer.model, or byte-level)
   uint64_t version = 0;            // of a sharded run: shard 0's
   std::vector<float> flat;         // the version's parameters, in the replica's order
-  std::vector<uint64_t> shard_versions;  // of a sharded run: each shard's latest version (empty: unsharded)
+  std::vector<uint64_t> shard_versions;  // of a sharded run: each shard's version, in shard order (empty: unsharded)
+  std::vector<std::string> shard_run_dirs;  // ... and its run directory
 };
 
 struct LoadFailure {

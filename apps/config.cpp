@@ -482,16 +482,14 @@ Expected<actors::ShardOptions> read_run_shard(const std::string& run_dir) {
 Status record_run_shard(const std::string& run_dir, int index, int count) {
   auto recorded = read_run_shard(run_dir);
   if (!recorded) return recorded.error();
+  const actors::ShardOptions wanted{index, count};
   const bool file = std::filesystem::exists(std::filesystem::path(run_dir) / "shard.json");
-  auto name = [](int i, int n) { return n > 1 ? "shard " + std::to_string(i) + " of " + std::to_string(n) : std::string("an unsharded run"); };
-  if (file || std::filesystem::exists(std::filesystem::path(run_dir) / "store")) {
-    if (recorded->index != index || recorded->count != count) {
-      return make_error(ErrorCode::conflict, "the run in " + run_dir + " is " + name(recorded->index, recorded->count) +
-                                                 ", not " + name(index, count));
-    }
-    if (file || count == 1) return {};
+  // A directory that has a shard.json, or a store (an unsharded run's, 0 of 1), is that run's.
+  const bool taken = file || std::filesystem::exists(std::filesystem::path(run_dir) / "store");
+  if (taken && (recorded->index != index || recorded->count != count)) {
+    return make_error(ErrorCode::conflict, "the run in " + run_dir + " is " + recorded->name() + ", not " + wanted.name());
   }
-  if (count == 1) return {};
+  if (file || count == 1) return {};
   return write_file_atomically((std::filesystem::path(run_dir) / "shard.json").string(),
                                nlohmann::json{{"index", index}, {"count", count}}.dump() + "\n");
 }

@@ -13,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "actors/admin.hpp"
 #include "actors/remote_protocol.hpp"
 #include "actors/wire.hpp"
 #include "apps/config.hpp"
@@ -236,13 +237,7 @@ int run_console(const ConsoleArguments& arguments) {
     if (!bytes) return fail(1, bytes.error().to_string());
     // A learner's or a node's control goes through shard 0 only (the node obeys it once); everything
     // else is asked of every shard, each answering for its own fragments, versions and store.
-    const bool learner_control = command->verb == messages::AdminVerb::kill_learner ||
-                                 command->verb == messages::AdminVerb::kill_node ||
-                                 command->verb == messages::AdminVerb::restart_learner ||
-                                 command->verb == messages::AdminVerb::pause || command->verb == messages::AdminVerb::resume ||
-                                 command->verb == messages::AdminVerb::throttle ||
-                                 command->verb == messages::AdminVerb::corrupt_update;
-    const size_t asked = learner_control ? 1 : sessions.size();
+    const size_t asked = actors::control_action_of(command->verb) ? 1 : sessions.size();
     nlohmann::json answers = nlohmann::json::array();
     for (size_t k = 0; k < asked; ++k) {
       const std::string where = sessions.size() > 1 ? "shard " + std::to_string(k) + ": " : "";

@@ -1464,16 +1464,10 @@ class Runner {
   // every shard's latest version and the initial one (version 1 everywhere) are scored by `eval` on
   // the first 20 000 bytes of the corpus text.
   void score_assembled_model() {
-    std::string cache_dir = "archipelago-runs/data", corpus = "kjv";
-    auto unquoted = [](std::string v) {
-      if (v.size() >= 2 && (v.front() == '"' || v.front() == '\'')) v = v.substr(1, v.size() - 2);
-      return v;
-    };
-    for (const auto& set : c_.sets) {
-      if (set.rfind("data.cache_dir=", 0) == 0) cache_dir = unquoted(set.substr(15));
-      if (set.rfind("data.corpus=", 0) == 0) corpus = unquoted(set.substr(12));
-    }
-    const std::string text = corpus == "kjv" ? (fs::path(cache_dir) / "kjv.txt").string() : corpus;
+    auto config = load_config(std::nullopt, "drill.sets", c_.sets);  // validated before the drill started
+    if (!config) return;
+    const auto& data = config->data;  // "kjv" is cached as <cache_dir>/kjv.txt (training/corpus.hpp)
+    const std::string text = data.corpus == "kjv" ? (fs::path(data.cache_dir) / "kjv.txt").string() : data.corpus;
     auto score = [&](const std::string& name, bool initial) -> double {
       std::vector<std::string> a{"eval", "--json", "--text", text, "--max-bytes", "20000"};
       for (int k = 0; k < c_.shards; ++k) {

@@ -43,9 +43,9 @@ int run_eval(const EvalArguments& arguments) {
       source = {{"run_dir", arguments.run_dirs.front()}, {"version", model.version}};
       described = "version " + std::to_string(model.version) + " of " + arguments.run_dirs.front();
     } else {
-      source = {{"run_dirs", arguments.run_dirs}, {"shard_versions", model.shard_versions}};
+      source = {{"run_dirs", model.shard_run_dirs}, {"shard_versions", model.shard_versions}};
       described = "versions " + nlohmann::json(model.shard_versions).dump() + " of the shards " +
-                  nlohmann::json(arguments.run_dirs).dump();
+                  nlohmann::json(model.shard_run_dirs).dump();
     }
   } else {
     auto exported = training::read_export(arguments.export_dir);

@@ -186,7 +186,7 @@ Expected<nlohmann::json> run(const Config& c, double copy_rate) {
     stores.push_back(std::move(*store));
     shard_options.push_back(std::move(o));
   }
-  auto owner = [&](int p) { return p % c.shards; };
+  auto owner = [&](int p) { return ShardOptions::owner(p, c.shards); };
   caf::actor_system_config config;
   config.set("scheduler.max-threads", size_t{2});
   config.set("logger.console-verbosity", caf::atom("quiet"));
