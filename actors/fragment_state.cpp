@@ -155,15 +155,21 @@ nlohmann::json stored_entry(const FragmentState& state) {
           {"next_round", state.next_round}};
 }
 
+std::vector<const std::vector<float>*> stored_outer_parts(const FragmentState& state) {
+  std::vector<const std::vector<float>*> parts;
+  for (const auto& part : stored_entry(state)["layout"]) {
+    if (part == "parameters") parts.push_back(&state.parameters);
+    if (part == "momentum") parts.push_back(&state.outer.momentum);
+    if (part == "accumulated") parts.push_back(&state.outer.accumulated);
+  }
+  return parts;
+}
+
 StoredFragment to_stored(const FragmentState& state) {
   StoredFragment stored;
   stored.broadcast = state.broadcast;
   stored.entry = stored_entry(state);
-  for (const auto& part : stored.entry["layout"]) {
-    if (part == "parameters") append(stored.outer, state.parameters);
-    if (part == "momentum") append(stored.outer, state.outer.momentum);
-    if (part == "accumulated") append(stored.outer, state.outer.accumulated);
-  }
+  for (const auto* part : stored_outer_parts(state)) append(stored.outer, *part);
   return stored;
 }
 

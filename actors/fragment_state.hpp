@@ -119,6 +119,9 @@ struct StoredFragment {
   nlohmann::json entry;
 };
 StoredFragment to_stored(const FragmentState& state);
+// The outer-state blob's parts in their stored order, viewed in place: what a persist streams
+// without concatenating them (a copy of 2–3 fragments' worth per commit).
+std::vector<const std::vector<float>*> stored_outer_parts(const FragmentState& state);
 // The JSON entry alone (no copies of the tensors).
 nlohmann::json stored_entry(const FragmentState& state);
 // Rebuilds a committed value; `entry` may be null (stores written before the entry existed: the blob

@@ -76,27 +76,34 @@ void request_restore(SyncerActor* self) {
   if (bytes) self->send(store, std::move(*bytes));
 }
 
-// Streams a staged commit's blobs to the store under its ticket and asks for them to be prepared.
+// Streams a staged commit's blobs to the store under its ticket, read in place from the staged
+// values chunk by chunk (no copy of a whole blob), and asks for them to be prepared.
 void send_persist(SyncerActor* self, const StagedCommit& commit) {
   auto& st = self->state;
   auto store = store_of(self);
   if (!store) return;  // the commit times out and is rolled back
-  auto send_tensor = [&](int fragment, const std::vector<float>& values, PersistKind kind) {
-    auto encoded = float_bytes(values);
-    auto messages = st.outbox.wrap_tensor(Codec::fp32, values.size(), encoded, [&](TensorChunk chunk) -> Message {
-      return Persist{0, static_cast<uint32_t>(fragment), kind, std::move(chunk), "", commit.ticket};
-    });
-    if (!messages) return;
-    for (auto& m : *messages) {
-      st.bytes_to_store += static_cast<int64_t>(m.size());
-      self->send(store, std::move(m));
+  auto send_tensor = [&](int fragment, const std::vector<const std::vector<float>*>& values, PersistKind kind) {
+    std::vector<ByteView> parts;
+    uint64_t count = 0;
+    for (const auto* v : values) {
+      parts.push_back(ByteView{reinterpret_cast<const uint8_t*>(v->data()), v->size() * sizeof(float), nullptr});
+      count += v->size();
     }
+    Status sent = st.outbox.stream_tensor(
+        Codec::fp32, count, parts,
+        [&](TensorChunk chunk) -> Message {
+          return Persist{0, static_cast<uint32_t>(fragment), kind, std::move(chunk), "", commit.ticket};
+        },
+        [&](WireBytes&& m) {
+          st.bytes_to_store += static_cast<int64_t>(m.size());
+          self->send(store, std::move(m));
+        });
+    if (!sent.ok()) st.log->error("cannot persist fragment {}: {}", fragment, sent.error().to_string());
   };
   // Per fragment: B_p as the parameters (what joining learners are served) and the outer-state blob.
   for (const auto& staged : commit.fragments) {
-    auto stored = to_stored(staged.next);
-    send_tensor(staged.fragment, stored.broadcast, PersistKind::parameters);
-    send_tensor(staged.fragment, stored.outer, PersistKind::outer_momentum);
+    send_tensor(staged.fragment, {&staged.next.broadcast}, PersistKind::parameters);
+    send_tensor(staged.fragment, stored_outer_parts(staged.next), PersistKind::outer_momentum);
   }
   auto end = st.outbox.wrap(CommitEnd{0, "", commit.ticket});
   if (end) self->send(store, std::move(*end));

@@ -44,18 +44,24 @@ Expected<WireBytes> Outbox::wrap(Message body) {
   return WireBytes(out.begin(), out.end());
 }
 
+Status Outbox::stream_tensor(Codec codec, uint64_t element_count, const std::vector<ByteView>& parts,
+                             const std::function<Message(TensorChunk)>& make_body,
+                             const std::function<void(WireBytes&&)>& send) {
+  return for_each_chunk(codec, element_count, parts, [&](TensorChunk&& chunk) -> Status {
+    auto bytes = wrap(make_body(std::move(chunk)));
+    if (!bytes) return bytes.error();
+    send(std::move(*bytes));
+    return Status::success();
+  });
+}
+
 Expected<std::vector<WireBytes>> Outbox::wrap_tensor(Codec codec, uint64_t element_count,
                                                      const std::vector<uint8_t>& encoded,
                                                      const std::function<Message(TensorChunk)>& make_body) {
-  auto chunks = split_tensor(codec, element_count, ByteView{encoded.data(), encoded.size(), nullptr});
-  if (!chunks) return chunks.error();
   std::vector<WireBytes> out;
-  out.reserve(chunks->size());
-  for (auto& chunk : *chunks) {
-    auto bytes = wrap(make_body(std::move(chunk)));
-    if (!bytes) return bytes.error();
-    out.push_back(std::move(*bytes));
-  }
+  Status wrapped = stream_tensor(codec, element_count, {ByteView{encoded.data(), encoded.size(), nullptr}}, make_body,
+                                 [&](WireBytes&& bytes) { out.push_back(std::move(bytes)); });
+  if (!wrapped.ok()) return wrapped.error();
   return out;
 }
 
@@ -143,12 +149,6 @@ Expected<TensorInbox::Result> TensorInbox::add(const std::string& key, const Ten
   result.complete = true;
   result.values = std::move(*values);
   return result;
-}
-
-std::vector<uint8_t> float_bytes(const std::vector<float>& values) {
-  std::vector<uint8_t> out(values.size() * sizeof(float));
-  std::memcpy(out.data(), values.data(), out.size());
-  return out;
 }
 
 std::vector<float> bytes_to_floats(const std::vector<uint8_t>& bytes) {

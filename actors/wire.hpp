@@ -83,6 +83,12 @@ class Outbox {
   Expected<std::vector<WireBytes>> wrap_tensor(messages::Codec codec, uint64_t element_count,
                                                const std::vector<uint8_t>& encoded,
                                                const std::function<messages::Message(messages::TensorChunk)>& make_body);
+  // The same for a tensor whose encoded bytes lie in several buffers (messages::for_each_chunk),
+  // handing each message to `send` as soon as it is wrapped: no copy of the whole tensor is made,
+  // and at most one chunk's message exists here at a time.
+  Status stream_tensor(messages::Codec codec, uint64_t element_count, const std::vector<messages::ByteView>& parts,
+                       const std::function<messages::Message(messages::TensorChunk)>& make_body,
+                       const std::function<void(WireBytes&&)>& send);
   const std::string& sender_id() const { return sender_id_; }
   uint64_t bytes() const { return bytes_; }
 
@@ -133,8 +139,7 @@ class TensorInbox {
   int64_t streams_cut_ = 0;
 };
 
-// Raw fp32 bytes <-> floats (store blobs are fp32, little-endian).
-std::vector<uint8_t> float_bytes(const std::vector<float>& values);
+// Raw fp32 bytes -> floats (store blobs are fp32, little-endian).
 std::vector<float> bytes_to_floats(const std::vector<uint8_t>& bytes);
 
 }  // namespace archipelago::actors

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <string>
 
 #include <xxhash.h>
@@ -71,33 +72,70 @@ Expected<ChunkPlacement> place_chunk(const TensorChunk& chunk, uint64_t max_tota
   return ChunkPlacement{offset, size};
 }
 
-Expected<std::vector<TensorChunk>> split_tensor(Codec codec, uint64_t element_count,
-                                                const ByteView& encoded, size_t max_chunk_bytes) {
+Status for_each_chunk(Codec codec, uint64_t element_count, const std::vector<ByteView>& parts,
+                      const std::function<Status(TensorChunk&&)>& emit, size_t max_chunk_bytes) {
   if (max_chunk_bytes == 0 || max_chunk_bytes % kChunkAlignment != 0) {
     return make_error(ErrorCode::invalid_argument,
                       "chunk size must be a positive multiple of " + std::to_string(kChunkAlignment));
   }
   auto total = encoded_size(codec, element_count);
   if (!total) return total.error();
-  if (*total != encoded.size) {
-    return inconsistent("encoded tensor is " + std::to_string(encoded.size) + " bytes, expected " +
-                        std::to_string(*total));
+  uint64_t given = 0;
+  for (const ByteView& part : parts) given += part.size;
+  if (*total != given) {
+    return inconsistent("encoded tensor is " + std::to_string(given) + " bytes, expected " + std::to_string(*total));
   }
   const uint64_t count = std::max<uint64_t>(1, (*total + max_chunk_bytes - 1) / max_chunk_bytes);
   if (count > UINT32_MAX) return make_error(ErrorCode::oversized, "too many chunks");
   const uint64_t stride = chunk_stride(*total, static_cast<uint32_t>(count));
-  std::vector<TensorChunk> chunks(count);
+  std::vector<uint8_t> scratch;  // a chunk that straddles two parts
+  size_t part = 0;
+  uint64_t part_start = 0;  // offset of parts[part] in the whole tensor
   for (uint64_t i = 0; i < count; ++i) {
-    TensorChunk& c = chunks[i];
+    TensorChunk c;
     c.codec = codec;
     c.element_count = element_count;
     c.total_bytes = *total;
     c.chunk_index = static_cast<uint32_t>(i);
     c.chunk_count = static_cast<uint32_t>(count);
     const uint64_t offset = std::min(stride * i, *total);
-    c.payload = ByteView{encoded.data + offset, std::min(stride, *total - offset), encoded.owner};
+    const uint64_t size = std::min(stride, *total - offset);
+    while (part + 1 < parts.size() && offset >= part_start + parts[part].size) part_start += parts[part++].size;
+    if (parts.empty()) {
+      c.payload = ByteView{};
+    } else if (offset + size <= part_start + parts[part].size) {
+      c.payload = ByteView{parts[part].data + (offset - part_start), size, parts[part].owner};
+    } else {
+      scratch.resize(size);
+      uint64_t copied = 0;
+      size_t q = part;
+      uint64_t q_start = part_start;
+      while (copied < size) {
+        const uint64_t from = offset + copied - q_start;
+        const uint64_t n = std::min<uint64_t>(parts[q].size - from, size - copied);
+        std::memcpy(scratch.data() + copied, parts[q].data + from, n);
+        copied += n;
+        q_start += parts[q++].size;
+      }
+      c.payload = ByteView{scratch.data(), size, nullptr};
+    }
     c.checksum = chunk_checksum(c.payload.data, c.payload.size);
+    if (Status emitted = emit(std::move(c)); !emitted.ok()) return emitted;
   }
+  return Status::success();
+}
+
+Expected<std::vector<TensorChunk>> split_tensor(Codec codec, uint64_t element_count,
+                                                const ByteView& encoded, size_t max_chunk_bytes) {
+  std::vector<TensorChunk> chunks;
+  Status split = for_each_chunk(
+      codec, element_count, {encoded},
+      [&](TensorChunk&& chunk) {
+        chunks.push_back(std::move(chunk));
+        return Status::success();
+      },
+      max_chunk_bytes);
+  if (!split.ok()) return split.error();
   return chunks;
 }
 

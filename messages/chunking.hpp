@@ -10,6 +10,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "common/error.hpp"
@@ -45,6 +46,13 @@ Expected<ChunkPlacement> place_chunk(const TensorChunk& chunk, uint64_t max_tota
 Expected<std::vector<TensorChunk>> split_tensor(Codec codec, uint64_t element_count,
                                                 const ByteView& encoded,
                                                 size_t max_chunk_bytes = kMaxChunkBytes);
+
+// The same cut of a tensor whose encoded bytes lie in `parts`, one after another (a value stored as
+// several buffers, never concatenated), handed to `emit` chunk by chunk, in order. A chunk inside
+// one part views it (sharing its owner); one that straddles two parts is copied into a scratch
+// buffer valid only during `emit`. Stops at the first error `emit` returns.
+Status for_each_chunk(Codec codec, uint64_t element_count, const std::vector<ByteView>& parts,
+                      const std::function<Status(TensorChunk&&)>& emit, size_t max_chunk_bytes = kMaxChunkBytes);
 
 // Collects the chunks of one tensor, in any order, into the whole encoded tensor.
 //

@@ -120,7 +120,8 @@ class CheckpointStore {
   // sees "prepare.fragment.<id>" once per fragment a prepare writes.
   struct PreparedCommit {
     uint64_t ticket = 0;                 // the caller's name for it (names its staged files)
-    VersionData data;                    // the blobs (kept: a blob deduplicated at prepare may be gone by the record)
+    VersionData data;                    // the blobs not staged in files (kept: a blob deduplicated at
+                                         // prepare may be gone by the record); a staged one is empty
     std::vector<BlobEntry> entries;      // hashed, in the order of data's parameters then optimizer state
     std::vector<std::string> staged;     // names of the blob files written staged
   };

@@ -24,6 +24,13 @@ inline Error rocks_error(const std::string& what, const rocksdb::Status& status)
                     what + ": " + status.ToString());
 }
 
+// A blob's bytes as a commit passes them: `data` is null once a prepare made them durable in a
+// staged file and let them go (CheckpointStore::prepare).
+struct BlobBytes {
+  const uint8_t* data = nullptr;
+  uint64_t size = 0;
+};
+
 inline std::string_view view(const Blob& blob) {
   return std::string_view(reinterpret_cast<const char*>(blob.data()), blob.size());
 }
@@ -79,7 +86,7 @@ class CheckpointStore::Impl {
   // New large blobs go to `new_files` (to be written before the batch); blob files whose last
   // reference the batch removes go to `dead_files` (to be unlinked after it).
   Status stage_references(rocksdb::WriteBatch& batch, const std::vector<BlobEntry>& added,
-                          const std::map<std::string, const Blob*>& bytes_of,
+                          const std::map<std::string, BlobBytes>& bytes_of,
                           const std::vector<uint64_t>& drops, CommitStats& stats,
                           std::vector<BlobFiles::Pending>& new_files, std::vector<std::string>& dead_files);
   // The entries of `data`'s blobs (parameters, then optimizer state), hashed, and the blobs in that
@@ -88,7 +95,7 @@ class CheckpointStore::Impl {
   // Lands a version under the write mutex: `staged` names blob files already written staged with
   // `tag` (published instead of written; those left unpublished are discarded).
   Expected<CommitStats> land(const VersionData& data, std::vector<BlobEntry> entries,
-                             const std::vector<const Blob*>& blobs, const std::vector<std::string>& staged,
+                             const std::vector<BlobBytes>& blobs, const std::vector<std::string>& staged,
                              const std::string& tag);
   // Appends the newest version's entries for data.carried_fragments to `record`.
   Status carry_fragments(const VersionData& data, VersionRecord& record);

@@ -31,7 +31,7 @@ void CheckpointStore::Impl::stage_event(rocksdb::WriteBatch& batch, uint64_t& ne
 }
 
 Status CheckpointStore::Impl::stage_references(rocksdb::WriteBatch& batch, const std::vector<BlobEntry>& added,
-                                               const std::map<std::string, const Blob*>& bytes_of,
+                                               const std::map<std::string, BlobBytes>& bytes_of,
                                                const std::vector<uint64_t>& drops, CommitStats& stats,
                                                std::vector<BlobFiles::Pending>& new_files,
                                                std::vector<std::string>& dead_files) {
@@ -70,16 +70,16 @@ Status CheckpointStore::Impl::stage_references(rocksdb::WriteBatch& batch, const
       auto passed = bytes_of.find(key);
       if (passed == bytes_of.end())  // a carried blob without a reference: the store is damaged
         return make_error(ErrorCode::inconsistent, "a carried blob has no reference entry");
-      const Blob& blob = *passed->second;
-      if (blob.size() >= options_.file_blob_min_bytes) {
+      const BlobBytes& blob = passed->second;
+      if (blob.size >= options_.file_blob_min_bytes) {
         new_ref.location = BlobLocation::file;
-        new_files.push_back(BlobFiles::Pending{blob_file_name(key), blob.data(), blob.size()});
+        new_files.push_back(BlobFiles::Pending{blob_file_name(key), blob.data, blob.size});
       } else {
         new_ref.location = BlobLocation::family;
-        batch.Put(blobs_cf_, key, view(blob));
+        batch.Put(blobs_cf_, key, std::string_view(reinterpret_cast<const char*>(blob.data), blob.size));
       }
       ++stats.blobs_written;
-      stats.bytes_written += blob.size();
+      stats.bytes_written += blob.size;
       stats.blobs_deduplicated += plus - 1;
     } else {
       stats.blobs_deduplicated += plus;
@@ -158,7 +158,9 @@ Expected<CommitStats> CheckpointStore::Impl::commit(const VersionData& data) {
   std::vector<BlobEntry> entries;
   std::vector<const Blob*> blobs;
   if (Status hashed = hash_blobs(data, entries, blobs); !hashed.ok()) return hashed.error();
-  return land(data, std::move(entries), blobs, {}, "");
+  std::vector<BlobBytes> bytes;
+  for (const Blob* blob : blobs) bytes.push_back(BlobBytes{blob->data(), blob->size()});
+  return land(data, std::move(entries), bytes, {}, "");
 }
 
 Expected<CheckpointStore::PreparedCommit> CheckpointStore::Impl::prepare(VersionData data, uint64_t ticket) {
@@ -188,6 +190,14 @@ Expected<CheckpointStore::PreparedCommit> CheckpointStore::Impl::prepare(Version
     files_->discard_staged(prepared.staged, staged_tag(ticket));
     return written.error();
   }
+  // A staged blob's bytes are durable in its file: they go now, not at the record (a commit's
+  // blobs are most of what a syncer holds in flight). The others stay for the record to write.
+  for (size_t i = 0; i < blobs.size(); ++i) {
+    const std::string name = blob_file_name(encode_blob_key(prepared.entries[i].hash, prepared.entries[i].size));
+    if (std::find(prepared.staged.begin(), prepared.staged.end(), name) == prepared.staged.end()) continue;
+    auto& role_blobs = prepared.entries[i].role == BlobRole::parameters ? data.fragments : data.optimizer_state;
+    Blob().swap(role_blobs[prepared.entries[i].fragment]);
+  }
   prepared.data = std::move(data);
   return prepared;
 }
@@ -202,9 +212,14 @@ Expected<CommitStats> CheckpointStore::Impl::commit_prepared(PreparedCommit&& pr
   prepared.data.version = version;
   prepared.data.manifest_json = std::move(manifest_json);
   prepared.data.carried_fragments = std::move(carried_fragments);
-  std::vector<const Blob*> blobs;
-  for (const auto* role_blobs : {&prepared.data.fragments, &prepared.data.optimizer_state})
-    for (const auto& [fragment, blob] : *role_blobs) blobs.push_back(&blob);
+  // In the order of the entries (hash_blobs); a blob a prepare staged has no bytes left.
+  std::vector<BlobBytes> blobs;
+  for (const auto* role_blobs : {&prepared.data.fragments, &prepared.data.optimizer_state}) {
+    for (const auto& [fragment, blob] : *role_blobs) {
+      const uint64_t size = prepared.entries[blobs.size()].size;
+      blobs.push_back(BlobBytes{blob.size() == size ? blob.data() : nullptr, size});
+    }
+  }
   return land(prepared.data, std::move(prepared.entries), blobs, prepared.staged, staged_tag(prepared.ticket));
 }
 
@@ -213,7 +228,7 @@ void CheckpointStore::Impl::discard(PreparedCommit&& prepared) {
 }
 
 Expected<CommitStats> CheckpointStore::Impl::land(const VersionData& data, std::vector<BlobEntry> entries,
-                                                  const std::vector<const Blob*>& blobs,
+                                                  const std::vector<BlobBytes>& blobs,
                                                   const std::vector<std::string>& staged, const std::string& tag) {
   // Whatever happens, no staged file outlives this call unpublished.
   std::vector<std::string> unpublished = staged;
@@ -228,7 +243,7 @@ Expected<CommitStats> CheckpointStore::Impl::land(const VersionData& data, std::
   record.version = data.version;
   record.manifest_json = data.manifest_json;
   record.entries = std::move(entries);
-  std::map<std::string, const Blob*> bytes_of;
+  std::map<std::string, BlobBytes> bytes_of;
   for (size_t i = 0; i < blobs.size(); ++i)
     bytes_of[encode_blob_key(record.entries[i].hash, record.entries[i].size)] = blobs[i];
 
@@ -247,7 +262,7 @@ Expected<CommitStats> CheckpointStore::Impl::land(const VersionData& data, std::
 
   size_t family_bytes = 0;  // reserve the batch once rather than regrow it through a 100 MB copy
   for (const auto& [key, blob] : bytes_of)
-    if (blob->size() < options_.file_blob_min_bytes) family_bytes += blob->size();
+    if (blob.size < options_.file_blob_min_bytes) family_bytes += blob.size;
   rocksdb::WriteBatch batch(family_bytes + (64u << 10));
   CommitStats stats;
   std::vector<BlobFiles::Pending> new_files;
@@ -279,6 +294,9 @@ Expected<CommitStats> CheckpointStore::Impl::land(const VersionData& data, std::
       to_publish.push_back(file.name);
       unpublished.erase(it);
     }
+  }
+  for (const BlobFiles::Pending& file : to_write) {
+    if (!file.data) return make_error(ErrorCode::inconsistent, "blob " + file.name + " was let go by its prepare but not staged");
   }
   if (Status files_written = files_->write_all(to_write); !files_written.ok()) return files_written.error();
   if (Status published = files_->publish(to_publish, tag); !published.ok()) return published.error();
