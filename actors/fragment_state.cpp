@@ -157,7 +157,8 @@ nlohmann::json stored_entry(const FragmentState& state) {
 
 std::vector<const std::vector<float>*> stored_outer_parts(const FragmentState& state) {
   std::vector<const std::vector<float>*> parts;
-  for (const auto& part : stored_entry(state)["layout"]) {
+  const nlohmann::json entry = stored_entry(state);
+  for (const auto& part : entry["layout"]) {
     if (part == "parameters") parts.push_back(&state.parameters);
     if (part == "momentum") parts.push_back(&state.outer.momentum);
     if (part == "accumulated") parts.push_back(&state.outer.accumulated);

@@ -49,6 +49,45 @@ TEST_CASE("a 13 MiB tensor splits into 4 MiB chunks and reassembles in shuffled 
   CHECK_FALSE(reassembler.started());  // reset for the next tensor
 }
 
+TEST_CASE("a tensor held as three buffers is cut like its concatenation, with no copy inside a buffer") {
+  // Three parts whose boundaries fall inside chunks (64-byte chunks; parts of 100, 36 and 164 bytes).
+  const size_t elements = 75;
+  Split whole = split_gaussian(elements, 64);
+  const uint8_t* bytes = whole.encoded->data();
+  std::vector<ByteView> parts = {ByteView{bytes, 100, nullptr}, ByteView{bytes + 100, 36, nullptr},
+                                 ByteView{bytes + 136, 164, nullptr}};
+  std::vector<TensorChunk> streamed;
+  std::vector<std::vector<uint8_t>> payloads;  // a straddling chunk's view lives only during emit
+  std::vector<bool> in_place;
+  Status cut = for_each_chunk(
+      Codec::fp32, elements, parts,
+      [&](TensorChunk&& c) {
+        payloads.push_back(c.payload.to_vector());
+        in_place.push_back(c.payload.data >= bytes && c.payload.data < bytes + whole.encoded->size());
+        streamed.push_back(std::move(c));
+        return Status::success();
+      },
+      64);
+  REQUIRE(cut.ok());
+  REQUIRE(streamed.size() == whole.chunks.size());
+  for (size_t i = 0; i < streamed.size(); ++i) {
+    CHECK(streamed[i].chunk_index == whole.chunks[i].chunk_index);
+    CHECK(streamed[i].chunk_count == whole.chunks[i].chunk_count);
+    CHECK(streamed[i].checksum == whole.chunks[i].checksum);
+    CHECK(payloads[i] == whole.chunks[i].payload.to_vector());
+  }
+  // Chunks [0,64) and [192,256) lie inside one part; [64,128) and [128,192) straddle a boundary.
+  CHECK(in_place == std::vector<bool>{true, false, false, true, true});
+  // A size that disagrees with the element count is refused before anything is emitted.
+  int emitted = 0;
+  Status wrong = for_each_chunk(Codec::fp32, elements + 1, parts, [&](TensorChunk&&) {
+    ++emitted;
+    return Status::success();
+  });
+  CHECK(wrong.error().code == ErrorCode::inconsistent);
+  CHECK(emitted == 0);
+}
+
 TEST_CASE("split geometry: strides are aligned, chunks non-empty, empty tensor is one chunk") {
   for (size_t elements : {size_t{0}, size_t{1}, size_t{1000}, size_t{1025}}) {
     Split s = split_gaussian(elements, 512);

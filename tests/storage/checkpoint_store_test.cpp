@@ -434,6 +434,7 @@ TEST_CASE("two-step commits: prepared apart, recorded in the order they land, st
   REQUIRE(prepared0.ok());
   REQUIRE(prepared1.ok());
   CHECK(prepared0->staged.size() == 1);
+  CHECK(prepared0->data.fragments.at(0).empty());  // durable in its staged file: the bytes are let go
   CHECK(count_staged(dir.store()) == 2);
   CHECK(store->latest_committed_version().value() == 1);  // nothing lands at prepare
   REQUIRE(store->commit_prepared(std::move(*prepared1), 2, "{\"v\":2}", {0}).ok());
@@ -457,6 +458,7 @@ TEST_CASE("two-step commits: prepared apart, recorded in the order they land, st
   auto dedup = store->prepare(back, 9);
   REQUIRE(dedup.ok());
   CHECK(dedup->staged.empty());
+  CHECK(dedup->data.fragments.at(0) == pattern_blob(20, 2048));  // not staged: kept for the record
   VersionData other = make_version(4, {30, 31}, 2048);
   REQUIRE(store->commit(other).ok());
   REQUIRE(store->commit(make_version(5, {40, 41}, 2048)).ok());  // 3 (and with it blob 20) dropped
