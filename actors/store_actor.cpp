@@ -16,11 +16,18 @@ namespace {
 
 using namespace archipelago::messages;
 
+// One tensor of a commit as its chunks arrive: each checked, then written straight into its file,
+// so that the store never holds a commit's blobs in memory.
+struct IncomingTensor {
+  ChunkTracker tracker{kMaxTensorBytes};
+  storage::IncomingBlob file;
+};
+
 // A ticket's commit in two steps (archipelago.capnp, CommitEnd): its chunks as they arrive, then
 // its prepared blobs until the syncer records them as a version.
 struct TicketCommit {
-  std::map<std::pair<uint32_t, PersistKind>, Reassembler> streams;
-  storage::VersionData building;
+  std::map<std::pair<uint32_t, PersistKind>, IncomingTensor> streams;
+  storage::CheckpointStore::IncomingCommit building;
   bool preparing = false;
   bool abandoned = false;  // given up by the syncer while its worker ran: dropped when it is done
   std::optional<storage::CheckpointStore::PreparedCommit> prepared;
@@ -64,23 +71,37 @@ void reply_persisted(StoreActor* self, const caf::actor& to, uint64_t version, b
   if (bytes) self->send(to, std::move(*bytes));
 }
 
-// Adds a chunk to the tensor it belongs to; a whole tensor moves into `building`.
-void add_chunk(StoreActor* self, std::map<std::pair<uint32_t, PersistKind>, Reassembler>& streams,
-               storage::VersionData& building, const Persist& persist) {
+// Writes a chunk into the file of the tensor it belongs to; a whole tensor's file moves into `building`.
+void add_chunk(StoreActor* self, std::map<std::pair<uint32_t, PersistKind>, IncomingTensor>& streams,
+               storage::CheckpointStore::IncomingCommit& building, const Persist& persist) {
+  auto& st = self->state;
   auto key = std::make_pair(persist.fragment_id, persist.kind);
   auto it = streams.find(key);
-  if (it == streams.end()) it = streams.emplace(key, Reassembler(kMaxTensorBytes)).first;
-  Status added = it->second.add(persist.chunk);
-  if (!added) {
-    self->state.log->warn("version {} (ticket {}): bad chunk for fragment {}: {}", persist.version, persist.ticket,
-                          persist.fragment_id, added.error().to_string());
+  if (it == streams.end()) it = streams.emplace(key, IncomingTensor{}).first;
+  IncomingTensor& tensor = it->second;
+  auto placement = tensor.tracker.accept(persist.chunk);
+  if (!placement) {
+    st.log->warn("version {} (ticket {}): bad chunk for fragment {}: {}", persist.version, persist.ticket,
+                 persist.fragment_id, placement.error().to_string());
     return;
   }
-  if (it->second.complete()) {
-    auto bytes = it->second.take();
-    if (!bytes) return;
+  Status written = Status::success();
+  if (tensor.file.path().empty()) {  // the first chunk: the file of the whole tensor
+    auto file = st.store->incoming(tensor.tracker.total_bytes());
+    if (file) tensor.file = std::move(*file);
+    else written = file.error();
+  }
+  if (written.ok()) written = tensor.file.write_at(placement->offset, persist.chunk.payload.data, placement->size);
+  if (!written.ok()) {
+    // The tensor stays incomplete (its chunks are not resent), so the ticket fails at its end.
+    st.log->error("ticket {}: cannot write fragment {}: {}", persist.ticket, persist.fragment_id,
+                  written.error().to_string());
+    tensor.tracker = ChunkTracker(0);  // refuses every later chunk of this tensor
+    return;
+  }
+  if (tensor.tracker.complete()) {
     auto& target = persist.kind == PersistKind::parameters ? building.fragments : building.optimizer_state;
-    target[persist.fragment_id] = std::move(*bytes);
+    target[persist.fragment_id] = std::move(tensor.file);
     streams.erase(it);
   }
 }
@@ -102,12 +123,12 @@ void prepare_ticket(StoreActor* self, const caf::actor& sender, uint64_t ticket)
   }
   it->second.preparing = true;
   st.ticket_senders[ticket] = sender;
-  auto data = std::make_shared<storage::VersionData>(std::move(it->second.building));
+  auto data = std::make_shared<storage::CheckpointStore::IncomingCommit>(std::move(it->second.building));
   auto store = st.store;
   auto results = st.prepare_results;
   caf::actor owner = caf::actor_cast<caf::actor>(self);
   self->spawn<caf::detached>([=](caf::blocking_actor* worker) {
-    auto prepared = store->prepare(std::move(*data), ticket);
+    auto prepared = store->prepare_incoming(std::move(*data), ticket);
     {
       std::lock_guard<std::mutex> lock(results->mutex);
       results->done.emplace(ticket, std::move(prepared));

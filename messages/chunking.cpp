@@ -139,10 +139,10 @@ Expected<std::vector<TensorChunk>> split_tensor(Codec codec, uint64_t element_co
   return chunks;
 }
 
-Reassembler::Reassembler(uint64_t max_total_bytes, size_t max_chunk_bytes)
+ChunkTracker::ChunkTracker(uint64_t max_total_bytes, size_t max_chunk_bytes)
     : max_total_bytes_(max_total_bytes), max_chunk_bytes_(max_chunk_bytes) {}
 
-Status Reassembler::add(const TensorChunk& chunk) {
+Expected<ChunkPlacement> ChunkTracker::accept(const TensorChunk& chunk) {
   auto placement = place_chunk(chunk, max_total_bytes_, max_chunk_bytes_);
   if (!placement) return placement.error();
   if (started_ && (chunk.codec != codec_ || chunk.element_count != element_count_ ||
@@ -165,17 +165,13 @@ Status Reassembler::add(const TensorChunk& chunk) {
     chunk_count_ = chunk.chunk_count;
     received_count_ = 0;
     received_.assign(chunk_count_, false);
-    buffer_.resize(total_bytes_);
-  }
-  if (placement->size > 0) {
-    std::memcpy(buffer_.data() + placement->offset, chunk.payload.data, placement->size);
   }
   received_[chunk.chunk_index] = true;
   ++received_count_;
-  return Status::success();
+  return placement;
 }
 
-std::vector<uint32_t> Reassembler::missing() const {
+std::vector<uint32_t> ChunkTracker::missing() const {
   std::vector<uint32_t> result;
   for (uint32_t i = 0; i < received_.size(); ++i) {
     if (!received_[i]) result.push_back(i);
@@ -183,24 +179,40 @@ std::vector<uint32_t> Reassembler::missing() const {
   return result;
 }
 
-Expected<std::vector<uint8_t>> Reassembler::take() {
+Status ChunkTracker::check_complete() const {
   if (!started_) return make_error(ErrorCode::truncated, "no chunk received");
-  if (!complete()) {
-    const auto absent = missing();
-    std::string reason = std::to_string(absent.size()) + " of " + std::to_string(chunk_count_) +
-                         " chunks missing, first " + std::to_string(absent.front());
-    return make_error(ErrorCode::truncated, std::move(reason));
-  }
+  if (complete()) return Status::success();
+  const auto absent = missing();
+  return make_error(ErrorCode::truncated, std::to_string(absent.size()) + " of " + std::to_string(chunk_count_) +
+                                              " chunks missing, first " + std::to_string(absent.front()));
+}
+
+void ChunkTracker::reset() {
+  started_ = false;
+  received_count_ = 0;
+  chunk_count_ = 0;
+  received_.clear();
+}
+
+Reassembler::Reassembler(uint64_t max_total_bytes, size_t max_chunk_bytes) : tracker_(max_total_bytes, max_chunk_bytes) {}
+
+Status Reassembler::add(const TensorChunk& chunk) {
+  auto placement = tracker_.accept(chunk);
+  if (!placement) return placement.error();
+  if (buffer_.size() != tracker_.total_bytes()) buffer_.resize(tracker_.total_bytes());  // at the first chunk
+  if (placement->size > 0) std::memcpy(buffer_.data() + placement->offset, chunk.payload.data, placement->size);
+  return Status::success();
+}
+
+Expected<std::vector<uint8_t>> Reassembler::take() {
+  if (Status whole = tracker_.check_complete(); !whole.ok()) return whole.error();
   std::vector<uint8_t> result = std::move(buffer_);
   reset();
   return result;
 }
 
 void Reassembler::reset() {
-  started_ = false;
-  received_count_ = 0;
-  chunk_count_ = 0;
-  received_.clear();
+  tracker_.reset();
   buffer_ = std::vector<uint8_t>();
 }
 

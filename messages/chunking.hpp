@@ -54,31 +54,37 @@ Expected<std::vector<TensorChunk>> split_tensor(Codec codec, uint64_t element_co
 Status for_each_chunk(Codec codec, uint64_t element_count, const std::vector<ByteView>& parts,
                       const std::function<Status(TensorChunk&&)>& emit, size_t max_chunk_bytes = kMaxChunkBytes);
 
-// Collects the chunks of one tensor, in any order, into the whole encoded tensor.
+// ChunkTracker: the bookkeeping of one tensor's chunks, without their bytes. Each chunk is checked
+// against the geometry, the earlier chunks and its checksum, then marked received. A Reassembler
+// keeps the bytes in memory; a receiver that writes them elsewhere (the checkpoint store writes
+// them straight into a file) uses a tracker alone.
+//
+// Reassembler: collects the chunks of one tensor, in any order, into the whole encoded tensor.
 //
 // add() rejects a chunk without changing state when it is inconsistent with itself or with the
 // chunks before it (inconsistent; oversized past the limits), a duplicate of an accepted index
 // (conflict), or fails its checksum (corrupt) — a retransmission of that chunk can still
 // complete the tensor. Memory is bounded: at most `max_total_bytes` is ever allocated, on the
 // first accepted chunk.
-class Reassembler {
+class ChunkTracker {
  public:
-  explicit Reassembler(uint64_t max_total_bytes, size_t max_chunk_bytes = kMaxChunkBytes);
+  explicit ChunkTracker(uint64_t max_total_bytes, size_t max_chunk_bytes = kMaxChunkBytes);
 
-  Status add(const TensorChunk& chunk);
+  // Where `chunk` goes in the whole tensor; it is counted as received. On error (those of
+  // Reassembler::add) nothing changes.
+  Expected<ChunkPlacement> accept(const TensorChunk& chunk);
 
   bool started() const { return started_; }
   bool complete() const { return started_ && received_count_ == chunk_count_; }
   // Indices not received yet (empty before the first chunk).
   std::vector<uint32_t> missing() const;
-
-  // The whole encoded tensor, or truncated (listing missing chunks) if incomplete. On success the
-  // reassembler is reset and can collect another tensor.
-  Expected<std::vector<uint8_t>> take();
+  // truncated, naming the missing chunks, unless complete.
+  Status check_complete() const;
   void reset();
 
   Codec codec() const { return codec_; }
   uint64_t element_count() const { return element_count_; }
+  uint64_t total_bytes() const { return total_bytes_; }
 
  private:
   uint64_t max_total_bytes_;
@@ -90,6 +96,29 @@ class Reassembler {
   uint32_t chunk_count_ = 0;
   uint32_t received_count_ = 0;
   std::vector<bool> received_;
+};
+
+class Reassembler {
+ public:
+  explicit Reassembler(uint64_t max_total_bytes, size_t max_chunk_bytes = kMaxChunkBytes);
+
+  Status add(const TensorChunk& chunk);
+
+  bool started() const { return tracker_.started(); }
+  bool complete() const { return tracker_.complete(); }
+  // Indices not received yet (empty before the first chunk).
+  std::vector<uint32_t> missing() const { return tracker_.missing(); }
+
+  // The whole encoded tensor, or truncated (listing missing chunks) if incomplete. On success the
+  // reassembler is reset and can collect another tensor.
+  Expected<std::vector<uint8_t>> take();
+  void reset();
+
+  Codec codec() const { return tracker_.codec(); }
+  uint64_t element_count() const { return tracker_.element_count(); }
+
+ private:
+  ChunkTracker tracker_;
   std::vector<uint8_t> buffer_;
 };
 

@@ -26,6 +26,61 @@ struct Descriptor {
 
 }  // namespace
 
+Expected<IncomingBlob> IncomingBlob::create(std::string path, uint64_t size) {
+  IncomingBlob blob;
+  blob.fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (blob.fd_ < 0) return os_error("cannot create " + path);
+  blob.path_ = std::move(path);
+  blob.size_ = size;
+  if (::ftruncate(blob.fd_, static_cast<off_t>(size)) != 0) return os_error("cannot size " + blob.path_);
+  return blob;
+}
+
+IncomingBlob::IncomingBlob(IncomingBlob&& other) noexcept { *this = std::move(other); }
+
+IncomingBlob& IncomingBlob::operator=(IncomingBlob&& other) noexcept {
+  if (this != &other) {
+    close_and_unlink();
+    path_ = std::move(other.path_);
+    size_ = other.size_;
+    fd_ = other.fd_;
+    other.path_.clear();
+    other.fd_ = -1;
+  }
+  return *this;
+}
+
+IncomingBlob::~IncomingBlob() { close_and_unlink(); }
+
+void IncomingBlob::close_and_unlink() {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+  if (!path_.empty()) ::unlink(path_.c_str());
+  path_.clear();
+}
+
+Status IncomingBlob::write_at(uint64_t offset, const uint8_t* data, size_t size) {
+  if (fd_ < 0) return make_error(ErrorCode::invalid_argument, "incoming blob is closed");
+  if (offset > size_ || size > size_ - offset)
+    return make_error(ErrorCode::invalid_argument, "write past the end of " + path_);
+  size_t done = 0;
+  while (done < size) {
+    ssize_t wrote = ::pwrite(fd_, data + done, size - done, static_cast<off_t>(offset + done));
+    if (wrote < 0 && errno == EINTR) continue;
+    if (wrote <= 0) return os_error("cannot write " + path_);
+    done += static_cast<size_t>(wrote);
+  }
+  return Status::success();
+}
+
+std::string IncomingBlob::take_path() {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+  std::string path = std::move(path_);
+  path_.clear();
+  return path;
+}
+
 BlobFiles::BlobFiles(std::string directory)
     : directory_(std::move(directory)), remover_([this] { remove_queued(); }) {}
 
@@ -97,6 +152,14 @@ Status BlobFiles::write_staged(const std::vector<Pending>& blobs, const std::str
   for (size_t i = 0; i < blobs.size(); ++i) {
     if (::fdatasync(files[i].fd) != 0) return os_error("cannot sync blob file " + blobs[i].name);
   }
+  return Status::success();
+}
+
+Status BlobFiles::stage_file(const std::string& path, const std::string& name, const std::string& tag) const {
+  Descriptor file{::open(path.c_str(), O_WRONLY | O_CLOEXEC)};
+  if (file.fd < 0) return os_error("cannot open " + path);
+  if (::fdatasync(file.fd) != 0) return os_error("cannot sync " + path);
+  if (::rename(path.c_str(), staged_path(name, tag).c_str()) != 0) return os_error("cannot stage " + path);
   return Status::success();
 }
 

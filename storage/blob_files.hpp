@@ -27,6 +27,34 @@
 
 namespace archipelago::storage {
 
+// A blob that arrives in pieces, in any order, written straight into a temporary file of its own
+// (BlobFiles::incoming_path), so that the process never holds it whole. Movable, not copyable; the
+// destructor unlinks a file that was not taken (`take_path`) by a prepare.
+class IncomingBlob {
+ public:
+  IncomingBlob() = default;
+  // Creates (truncates) `path` as a file of `size` bytes.
+  static Expected<IncomingBlob> create(std::string path, uint64_t size);
+  IncomingBlob(IncomingBlob&& other) noexcept;
+  IncomingBlob& operator=(IncomingBlob&& other) noexcept;
+  IncomingBlob(const IncomingBlob&) = delete;
+  IncomingBlob& operator=(const IncomingBlob&) = delete;
+  ~IncomingBlob();
+
+  // io on a failed write; invalid_argument past the end.
+  Status write_at(uint64_t offset, const uint8_t* data, size_t size);
+  uint64_t size() const { return size_; }
+  const std::string& path() const { return path_; }
+  // Closes the file and hands it over: the caller renames or unlinks it.
+  std::string take_path();
+
+ private:
+  void close_and_unlink();
+  std::string path_;
+  uint64_t size_ = 0;
+  int fd_ = -1;
+};
+
 class BlobFiles {
  public:
   explicit BlobFiles(std::string directory);
@@ -53,6 +81,11 @@ class BlobFiles {
   // next open deletes. write_staged and discard_staged may run on any thread; publish runs under
   // the store's write mutex.
   Status write_staged(const std::vector<Pending>& blobs, const std::string& tag);
+  // Where an IncomingBlob of a commit is written: a temporary, deleted by the next open if a crash
+  // leaves it. `stage_file` makes such a file durable and renames it to what write_staged would have
+  // written for `name` under `tag`.
+  std::string incoming_path(const std::string& what) const { return path_of("incoming." + what) + ".tmp"; }
+  Status stage_file(const std::string& path, const std::string& name, const std::string& tag) const;
   Status publish(const std::vector<std::string>& names, const std::string& tag);
   void discard_staged(const std::vector<std::string>& names, const std::string& tag) const;
 

@@ -145,6 +145,14 @@ Expected<CommitStats> CheckpointStore::commit_prepared(PreparedCommit&& prepared
     return impl_->commit_prepared(std::move(prepared), version, std::move(manifest_json), std::move(carried_fragments));
   });
 }
+Expected<IncomingBlob> CheckpointStore::incoming(uint64_t size) {
+  return impl_->incoming(size);
+}
+
+Expected<CheckpointStore::PreparedCommit> CheckpointStore::prepare_incoming(IncomingCommit commit, uint64_t ticket) {
+  return guarded("prepare", [&] { return impl_->prepare_incoming(std::move(commit), ticket); });
+}
+
 void CheckpointStore::discard(PreparedCommit&& prepared) { impl_->discard(std::move(prepared)); }
 
 Expected<VersionData> CheckpointStore::latest_committed() const {

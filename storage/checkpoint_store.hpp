@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "common/error.hpp"
+#include "storage/blob_files.hpp"
 #include "storage/retention.hpp"
 #include "storage/store_format.hpp"
 
@@ -126,6 +127,17 @@ class CheckpointStore {
     std::vector<std::string> staged;     // names of the blob files written staged
   };
   Expected<PreparedCommit> prepare(VersionData data, uint64_t ticket);
+  // The same prepare for blobs that arrived as files, so that a commit's bytes are never held whole
+  // in memory: `incoming` makes the file for one blob of `size` bytes (a temporary, in the blob
+  // directory), the caller writes it as its pieces arrive, and `prepare_incoming` hashes each by
+  // reading it back and renames a large one to its staged name (a small one is read back, to go into
+  // RocksDB at the record). Files it did not stage are unlinked.
+  struct IncomingCommit {
+    std::map<uint32_t, IncomingBlob> fragments;        // as VersionData::fragments
+    std::map<uint32_t, IncomingBlob> optimizer_state;  // as VersionData::optimizer_state
+  };
+  Expected<IncomingBlob> incoming(uint64_t size);
+  Expected<PreparedCommit> prepare_incoming(IncomingCommit commit, uint64_t ticket);
   Expected<CommitStats> commit_prepared(PreparedCommit&& prepared, uint64_t version, std::string manifest_json,
                                         std::vector<uint32_t> carried_fragments);
   void discard(PreparedCommit&& prepared);

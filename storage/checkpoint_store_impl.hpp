@@ -3,6 +3,7 @@
 // checkpoint_store_read.cpp (get, latest, list, stats). Not for use outside storage/.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <mutex>
 #include <set>
@@ -45,6 +46,10 @@ class CheckpointStore::Impl {
   Status open(const std::string& path, StoreOptions options);
   Expected<CommitStats> commit(const VersionData& data);
   Expected<PreparedCommit> prepare(VersionData data, uint64_t ticket);
+  Expected<PreparedCommit> prepare_incoming(IncomingCommit commit, uint64_t ticket);
+  Expected<IncomingBlob> incoming(uint64_t size) {
+    return IncomingBlob::create(files_->incoming_path(std::to_string(++incoming_files_)), size);
+  }
   Expected<CommitStats> commit_prepared(PreparedCommit&& prepared, uint64_t version, std::string manifest_json,
                                         std::vector<uint32_t> carried_fragments);
   void discard(PreparedCommit&& prepared);
@@ -105,6 +110,7 @@ class CheckpointStore::Impl {
   std::shared_ptr<spdlog::logger> log_ = component_logger("store");
   StoreOptions options_;
   std::unique_ptr<rocksdb::DB> db_;
+  std::atomic<uint64_t> incoming_files_{0};  // names IncomingBlobs apart
   std::unique_ptr<BlobFiles> files_;
   std::vector<rocksdb::ColumnFamilyHandle*> handles_;
   rocksdb::ColumnFamilyHandle* versions_cf_ = nullptr;

@@ -1,9 +1,12 @@
 // CheckpointStore's writers: every change to the database goes through one WriteBatch built here,
 // under the write mutex, and the writer-side caches change only after that batch succeeded.
 #include <algorithm>
+#include <cstdio>
+#include <memory>
 #include <thread>
 
 #include <nlohmann/json.hpp>
+#include <xxhash.h>
 
 #include "storage/checkpoint_store_impl.hpp"
 
@@ -199,6 +202,72 @@ Expected<CheckpointStore::PreparedCommit> CheckpointStore::Impl::prepare(Version
     Blob().swap(role_blobs[prepared.entries[i].fragment]);
   }
   prepared.data = std::move(data);
+  return prepared;
+}
+
+namespace {
+// XXH3-128 of a file's `size` bytes (hash_blob's value), read in 4 MiB pieces; `keep` gets the bytes.
+Expected<BlobHash> hash_file(const std::string& path, uint64_t size, Blob* keep) {
+  std::FILE* file = std::fopen(path.c_str(), "rb");
+  if (!file) return make_error(ErrorCode::io, "cannot read " + path);
+  std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> state(XXH3_createState(), &XXH3_freeState);
+  XXH3_128bits_reset(state.get());
+  std::vector<uint8_t> piece(std::min<uint64_t>(size, 4u << 20));
+  uint64_t done = 0;
+  while (done < size) {
+    const size_t want = static_cast<size_t>(std::min<uint64_t>(piece.size(), size - done));
+    if (std::fread(piece.data(), 1, want, file) != want) {
+      std::fclose(file);
+      return make_error(ErrorCode::io, "short read of " + path);
+    }
+    XXH3_128bits_update(state.get(), piece.data(), want);
+    if (keep) keep->insert(keep->end(), piece.begin(), piece.begin() + static_cast<std::ptrdiff_t>(want));
+    done += want;
+  }
+  std::fclose(file);
+  XXH128_hash_t hash = XXH3_128bits_digest(state.get());
+  return BlobHash{hash.high64, hash.low64};
+}
+}  // namespace
+
+Expected<CheckpointStore::PreparedCommit> CheckpointStore::Impl::prepare_incoming(IncomingCommit commit,
+                                                                                uint64_t ticket) {
+  PreparedCommit prepared;
+  prepared.ticket = ticket;
+  const std::string tag = staged_tag(ticket);
+  auto fail = [&](Error error) {
+    files_->discard_staged(prepared.staged, tag);
+    return error;
+  };
+  if (options_.fault_hook) {
+    for (const auto& [fragment, blob] : commit.fragments) {
+      Status injected = options_.fault_hook("prepare.fragment." + std::to_string(fragment));
+      if (!injected.ok()) return injected.error();
+    }
+  }
+  std::set<std::string> seen;
+  for (auto [role, blobs] : {std::pair{BlobRole::parameters, &commit.fragments},
+                             std::pair{BlobRole::optimizer_state, &commit.optimizer_state}}) {
+    auto& kept = role == BlobRole::parameters ? prepared.data.fragments : prepared.data.optimizer_state;
+    for (auto& [fragment, blob] : *blobs) {
+      if (blob.size() >= (1ull << 32))
+        return fail(make_error(ErrorCode::oversized, "fragment " + std::to_string(fragment) + " blob of " +
+                                                         std::to_string(blob.size()) + " bytes (RocksDB values stop at 4 GiB)"));
+      const bool small = blob.size() < options_.file_blob_min_bytes;
+      Blob bytes;
+      Expected<BlobHash> hash = hash_file(blob.path(), blob.size(), small ? &bytes : nullptr);
+      if (!hash) return fail(hash.error());
+      prepared.entries.push_back(BlobEntry{role, fragment, *hash, blob.size()});
+      kept[fragment] = std::move(bytes);  // empty for a staged blob (commit_prepared)
+      if (small) continue;                // its file is unlinked with `commit`
+      const std::string name = blob_file_name(encode_blob_key(*hash, blob.size()));
+      if (!seen.insert(name).second) continue;  // the same content twice in this commit: staged once
+      // Staged even when a version references it now: it may be dropped before the record.
+      if (Status staged = files_->stage_file(blob.path(), name, tag); !staged.ok()) return fail(staged.error());
+      blob.take_path();
+      prepared.staged.push_back(name);
+    }
+  }
   return prepared;
 }
 

@@ -483,6 +483,82 @@ TEST_CASE("two-step commits: prepared apart, recorded in the order they land, st
   CHECK(store->stats()->blob_files == 3);  // versions 5 and 6: blobs 40, 41, 20
 }
 
+// Writes `blob` into a new incoming file in pieces of 300 bytes, last piece first.
+IncomingBlob incoming_of(CheckpointStore& store, const Blob& blob) {
+  auto file = store.incoming(blob.size());
+  REQUIRE(file.ok());
+  std::vector<uint64_t> starts;
+  for (uint64_t at = 0; at < blob.size(); at += 300) starts.push_back(at);
+  std::reverse(starts.begin(), starts.end());
+  for (uint64_t at : starts) {
+    const size_t n = std::min<uint64_t>(300, blob.size() - at);
+    REQUIRE(file->write_at(at, blob.data() + at, n).ok());
+  }
+  CHECK_FALSE(file->write_at(blob.size(), blob.data(), 1).ok());  // past the end
+  return std::move(*file);
+}
+
+TEST_CASE("blobs that arrive as files are prepared and recorded like bytes, and no file outlives its commit") {
+  TempDir dir;
+  StoreOptions options;
+  options.retention.keep_last = 2;
+  options.file_blob_min_bytes = 1024;  // fragments of 2048 bytes are files; the 512-byte state is not
+  auto store = open_or_fail(dir.store(), options);
+  REQUIRE(store->commit(make_version(1, {10, 11}, 2048)).ok());
+
+  CheckpointStore::IncomingCommit commit;
+  commit.fragments[0] = incoming_of(*store, pattern_blob(20, 2048));
+  commit.optimizer_state[0] = incoming_of(*store, pattern_blob(22, 512));
+  commit.fragments[1] = incoming_of(*store, pattern_blob(11, 2048));  // the content version 1 holds
+  CHECK(count_staged(dir.store()) == 3);  // the incoming files are temporaries
+  auto prepared = store->prepare_incoming(std::move(commit), 7);
+  REQUIRE(prepared.ok());
+  // Both large blobs are staged (one of them is referenced now, and may be dropped before the
+  // record); the small one was read back and its file removed.
+  CHECK(prepared->staged.size() == 2);
+  CHECK(count_staged(dir.store()) == 2);
+  CHECK(prepared->data.fragments.at(0).empty());
+  CHECK(prepared->data.optimizer_state.at(0) == pattern_blob(22, 512));
+  // The hashes are those of the bytes: the same entries as preparing the bytes themselves.
+  VersionData same;
+  same.fragments[0] = pattern_blob(20, 2048);
+  same.fragments[1] = pattern_blob(11, 2048);
+  same.optimizer_state[0] = pattern_blob(22, 512);
+  auto by_bytes = store->prepare(same, 8);
+  REQUIRE(by_bytes.ok());
+  REQUIRE(by_bytes->entries.size() == prepared->entries.size());
+  for (size_t i = 0; i < prepared->entries.size(); ++i) {
+    CHECK(by_bytes->entries[i].hash == prepared->entries[i].hash);
+    CHECK(by_bytes->entries[i].size == prepared->entries[i].size);
+  }
+  store->discard(std::move(*by_bytes));
+
+  REQUIRE(store->commit_prepared(std::move(*prepared), 2, "{}", {}).ok());
+  auto v2 = store->get(2).value();
+  CHECK(v2.fragments.at(0) == pattern_blob(20, 2048));
+  CHECK(v2.fragments.at(1) == pattern_blob(11, 2048));
+  CHECK(v2.optimizer_state.at(0) == pattern_blob(22, 512));
+  CHECK(store->verify(2).ok());
+  CHECK(count_staged(dir.store()) == 0);
+  CHECK(store->stats()->blob_files == 3);  // blobs 10, 11 (shared by versions 1 and 2) and 20
+
+  // A commit given up before its prepare leaves nothing: an IncomingBlob unlinks its own file.
+  {
+    CheckpointStore::IncomingCommit dropped;
+    dropped.fragments[0] = incoming_of(*store, pattern_blob(30, 2048));
+    CHECK(count_staged(dir.store()) == 1);
+  }
+  CHECK(count_staged(dir.store()) == 0);
+  // An incoming file a crash left behind is a temporary that the next open deletes.
+  auto left = store->incoming(2048);
+  REQUIRE(left.ok());
+  const std::string left_path = left->take_path();  // no longer unlinked by its object
+  store.reset();
+  CHECK(std::filesystem::exists(left_path));
+  store = open_or_fail(dir.store(), options);
+  CHECK_FALSE(std::filesystem::exists(left_path));
+}
+
 TEST_CASE("a slow prepare does not hold back another commit") {
   TempDir dir;
   StoreOptions options;
