@@ -1,5 +1,9 @@
 #include "actors/fragment_state.hpp"
 
+#include <memory>
+
+#include <xxhash.h>
+
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -164,6 +168,40 @@ std::vector<const std::vector<float>*> stored_outer_parts(const FragmentState& s
     if (part == "accumulated") parts.push_back(&state.outer.accumulated);
   }
   return parts;
+}
+
+uint64_t stored_outer_digest(const FragmentState& state) {
+  std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> hash(XXH3_createState(), &XXH3_freeState);
+  XXH3_64bits_reset(hash.get());
+  for (const auto* part : stored_outer_parts(state)) XXH3_64bits_update(hash.get(), part->data(), part->size() * sizeof(float));
+  return XXH3_64bits_digest(hash.get());
+}
+
+FragmentState take_values(FragmentState& state) {
+  FragmentState taken;
+  taken.numel = state.numel;
+  taken.parameters = std::move(state.parameters);
+  taken.broadcast = std::move(state.broadcast);
+  taken.outer = std::move(state.outer);
+  taken.version = state.version;
+  taken.commit_versions = state.commit_versions;
+  taken.next_round = state.next_round;
+  taken.sum = state.sum.fresh();
+  drop_values(state);
+  return taken;
+}
+
+void give_back_values(FragmentState& state, FragmentState&& taken) {
+  state.parameters = std::move(taken.parameters);
+  state.broadcast = std::move(taken.broadcast);
+  state.outer = std::move(taken.outer);
+}
+
+void drop_values(FragmentState& state) {
+  std::vector<float>().swap(state.parameters);
+  std::vector<float>().swap(state.broadcast);
+  std::vector<float>().swap(state.outer.momentum);
+  std::vector<float>().swap(state.outer.accumulated);
 }
 
 StoredFragment to_stored(const FragmentState& state) {

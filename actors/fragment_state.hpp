@@ -122,6 +122,14 @@ StoredFragment to_stored(const FragmentState& state);
 // The outer-state blob's parts in their stored order, viewed in place: what a persist streams
 // without concatenating them (a copy of 2–3 fragments' worth per commit).
 std::vector<const std::vector<float>*> stored_outer_parts(const FragmentState& state);
+// broadcast_digest of the stored outer-state blob, read from its parts (no concatenated copy).
+uint64_t stored_outer_digest(const FragmentState& state);
+// θ_p, B_p and the outer state moved out of `state` into a value without pending contributions (a
+// commit of the values as they are, without a copy), and moved back.
+FragmentState take_values(FragmentState& state);
+void give_back_values(FragmentState& state, FragmentState&& taken);
+// Lets θ_p, B_p and the outer momentum and accumulator go (counters and versions stay).
+void drop_values(FragmentState& state);
 // The JSON entry alone (no copies of the tensors).
 nlohmann::json stored_entry(const FragmentState& state);
 // Rebuilds a committed value; `entry` may be null (stores written before the entry existed: the blob

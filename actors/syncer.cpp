@@ -2,6 +2,7 @@
 #include "actors/directory.hpp"
 
 #include <chrono>
+#include <cmath>
 #include <deque>
 #include <map>
 #include <optional>
@@ -20,6 +21,7 @@ using Clock = std::chrono::steady_clock;
 
 constexpr auto kTick = std::chrono::milliseconds(50);
 constexpr double kCommitTimeoutS = 30;
+constexpr double kMaxResendPauseS = 30;  // a failed commit is sent again after 1, 2, 4, ... 30 s
 constexpr double kRestoreRetryS = 3;
 
 enum class Phase { restoring, initializing, ready };
@@ -154,18 +156,22 @@ void fail_commit(SyncerActor* self, uint64_t ticket, const std::string& reason) 
   auto& st = self->state;
   auto it = st.commits.find(ticket);
   if (it == st.commits.end()) return;
-  const bool initial = it->second.initial;
-  st.core->commit_failed(it->second, reason);
+  StagedCommit commit = std::move(it->second);
   st.commits.erase(it);
   if (st.recording == ticket) st.recording = 0;
   if (auto promise = st.checkpoints.find(ticket); promise != st.checkpoints.end()) {
     promise->second.deliver(false, "the commit failed: " + reason, uint64_t{0});
     st.checkpoints.erase(promise);
   }
-  if (initial) {
+  st.core->commit_failed(commit, reason);
+  if (commit.initial) {
     st.phase = Phase::restoring;
     request_restore(self);
+    return;
   }
+  // Still staged, under a new ticket: sent again after a pause that doubles with each failure.
+  commit.resend_at_s = st.now() + std::min(kMaxResendPauseS, std::pow(2.0, commit.attempts - 1));
+  st.commits.emplace(commit.ticket, std::move(commit));
 }
 
 // Stages `fragments` and sends the commit on its way; its ticket, or 0 when nothing was staged.
@@ -448,8 +454,15 @@ caf::behavior syncer_behavior(SyncerActor* self, SyncerSpec spec) {
         auto& st = self->state;
         if (st.phase == Phase::restoring && st.now() - st.restore_requested_s > kRestoreRetryS) request_restore(self);
         std::vector<uint64_t> overdue;
-        for (const auto& [ticket, commit] : st.commits) {
-          if (st.now() - commit.started_s > kCommitTimeoutS) overdue.push_back(ticket);
+        for (auto& [ticket, commit] : st.commits) {
+          if (commit.resend_at_s >= 0) {
+            if (st.now() < commit.resend_at_s) continue;
+            commit.resend_at_s = -1;
+            commit.started_s = st.now();
+            send_persist(self, commit);
+          } else if (st.now() - commit.started_s > kCommitTimeoutS) {
+            overdue.push_back(ticket);
+          }
         }
         for (uint64_t ticket : overdue) {
           abandon_ticket(self, ticket);

@@ -147,7 +147,8 @@ StagedCommit SyncerCore::stage_initial(double now_s) {
   for (int p = 0; p < fragment_count(); ++p) {
     StagedFragment staged;
     staged.fragment = p;
-    staged.next = without_pending(fragments_[p]);
+    hollow_[p] = hollow_of(fragments_[p]);
+    staged.next = take_values(fragments_[p]);  // lent as they are: no copy
     commit.fragments.push_back(std::move(staged));
     in_flight_.insert(p);
   }
@@ -165,10 +166,10 @@ void SyncerCore::seal(StagedCommit& commit, double now_s) {
     const StagedFragment* staged = commit.find(p);
     fragment_versions.push_back(staged ? commit.version : fragments_[p].version);
     if (!staged) carried.push_back(p);
-    const auto released = released_entries_.find(p);
-    outer_state.push_back(staged                               ? stored_entry(staged->next)
-                          : released != released_entries_.end() ? released->second
-                                                                 : stored_entry(fragments_[p]));
+    const auto hollow = hollow_.find(p);
+    outer_state.push_back(staged                    ? stored_entry(staged->next)
+                          : hollow != hollow_.end() ? hollow->second.entry
+                                                    : stored_entry(fragments_[p]));
     if (!staged) continue;
     for (const auto& c : staged->merged) {
       contributors.push_back({{"learner", c.learner_id}, {"fragment", p}, {"base", c.base_version},
@@ -230,7 +231,7 @@ Status SyncerCore::restore(uint64_t version, std::vector<std::vector<float>> bro
       if (v.is_number() && std::isfinite(v.get<double>()) && v.get<double>() >= 0) honest_norms_[p][learner] = v.get<double>();
     }
   }
-  released_entries_.clear();
+  hollow_.clear();
   release_unowned();
   return {};
 }
@@ -757,6 +758,7 @@ Expected<StagedCommit> SyncerCore::stage(const std::vector<int>& fragment_ids, d
   StagedCommit commit;
   commit.started_s = now_s;
   int dropped = 0;
+  std::optional<Error> failed;  // a fragment that could not be staged (a bug): the others go on
   for (int p : fragment_ids) {
     settle_held(p, now_s);
     const auto& f = fragments_[p];
@@ -779,10 +781,16 @@ Expected<StagedCommit> SyncerCore::stage(const std::vector<int>& fragment_ids, d
       dropped += 1;
       continue;
     }
-    if (!staged) return staged.error();
+    if (!staged) {
+      component_logger("syncer")->error("fragment {} cannot be staged: {}", p, staged.error().to_string());
+      if (!failed) failed = staged.error();
+      continue;
+    }
     staged->share = share;
+    lend(p);  // before the next fragment is staged: one fragment is held twice at a time, not all
     commit.fragments.push_back(std::move(*staged));
   }
+  if (commit.fragments.empty() && failed) return *failed;
   if (commit.fragments.empty() && dropped > 0) {
     return make_error(ErrorCode::non_finite, "every merge came out non-finite and was dropped");
   }
@@ -829,6 +837,7 @@ void SyncerCore::commit_succeeded(StagedCommit& commit, double now_s) {
       loss_count_ += 1;
     }
     if (!staged.merged.empty()) fragment_commits_[p] += 1;
+    hollow_.erase(p);  // its values are back: the staged ones
     // Moves the staged value in; the commit keeps its downlink message for the broadcast.
     fragments_[p] = commit_fragment(std::move(staged), std::move(fragments_[p]), commit.version, kCommitHistory);
     update_quorum(p, now_s);
@@ -842,26 +851,44 @@ void SyncerCore::commit_succeeded(StagedCommit& commit, double now_s) {
 
 void SyncerCore::release_unowned() {
   for (int p = 0; p < fragment_count(); ++p) {
-    if (options_.shard.owns(p) || released_entries_.count(p)) continue;
+    if (options_.shard.owns(p) || hollow_.count(p)) continue;
     auto& f = fragments_[p];
-    released_entries_[p] = stored_entry(f);  // what every record says of it, as version 1 stored it
-    std::vector<float>().swap(f.parameters);
-    std::vector<float>().swap(f.broadcast);
+    hollow_[p] = hollow_of(f);  // what every record says of it, as version 1 stored it
+    drop_values(f);
     f.outer = training::OuterState{};
   }
 }
 
+SyncerCore::HollowFragment SyncerCore::hollow_of(const FragmentState& f) const {
+  return HollowFragment{stored_entry(f), broadcast_digest(f.broadcast), stored_outer_digest(f)};
+}
+
+void SyncerCore::lend(int p) {
+  hollow_[p] = hollow_of(fragments_[p]);
+  drop_values(fragments_[p]);
+}
+
 void SyncerCore::commit_failed(StagedCommit& commit, const std::string& reason) {
-  size_t merged = 0;
-  for (auto& f : commit.fragments) {
-    in_flight_.erase(f.fragment);
-    merged += f.merged.size();
-    fragments_[f.fragment].sum.absorb(std::move(f.merged_sum));  // its contributions are still pending
-  }
   const std::string which = commit.version ? "version " + std::to_string(commit.version)
                                            : "ticket " + std::to_string(commit.ticket);
-  component_logger("syncer")->error("commit of {} failed ({}): the staged state is dropped; {} "
-                                    "contribution(s) stay pending for the next attempt", which, reason, merged);
+  if (commit.initial) {
+    for (auto& staged : commit.fragments) {
+      in_flight_.erase(staged.fragment);
+      hollow_.erase(staged.fragment);
+      give_back_values(fragments_[staged.fragment], std::move(staged.next));
+    }
+    component_logger("syncer")->error("commit of {} (the initial parameters) failed ({})", which, reason);
+    return;
+  }
+  size_t merged = 0;
+  for (const auto& f : commit.fragments) merged += f.merged.size();
+  commit.attempts += 1;
+  commit.ticket = ++last_ticket_;
+  commit.version = 0;
+  commit.manifest = nlohmann::json();
+  component_logger("syncer")->error("commit of {} failed ({}): its {} fragment(s) stay staged, with {} "
+                                    "contribution(s), and are sent again as ticket {} (attempt {})",
+                                    which, reason, commit.fragments.size(), merged, commit.ticket, commit.attempts + 1);
 }
 
 void SyncerCore::credit(std::map<std::string, LearnerRecord>& learners, const StagedCommit& commit,
@@ -1019,8 +1046,11 @@ int64_t SyncerCore::pending_bytes() const {
 nlohmann::json SyncerCore::broadcast_digests() const {
   nlohmann::json out = nlohmann::json::array();
   for (const auto& f : fragments_) {
-    out.push_back({{"version", f.version}, {"digest", broadcast_digest(f.broadcast)},
-                   {"outer_digest", broadcast_digest(to_stored(f).outer)}, {"arrivals", f.outer.arrivals}});
+    const auto hollow = hollow_.find(static_cast<int>(out.size()));
+    out.push_back({{"version", f.version},
+                   {"digest", hollow != hollow_.end() ? hollow->second.digest : broadcast_digest(f.broadcast)},
+                   {"outer_digest", hollow != hollow_.end() ? hollow->second.outer_digest : stored_outer_digest(f)},
+                   {"arrivals", f.outer.arrivals}});
   }
   return out;
 }

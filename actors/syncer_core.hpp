@@ -20,10 +20,17 @@
 // (policy.hpp, credit_work); the tokens it claims are never used. Honest claims equal these figures.
 //
 // Invariants: a fragment's θ_p, B_p and outer state only change through stage() → commit_succeeded(),
-// which swaps in the staged value; commit_failed() drops it and leaves every value as it was; a
-// merge that would make any of them NaN/Inf is dropped in stage() (with the contributions it held,
-// counted as non_finite_merge) and the committed value stays; at most one commit per fragment is in
-// flight, and one sealed commit at a time; committed versions are strictly increasing; a rejected update changes nothing but a counter.
+// which swaps in the staged value. Memory: stage() makes the new value and then lets the committed
+// one's θ_p, B_p and outer state go (the fragment is *lent* while its commit is in flight: its stored
+// entry and digests are kept, its values are the staged ones), so that a fragment is held about
+// once plus the one fragment being staged, not twice. A commit that fails therefore stays staged and
+// is sent again (commit_failed gives it a new ticket): nobody has seen its value yet, so landing
+// later is the same as landing slowly. The initial commit is the exception: its values are handed
+// back (it failed because the store holds a version, which a restore then loads). A merge that
+// would make any value NaN/Inf is dropped in stage() (with the contributions it held, counted as
+// non_finite_merge) before anything is lent, and the committed value stays; at most one commit per
+// fragment is in flight, and one sealed commit at a time; committed versions are strictly
+// increasing; a rejected update changes nothing but a counter.
 // A syncer shard (RuntimeOptions::shard) merges only its own fragments and, once version 1 (or the
 // version it restored) is committed, holds no values of the others: its records carry them.
 // Not thread-safe: owned by one syncer actor.
@@ -104,6 +111,8 @@ struct StagedCommit {
   std::vector<StagedFragment> fragments;
   nlohmann::json manifest;  // made by seal()
   double started_s = 0;
+  int attempts = 0;          // failed attempts so far (commit_failed)
+  double resend_at_s = -1;   // a failed commit waits until then to be sent again (−1: sent)
 
   std::vector<int> fragment_ids() const;
   const StagedFragment* find(int fragment) const;
@@ -233,6 +242,8 @@ class SyncerCore {
   void seal(StagedCommit& commit, double now_s);
   // Swaps the staged values in (the commit's broadcasts may go out now). Empties `commit.fragments`' values.
   void commit_succeeded(StagedCommit& commit, double now_s);
+  // A failed commit stays staged and in flight under a new ticket, for the caller to send again
+  // (its version is chosen again at its next seal); a failed initial commit hands its values back.
   void commit_failed(StagedCommit& commit, const std::string& reason);
 
   // ---- reporting -------------------------------------------------------------------------------
@@ -291,8 +302,18 @@ class SyncerCore {
   void remember_norm(int p, const std::string& learner_id, double norm);
   // A shard keeps no values of the fragments it does not own once version 1 (or the version it
   // restored) is committed: their θ, B and outer state are dropped, and every later record carries
-  // them from the store, with the stored entry they had (released_entries_).
+  // them from the store, with the stored entry they had (hollow_).
   void release_unowned();
+  // What is kept of a fragment whose values are not held: another shard's (released for good) or
+  // one lent to its commit in flight (until the commit lands).
+  struct HollowFragment {
+    nlohmann::json entry;       // stored_entry of its committed value: what records carrying it say
+    uint64_t digest = 0;        // of B_p
+    uint64_t outer_digest = 0;  // of the stored outer-state blob
+  };
+  HollowFragment hollow_of(const FragmentState& f) const;
+  // Lets the committed value of fragment p go while its commit is in flight.
+  void lend(int p);
   nlohmann::json accounting_json(const std::map<std::string, LearnerRecord>& learners) const;
   nlohmann::json accounting_json() const { return accounting_json(learners_); }
   void restore_accounting(const nlohmann::json& accounting);
@@ -311,7 +332,7 @@ class SyncerCore {
   Screening screening_;
   std::vector<std::map<std::string, double>> honest_norms_;  // per fragment: learner -> its latest honest ‖Δ‖
   std::vector<double> largest_passed_ratio_;      // per fragment
-  std::map<int, nlohmann::json> released_entries_;  // another shard's fragments: their stored entry
+  std::map<int, HollowFragment> hollow_;  // fragments whose values are not held (released or lent)
   int64_t clipped_ = 0;
   int64_t held_ = 0;                              // updates held for want of known norms
   int64_t unscreened_ = 0;                        // held ones merged with fewer than kMinKnown norms known

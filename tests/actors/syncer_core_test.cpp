@@ -215,34 +215,48 @@ TEST_CASE("syncer core: merge, outer step, commit and staleness") {
   CHECK(staged->version == 0);  // chosen when its blobs are durable
   CHECK(core.commit_in_flight());
   CHECK(staged->find(0)->next.parameters[0] == doctest::Approx(1 - 0.3));  // lr 1, momentum 0: θ − mean Δ
-  CHECK(core.fragment(0).parameters[0] == 1);  // not in place before the store committed it
+  // Lent to its commit: the committed value's memory is let go, its digests and entry are kept.
+  CHECK(core.fragment(0).parameters.empty());
+  CHECK(core.broadcast_digests()[0]["digest"] == broadcast_digest(std::vector<float>{1, 1, 1}));
   core.seal(*staged, 2);
   CHECK(staged->version == 2);
   core.commit_succeeded(*staged, 2);
   CHECK(core.fragment(0).parameters[0] == doctest::Approx(1 - 0.3));
   CHECK(core.latest_version() == 2);
   CHECK(core.learners().at("learner-0").contributions_merged == 1);
-  // Base 1 is one commit of fragment 0 behind: accepted with bound 4; a failed commit changes nothing.
+  // Base 1 is one commit of fragment 0 behind: accepted with bound 4. A failed commit stays staged
+  // under a new ticket and lands later with what it merged; nothing else changes meanwhile.
   REQUIRE_FALSE(core.accept(a, {1, 1, 1}, 3).has_value());
   auto second = core.stage({0}, 3);
   REQUIRE(second.ok());
   // One of the two active learners: the merged Δ counts for half a round.
   CHECK(second->find(0)->next.parameters[0] == doctest::Approx(0.7 - 0.5));
-  CHECK(core.fragment(0).parameters[0] == doctest::Approx(0.7));
   core.seal(*second, 3);  // its record is refused
   CHECK(second->version == 3);
+  const uint64_t first_ticket = second->ticket;
   core.commit_failed(*second, "injected");
-  CHECK(core.fragment(0).parameters[0] == doctest::Approx(0.7));
-  CHECK(core.fragment(0).pending.size() == 1);  // kept for the next attempt
+  CHECK(second->ticket > first_ticket);
+  CHECK(second->version == 0);
+  CHECK(second->attempts == 1);
+  CHECK(core.fragment_in_flight(0));
+  CHECK(core.stage({0}, 3.5).error().code == ErrorCode::conflict);
   CHECK(core.latest_version() == 2);
-  // The next commit never reuses the failed version number, and merges what the failed one held.
+  // What arrives meanwhile waits for the next round; the sent-again commit never reuses the failed
+  // version number.
   REQUIRE_FALSE(core.accept(b, {1, 1, 1}, 4).has_value());
-  auto third = core.stage({0}, 4);
+  core.seal(*second, 4);
+  CHECK(second->version == 4);
+  CHECK(second->find(0)->merged.size() == 1);
+  core.commit_succeeded(*second, 4);
+  CHECK(core.fragment(0).parameters[0] == doctest::Approx(0.7 - 0.5));
+  REQUIRE(core.fragment(0).pending.size() == 1);
+  CHECK(core.fragment(0).pending[0].learner_id == "learner-1");
+  auto third = core.stage({0}, 5);
   REQUIRE(third.ok());
-  core.seal(*third, 4);
-  CHECK(third->version == 4);
-  CHECK(third->find(0)->merged.size() == 2);
-  core.commit_succeeded(*third, 4);
+  core.seal(*third, 5);
+  CHECK(third->version == 5);
+  CHECK(third->find(0)->merged.size() == 1);
+  core.commit_succeeded(*third, 5);
   CHECK(core.fragment(0).pending.empty());
   // Beyond the staleness bound.
   auto o = testing::tiny_options("core2", "decoupled", 1, 10);
@@ -287,7 +301,7 @@ TEST_CASE("syncer core: fragments commit independently; versions number records 
     core.commit_succeeded(*fast, now);
     CHECK(core.fragment(1).version == static_cast<uint64_t>(2 + round));
   }
-  CHECK(core.fragment(0).parameters[0] == 1);  // not in place before its commit lands
+  CHECK(core.fragment(0).parameters.empty());  // lent to its commit, not in place before it lands
   // Fragment 0's blobs are durable at last: its record is the next version, carrying fragment 1.
   core.seal(*slow, 5);
   CHECK(slow->version == 4);
@@ -457,23 +471,45 @@ TEST_CASE("syncer core: an outer-momentum warm-up follows its ramp through commi
   for (int i = 0; i < 3; ++i) CHECK(core.fragment(0).parameters[i] == doctest::Approx(theta[i]).epsilon(1e-6));
 }
 
-TEST_CASE("syncer core: a failed commit leaves the fragment's whole state as it was") {
+TEST_CASE("syncer core: a failed commit stays staged and lands later as if it had landed at once") {
+  // `core`'s commit fails once before it lands; `twin` makes the same commit at once.
   auto core = make_async_core(3);
-  arrive(core, "learner-0", {0.1f, 0.2f, 0.3f}, 1);
-  merge_and_commit(core, {0}, 1);
-  arrive(core, "learner-1", {0.4f, 0.4f, 0.4f}, 2);
+  auto twin = make_async_core(3);
+  for (auto* c : {&core, &twin}) {
+    arrive(*c, "learner-0", {0.1f, 0.2f, 0.3f}, 1);
+    merge_and_commit(*c, {0}, 1);
+    arrive(*c, "learner-1", {0.4f, 0.4f, 0.4f}, 2);
+  }
   const FragmentState before = core.fragment(0);
   auto staged = core.stage({0}, 2);
   REQUIRE(staged.ok());
   REQUIRE(staged->find(0)->next.outer.arrivals == 2);  // the staged value moved on
+  // Lent: the committed value's memory is let go; its digests and stored entry stay as they were.
+  CHECK(core.fragment(0).parameters.empty());
+  CHECK(core.fragment(0).outer.momentum.empty());
+  CHECK(core.broadcast_digests()[0]["digest"] == broadcast_digest(before.broadcast));
+  CHECK(core.broadcast_digests()[0]["outer_digest"] == broadcast_digest(to_stored(before).outer));
   core.commit_failed(*staged, "injected");
-  const auto& after = core.fragment(0);
-  check_same_outer_state(after, before);
-  CHECK(after.version == before.version);
-  CHECK(after.commit_versions == before.commit_versions);
-  REQUIRE(after.pending.size() == 1);
-  CHECK(after.pending[0].delta == before.pending[0].delta);
+  CHECK(core.fragment_in_flight(0));
+  landed(core, *staged, 3);
+  merge_and_commit(twin, {0}, 2);
+  check_same_outer_state(core.fragment(0), twin.fragment(0));
+  CHECK(core.fragment(0).version == twin.fragment(0).version);
+  CHECK(core.fragment(0).pending.empty());
   CHECK_FALSE(core.commit_in_flight());
+
+  // A failed initial commit hands its values back (a restore, or the next initial commit, follows).
+  auto o = testing::tiny_options("core-initial", "sync", 1, 10);
+  SyncerCore fresh(o, {{1, 2, 3}});
+  auto initial = fresh.stage_initial(0);
+  CHECK(fresh.fragment(0).parameters.empty());
+  fresh.commit_failed(initial, "injected");
+  CHECK(fresh.fragment(0).parameters == std::vector<float>{1, 2, 3});
+  CHECK(fresh.fragment(0).broadcast == std::vector<float>{1, 2, 3});
+  CHECK_FALSE(fresh.commit_in_flight());
+  auto again = fresh.stage_initial(1);
+  landed(fresh, again, 1);
+  CHECK(fresh.fragment(0).parameters == std::vector<float>{1, 2, 3});
 }
 
 namespace {
@@ -856,19 +892,17 @@ TEST_CASE("syncer core: the streaming merge equals the batch merge with updates 
   std::vector<int> order{0, 1, 2, 3};
   int orders = 0;
   do {
-    // Decoupled, 4 learners: three arrive, a commit is staged and fails, the fourth arrives late,
-    // and the next commit merges all four: θ = −mean Δ (share 1, lr 1, momentum 0).
+    // Decoupled, 4 learners arriving in this order; the commit fails once and is sent again as it
+    // was, merging all four: θ = −mean Δ (share 1, lr 1, momentum 0).
     auto core = make_wide_core("decoupled", 4, n);
-    for (int k = 0; k < 3; ++k) {
+    for (int k = 0; k < 4; ++k) {
       UpdateHeader h{learner_id(order[k]), 0, 1, 10, 100, 2.0f, 0, 0, 10};
-      REQUIRE_FALSE(core.accept(h, deltas[order[k]], 1).has_value());
+      REQUIRE_FALSE(core.accept(h, deltas[order[k]], 1 + 0.1 * k).has_value());
     }
-    auto failed = core.stage({0}, 1);
-    REQUIRE(failed.ok());
-    UpdateHeader late{learner_id(order[3]), 0, 1, 10, 100, 2.0f, 0, 0, 10};
-    REQUIRE_FALSE(core.accept(late, deltas[order[3]], 1.1).has_value());
-    core.commit_failed(*failed, "injected");
-    merge_and_commit(core, {0}, 1.2);
+    auto staged = core.stage({0}, 1.5);
+    REQUIRE(staged.ok());
+    core.commit_failed(*staged, "injected");
+    landed(core, *staged, 1.6);
     std::vector<archipelago::training::Contribution> batch;
     for (const auto& d : deltas) batch.push_back({d.data(), 100, 10});
     auto expected = archipelago::training::merge(batch, n, archipelago::training::MergeRule::mean);
