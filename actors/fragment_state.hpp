@@ -8,9 +8,9 @@
 // Life of a commit: stage_fragment() reads a state and returns a *new* value (merge, outer step,
 // downlink encoding) without touching the current one, or non_finite if that value would hold
 // NaN/Inf anywhere (the caller then drops the stage); once the checkpoint store committed it,
-// commit_fragment() swaps it in, keeping the contributions that arrived meanwhile; a failed commit
-// drops the staged value and the current one is exactly as it was (its pending contributions too,
-// so they merge with the next attempt). to_stored()/from_stored() are what a committed version
+// commit_fragment() swaps it in, keeping the contributions that arrived meanwhile. Meanwhile the
+// syncer lends the current value's θ_p, B_p and outer state (drop_values: SyncerCore keeps their
+// digests and stored entry), and sends a failed commit again as it is. to_stored()/from_stored() are what a committed version
 // persists, so a restarted syncer resumes with the same value. This value is the unit a syncer
 // shard owns. Pure functions over values: any thread; a value has one owner.
 #pragma once
@@ -88,9 +88,6 @@ struct StagedFragment {
   std::vector<PendingContribution> merged; // the contributions it merged, deltas dropped
   BroadcastMessage downlink;               // Q(θ_new − B_old), or θ_new
   double share = 1.0;                      // the merged Δ's scale (stage_fragment's `share`)
-  // The running sum the merge was made from, moved out of the current value by the syncer so that
-  // later arrivals start a new one; a failed commit hands it back (SyncerCore::commit_failed).
-  training::MergeAccumulator merged_sum;
 };
 
 // A copy of `state` without its pending contributions (and so without a reached quorum): what a

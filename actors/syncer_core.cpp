@@ -796,11 +796,10 @@ Expected<StagedCommit> SyncerCore::stage(const std::vector<int>& fragment_ids, d
   }
   if (commit.fragments.empty()) return make_error(ErrorCode::invalid_argument, "no fragment had pending updates");
   commit.ticket = ++last_ticket_;
-  // What arrives from now on starts a new running sum; the commit keeps the one it merged.
+  // What arrives from now on starts a new running sum; the staged values hold what this one merged.
   for (auto& staged : commit.fragments) {
     auto& sum = fragments_[staged.fragment].sum;
-    staged.merged_sum = std::move(sum);
-    sum = staged.merged_sum.fresh();
+    sum = sum.fresh();  // merged: a failed commit is sent again as it is (commit_failed)
     in_flight_.insert(staged.fragment);
   }
   return commit;

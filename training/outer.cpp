@@ -63,18 +63,6 @@ void MergeAccumulator::add(const float* delta, double weight, double norm) {
   });
 }
 
-void MergeAccumulator::absorb(MergeAccumulator&& other) {
-  if (other.count_ == 0) return;
-  if (sum_.empty()) {
-    sum_ = std::move(other.sum_);
-  } else {
-    for (size_t i = 0; i < sum_.size(); ++i) sum_[i] += other.sum_[i];
-  }
-  count_ += other.count_;
-  weight_sum_ += other.weight_sum_;
-  norm_sum_ += other.norm_sum_;
-  other = MergeAccumulator(n_, rule_, threads_);
-}
 
 Expected<std::vector<float>> MergeAccumulator::result() const {
   if (count_ == 0) return make_error(ErrorCode::invalid_argument, "merge of no contributions");

@@ -45,8 +45,7 @@ Expected<std::vector<float>> merge(const std::vector<Contribution>& contribution
 // a round costs O(n) memory whatever the number of learners, and closing it costs one pass.
 //   mean / token_weighted: S = Σ w_m Δ_m,          result S / Σ w
 //   rda:                   S = Σ (w_m/‖Δ_m‖) Δ_m,  result (Σ w‖Δ‖ / Σ w) · S/‖S‖
-// add() is a multi-threaded pass over the fragment; the sums are linear, so two accumulators of
-// the same rule add (absorb: a failed commit's sum rejoins the sum of what arrived since). fp32
+// add() is a multi-threaded pass over the fragment. fp32
 // sums: a fold adds one rounding of ~6e-8 relative per contribution (the batch merge sums in fp64);
 // tests/training/outer_test.cpp holds the two to 1e-6 in every arrival order.
 class MergeAccumulator {
@@ -59,7 +58,6 @@ class MergeAccumulator {
   // The same for a caller that adds factor · Δ into `sum` itself (a decode fused with the fold):
   // counts the contribution and returns the factor (0: nothing to add, a zero rda Δ).
   float add_external(double weight, double norm, float** sum);
-  void absorb(MergeAccumulator&& other);
   // Σ w Δ / Σ w (or rda's); fails on no contributions or weights that sum to zero, as merge().
   Expected<std::vector<float>> result() const;
 
