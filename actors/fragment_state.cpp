@@ -107,6 +107,7 @@ Expected<StagedFragment> stage_fragment(int fragment, const FragmentState& curre
   for (size_t i : order) {
     PendingContribution c = pending[i];
     c.delta = {};
+    c.encoded = {};
     highest_round = std::max(highest_round, c.round);
     any_round = true;
     staged.merged.push_back(std::move(c));

@@ -48,6 +48,10 @@ struct PendingContribution {
   // Δ = θ_p(base) − θ_local,p: held only until it is folded into the running sum, and kept for
   // Delayed Nesterov's per-arrival steps (a merge that is not a sum).
   std::vector<float> delta;
+  // Or, for an update held by screening that arrived quantized, its codes as they came (int4 is 1/8
+  // of the fp32 Δ), folded from the codes once it is judged.
+  messages::Codec codec = messages::Codec::fp32;
+  std::vector<uint8_t> encoded;
 };
 
 struct FragmentState {

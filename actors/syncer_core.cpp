@@ -583,17 +583,17 @@ std::optional<RejectReason> SyncerCore::accept(const UpdateHeader& h, Payload pa
   c.screen_norm = c.norm / learning_rate_sum(h.from_step, h.to_step, work.steps);
   const auto verdict = screening_.judge(c.screen_norm, known_norms(c.fragment));
   if (verdict.action == Screening::Action::hold) {
-    if (fused) {
-      auto values = decoded();
-      if (!values) return refuse_payload(values.error());
-      delta = std::move(*values);
+    if (fused) {  // held as its codes (checked by quantized_norm), not decoded
+      c.codec = payload.codec;
+      c.encoded = std::move(payload.encoded);
+    } else {
+      c.delta = std::move(delta);
     }
     c.screened = false;
-    c.delta = std::move(delta);
     held_ += 1;
   } else {
     if (!apply_verdict(c.fragment, c, verdict, delta)) return RejectReason::outlier;
-    if (fused) fold_encoded(c.fragment, c, payload);
+    if (fused) fold_encoded(c.fragment, c, payload.codec, payload.encoded);
     else fold(c.fragment, c, std::move(delta));
   }
   fold_s_ += monotonic_seconds() - fold_started_s;
@@ -684,11 +684,11 @@ void SyncerCore::fold(int p, PendingContribution& c, std::vector<float> delta) {
   c.delta = {};
 }
 
-void SyncerCore::fold_encoded(int p, PendingContribution& c, const Payload& payload) {
+void SyncerCore::fold_encoded(int p, PendingContribution& c, messages::Codec codec, const std::vector<uint8_t>& encoded) {
   float* sum = nullptr;
   const float factor = fragments_[p].sum.add_external(merge_weight_of(c), c.norm * c.scale, &sum);
   // The codes were checked by quantized_norm: this cannot fail.
-  (void)messages::accumulate_quantized(payload.codec, payload.encoded.data(), payload.encoded.size(),
+  (void)messages::accumulate_quantized(codec, encoded.data(), encoded.size(),
                                        static_cast<size_t>(fragments_[p].numel), factor * c.scale, sum,
                                        rules_.merge_threads);
 }
@@ -708,9 +708,12 @@ void SyncerCore::settle_held(int p, double now_s) {
       unscreened_ += 1;
     }
     std::vector<float> delta = std::move(c.delta);
+    std::vector<uint8_t> encoded = std::move(c.encoded);
     c.delta = {};
+    c.encoded = {};
     if (!apply_verdict(p, c, verdict, delta)) continue;
-    fold(p, c, std::move(delta));
+    if (!encoded.empty()) fold_encoded(p, c, c.codec, encoded);
+    else fold(p, c, std::move(delta));
     kept.push_back(std::move(c));
   }
   f.pending = std::move(kept);
@@ -1037,7 +1040,7 @@ int64_t SyncerCore::pending_bytes() const {
   int64_t bytes = 0;
   for (const auto& f : fragments_) {
     bytes += f.sum.bytes();
-    for (const auto& c : f.pending) bytes += static_cast<int64_t>(c.delta.size() * sizeof(float));
+    for (const auto& c : f.pending) bytes += static_cast<int64_t>(c.delta.size() * sizeof(float) + c.encoded.size());
   }
   return bytes;
 }

@@ -285,7 +285,7 @@ class SyncerCore {
   // Folds an accepted, screened Δ into fragment p's running sum (Delayed Nesterov keeps it in `c`).
   void fold(int p, PendingContribution& c, std::vector<float> delta);
   // Folds a quantized update straight from its codes (times c.scale).
-  void fold_encoded(int p, PendingContribution& c, const Payload& payload);
+  void fold_encoded(int p, PendingContribution& c, messages::Codec codec, const std::vector<uint8_t>& encoded);
   // Applies a verdict to `c` (clip scales `delta`); false when it was refused (counted as outlier, logged).
   bool apply_verdict(int p, PendingContribution& c, const Screening::Verdict& verdict, std::vector<float>& delta);
   // Judges fragment p's held contributions (before a merge), folding or refusing each.

@@ -1024,7 +1024,8 @@ TEST_CASE("syncer core: an int4 update folded from its codes merges as its decod
       REQUIRE(messages::encode_tensor(messages::Codec::int4_uniform, delta.data(), delta.size(), bytes).ok());
       encoded.push_back(std::move(bytes));
     }
-    // Round 1 holds the first updates decoded until 3 norms are known; round 2 folds all from the codes.
+    // Round 1 holds the first updates until 3 norms are known (as their codes, or decoded when they
+    // came decoded); round 2 folds all from the codes.
     for (uint64_t round = 0; round < 2; ++round) {
       for (int m = 0; m < 4; ++m) {
         UpdateHeader h{learner_id(m), 0, fused.latest_version(), 10, 100, 2.0f, round, 10 * round, 10 * round + 10};
@@ -1034,6 +1035,11 @@ TEST_CASE("syncer core: an int4 update folded from its codes merges as its decod
                                               static_cast<size_t>(n));
         REQUIRE(values.ok());
         REQUIRE_FALSE(decoded.accept(h, std::move(*values), 1.0 + round).has_value());
+        if (round == 0 && m == 1) {  // two held: their codes, 1/8 of their fp32 values
+          CHECK(fused.screening_status()["held"] == 2);
+          CHECK(fused.pending_bytes() == static_cast<int64_t>(encoded[0].size() + encoded[1].size()));
+          CHECK(decoded.pending_bytes() == 2 * n * static_cast<int64_t>(sizeof(float)));
+        }
       }
       CHECK(fused.screening_status()["clipped"] == round + 1);
       CHECK(decoded.screening_status()["clipped"] == round + 1);
