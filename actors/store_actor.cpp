@@ -345,6 +345,7 @@ caf::behavior store_behavior(StoreActor* self, std::shared_ptr<storage::Checkpoi
         }
       },
       [=](prepared_atom, uint64_t ticket) { on_prepared(self, ticket); },
+      [=](taken_atom) {},  // answered once the chunks sent before it are taken (the syncer paces a commit by it)
       // The admin actor's typed store commands; answered with (ok, reason or JSON).
       [=](pin_atom, uint64_t version) -> std::tuple<bool, std::string> {
         Status pinned = self->state.store->pin(version);

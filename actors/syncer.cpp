@@ -22,6 +22,7 @@ using Clock = std::chrono::steady_clock;
 constexpr auto kTick = std::chrono::milliseconds(50);
 constexpr double kCommitTimeoutS = 30;
 constexpr double kMaxResendPauseS = 30;  // a failed commit is sent again after 1, 2, 4, ... 30 s
+constexpr uint32_t kPersistWindowChunks = 16;  // a commit's chunks in flight to the store: 64 MiB
 constexpr double kRestoreRetryS = 3;
 
 enum class Phase { restoring, initializing, ready };
@@ -45,6 +46,12 @@ struct SyncerState {
   std::map<uint64_t, caf::typed_response_promise<bool, std::string, uint64_t>> checkpoints;
   uint64_t restored_version = 0;           // the version the last restore loaded (0: none)
   nlohmann::json restored_digests;         // broadcast_digests() right after that restore
+  // Commits whose chunks are on their way to the store, a window at a time: the tensor and chunk next.
+  struct PersistCursor {
+    size_t tensor = 0;
+    uint32_t next_chunk = 0;
+  };
+  std::map<uint64_t, PersistCursor> persisting;
   std::map<std::string, caf::actor> learner_handles;
   nlohmann::json ledger_carry;             // the failure monitor's latest (accounting.hpp, LedgerCarry)
   int64_t bytes_to_store = 0;
@@ -78,37 +85,88 @@ void request_restore(SyncerActor* self) {
   if (bytes) self->send(store, std::move(*bytes));
 }
 
-// Streams a staged commit's blobs to the store under its ticket, read in place from the staged
-// values chunk by chunk (no copy of a whole blob), and asks for them to be prepared.
-void send_persist(SyncerActor* self, const StagedCommit& commit) {
-  auto& st = self->state;
-  auto store = store_of(self);
-  if (!store) return;  // the commit times out and is rolled back
-  auto send_tensor = [&](int fragment, const std::vector<const std::vector<float>*>& values, PersistKind kind) {
-    std::vector<ByteView> parts;
-    uint64_t count = 0;
+// One tensor of a commit for the store: per fragment, B_p and the outer-state blob (its parts in
+// the stored order), viewed in place in the staged value.
+struct PersistTensor {
+  int fragment = 0;
+  PersistKind kind = PersistKind::parameters;
+  std::vector<ByteView> parts;
+  uint64_t count = 0;
+};
+
+std::vector<PersistTensor> persist_tensors(const StagedCommit& commit) {
+  std::vector<PersistTensor> tensors;
+  auto add = [&](int fragment, PersistKind kind, const std::vector<const std::vector<float>*>& values) {
+    PersistTensor t{fragment, kind, {}, 0};
     for (const auto* v : values) {
-      parts.push_back(ByteView{reinterpret_cast<const uint8_t*>(v->data()), v->size() * sizeof(float), nullptr});
-      count += v->size();
+      t.parts.push_back(ByteView{reinterpret_cast<const uint8_t*>(v->data()), v->size() * sizeof(float), nullptr});
+      t.count += v->size();
     }
-    Status sent = st.outbox.stream_tensor(
-        Codec::fp32, count, parts,
+    tensors.push_back(std::move(t));
+  };
+  for (const auto& staged : commit.fragments) {
+    add(staged.fragment, PersistKind::parameters, {&staged.next.broadcast});  // what joining learners are served
+    add(staged.fragment, PersistKind::outer_momentum, stored_outer_parts(staged.next));
+  }
+  return tensors;
+}
+
+// Sends the next window of a commit's chunks (kPersistWindowChunks, read in place from the staged
+// value: no copy of a whole blob), then asks the store to say when it has taken them; its answer
+// sends the next window. So at most one window of a commit's chunks is in flight, whatever the
+// size of the model. After the last one, CommitEnd asks the store to prepare the ticket.
+void send_persist_window(SyncerActor* self, uint64_t ticket) {
+  auto& st = self->state;
+  auto it = st.commits.find(ticket);
+  auto cursor = st.persisting.find(ticket);
+  auto store = store_of(self);
+  if (it == st.commits.end() || cursor == st.persisting.end() || !store) {
+    st.persisting.erase(ticket);  // failed or timed out meanwhile; a commit left waiting times out and is sent again
+    return;
+  }
+  const auto tensors = persist_tensors(it->second);
+  auto& [tensor, next_chunk] = cursor->second;
+  uint32_t sent = 0;
+  while (tensor < tensors.size() && sent < kPersistWindowChunks) {
+    const PersistTensor& t = tensors[tensor];
+    const uint32_t sent_before = sent;
+    auto count = st.outbox.stream_tensor(
+        Codec::fp32, t.count, t.parts,
         [&](TensorChunk chunk) -> Message {
-          return Persist{0, static_cast<uint32_t>(fragment), kind, std::move(chunk), "", commit.ticket};
+          return Persist{0, static_cast<uint32_t>(t.fragment), t.kind, std::move(chunk), "", ticket};
         },
         [&](WireBytes&& m) {
           st.bytes_to_store += static_cast<int64_t>(m.size());
           self->send(store, std::move(m));
-        });
-    if (!sent.ok()) st.log->error("cannot persist fragment {}: {}", fragment, sent.error().to_string());
-  };
-  // Per fragment: B_p as the parameters (what joining learners are served) and the outer-state blob.
-  for (const auto& staged : commit.fragments) {
-    send_tensor(staged.fragment, {&staged.next.broadcast}, PersistKind::parameters);
-    send_tensor(staged.fragment, stored_outer_parts(staged.next), PersistKind::outer_momentum);
+          ++sent;
+        },
+        next_chunk, kPersistWindowChunks - sent);
+    if (!count) {
+      st.log->error("cannot persist fragment {} of ticket {}: {}", t.fragment, ticket, count.error().to_string());
+      st.persisting.erase(cursor);
+      return;
+    }
+    next_chunk += sent - sent_before;
+    if (next_chunk >= *count) {  // this tensor is all sent
+      ++tensor;
+      next_chunk = 0;
+    }
   }
-  auto end = st.outbox.wrap(CommitEnd{0, "", commit.ticket});
-  if (end) self->send(store, std::move(*end));
+  if (tensor >= tensors.size()) {
+    st.persisting.erase(cursor);
+    auto end = st.outbox.wrap(CommitEnd{0, "", ticket});
+    if (end) self->send(store, std::move(*end));
+    return;
+  }
+  self->request(store, caf::infinite, taken_atom::value)
+      .then([=]() { send_persist_window(self, ticket); },
+            [=](caf::error&) { self->state.persisting.erase(ticket); });  // the commit times out
+}
+
+// Streams a staged commit's blobs to the store under its ticket, a window at a time.
+void send_persist(SyncerActor* self, const StagedCommit& commit) {
+  self->state.persisting[commit.ticket] = {};
+  send_persist_window(self, commit.ticket);
 }
 
 // Seals the oldest prepared commit (its version and manifest, from the state now) and asks the store

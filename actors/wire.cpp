@@ -44,24 +44,28 @@ Expected<WireBytes> Outbox::wrap(Message body) {
   return WireBytes(out.begin(), out.end());
 }
 
-Status Outbox::stream_tensor(Codec codec, uint64_t element_count, const std::vector<ByteView>& parts,
-                             const std::function<Message(TensorChunk)>& make_body,
-                             const std::function<void(WireBytes&&)>& send) {
-  return for_each_chunk(codec, element_count, parts, [&](TensorChunk&& chunk) -> Status {
-    auto bytes = wrap(make_body(std::move(chunk)));
-    if (!bytes) return bytes.error();
-    send(std::move(*bytes));
-    return Status::success();
-  });
+Expected<uint32_t> Outbox::stream_tensor(Codec codec, uint64_t element_count, const std::vector<ByteView>& parts,
+                                         const std::function<Message(TensorChunk)>& make_body,
+                                         const std::function<void(WireBytes&&)>& send, uint32_t first_chunk,
+                                         uint32_t chunk_limit) {
+  return for_each_chunk(
+      codec, element_count, parts,
+      [&](TensorChunk&& chunk) -> Status {
+        auto bytes = wrap(make_body(std::move(chunk)));
+        if (!bytes) return bytes.error();
+        send(std::move(*bytes));
+        return Status::success();
+      },
+      kMaxChunkBytes, first_chunk, chunk_limit);
 }
 
 Expected<std::vector<WireBytes>> Outbox::wrap_tensor(Codec codec, uint64_t element_count,
                                                      const std::vector<uint8_t>& encoded,
                                                      const std::function<Message(TensorChunk)>& make_body) {
   std::vector<WireBytes> out;
-  Status wrapped = stream_tensor(codec, element_count, {ByteView{encoded.data(), encoded.size(), nullptr}}, make_body,
-                                 [&](WireBytes&& bytes) { out.push_back(std::move(bytes)); });
-  if (!wrapped.ok()) return wrapped.error();
+  auto wrapped = stream_tensor(codec, element_count, {ByteView{encoded.data(), encoded.size(), nullptr}}, make_body,
+                               [&](WireBytes&& bytes) { out.push_back(std::move(bytes)); });
+  if (!wrapped) return wrapped.error();
   return out;
 }
 

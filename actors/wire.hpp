@@ -57,6 +57,9 @@ using throttle_atom = caf::atom_constant<caf::atom("throttle")>;
 using corrupt_atom = caf::atom_constant<caf::atom("corrupt")>;
 // A store actor's prepare worker -> the store actor (local only): (prepared, ticket) is done.
 using prepared_atom = caf::atom_constant<caf::atom("prepared")>;
+// The syncer -> its store (local only), as a request after a window of a commit's chunks: the
+// (empty) answer says the store has taken every chunk sent before it.
+using taken_atom = caf::atom_constant<caf::atom("taken")>;
 // To the syncer (local only): commit every fragment with pending contributions now.
 using checkpoint_atom = caf::atom_constant<caf::atom("checkpoint")>;
 // A learner control for a node (LearnerControl): gateway -> node link -> node watcher.
@@ -86,9 +89,12 @@ class Outbox {
   // The same for a tensor whose encoded bytes lie in several buffers (messages::for_each_chunk),
   // handing each message to `send` as soon as it is wrapped: no copy of the whole tensor is made,
   // and at most one chunk's message exists here at a time.
-  Status stream_tensor(messages::Codec codec, uint64_t element_count, const std::vector<messages::ByteView>& parts,
-                       const std::function<messages::Message(messages::TensorChunk)>& make_body,
-                       const std::function<void(WireBytes&&)>& send);
+  // Only chunks [first_chunk, first_chunk + chunk_limit) are sent; returns the tensor's chunk count.
+  Expected<uint32_t> stream_tensor(messages::Codec codec, uint64_t element_count,
+                                   const std::vector<messages::ByteView>& parts,
+                                   const std::function<messages::Message(messages::TensorChunk)>& make_body,
+                                   const std::function<void(WireBytes&&)>& send, uint32_t first_chunk = 0,
+                                   uint32_t chunk_limit = UINT32_MAX);
   const std::string& sender_id() const { return sender_id_; }
   uint64_t bytes() const { return bytes_; }
 

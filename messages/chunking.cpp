@@ -72,8 +72,9 @@ Expected<ChunkPlacement> place_chunk(const TensorChunk& chunk, uint64_t max_tota
   return ChunkPlacement{offset, size};
 }
 
-Status for_each_chunk(Codec codec, uint64_t element_count, const std::vector<ByteView>& parts,
-                      const std::function<Status(TensorChunk&&)>& emit, size_t max_chunk_bytes) {
+Expected<uint32_t> for_each_chunk(Codec codec, uint64_t element_count, const std::vector<ByteView>& parts,
+                                  const std::function<Status(TensorChunk&&)>& emit, size_t max_chunk_bytes,
+                                  uint32_t first_chunk, uint32_t chunk_limit) {
   if (max_chunk_bytes == 0 || max_chunk_bytes % kChunkAlignment != 0) {
     return make_error(ErrorCode::invalid_argument,
                       "chunk size must be a positive multiple of " + std::to_string(kChunkAlignment));
@@ -91,7 +92,8 @@ Status for_each_chunk(Codec codec, uint64_t element_count, const std::vector<Byt
   std::vector<uint8_t> scratch;  // a chunk that straddles two parts
   size_t part = 0;
   uint64_t part_start = 0;  // offset of parts[part] in the whole tensor
-  for (uint64_t i = 0; i < count; ++i) {
+  const uint64_t end = std::min<uint64_t>(count, uint64_t{first_chunk} + chunk_limit);
+  for (uint64_t i = first_chunk; i < end; ++i) {
     TensorChunk c;
     c.codec = codec;
     c.element_count = element_count;
@@ -120,22 +122,22 @@ Status for_each_chunk(Codec codec, uint64_t element_count, const std::vector<Byt
       c.payload = ByteView{scratch.data(), size, nullptr};
     }
     c.checksum = chunk_checksum(c.payload.data, c.payload.size);
-    if (Status emitted = emit(std::move(c)); !emitted.ok()) return emitted;
+    if (Status emitted = emit(std::move(c)); !emitted.ok()) return emitted.error();
   }
-  return Status::success();
+  return static_cast<uint32_t>(count);
 }
 
 Expected<std::vector<TensorChunk>> split_tensor(Codec codec, uint64_t element_count,
                                                 const ByteView& encoded, size_t max_chunk_bytes) {
   std::vector<TensorChunk> chunks;
-  Status split = for_each_chunk(
+  auto split = for_each_chunk(
       codec, element_count, {encoded},
       [&](TensorChunk&& chunk) {
         chunks.push_back(std::move(chunk));
         return Status::success();
       },
       max_chunk_bytes);
-  if (!split.ok()) return split.error();
+  if (!split) return split.error();
   return chunks;
 }
 

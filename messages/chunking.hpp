@@ -50,9 +50,12 @@ Expected<std::vector<TensorChunk>> split_tensor(Codec codec, uint64_t element_co
 // The same cut of a tensor whose encoded bytes lie in `parts`, one after another (a value stored as
 // several buffers, never concatenated), handed to `emit` chunk by chunk, in order. A chunk inside
 // one part views it (sharing its owner); one that straddles two parts is copied into a scratch
-// buffer valid only during `emit`. Stops at the first error `emit` returns.
-Status for_each_chunk(Codec codec, uint64_t element_count, const std::vector<ByteView>& parts,
-                      const std::function<Status(TensorChunk&&)>& emit, size_t max_chunk_bytes = kMaxChunkBytes);
+// buffer valid only during `emit`. Stops at the first error `emit` returns. Only chunks
+// [first_chunk, first_chunk + chunk_limit) are emitted (a sender that paces them); returns the
+// tensor's chunk count.
+Expected<uint32_t> for_each_chunk(Codec codec, uint64_t element_count, const std::vector<ByteView>& parts,
+                                  const std::function<Status(TensorChunk&&)>& emit, size_t max_chunk_bytes = kMaxChunkBytes,
+                                  uint32_t first_chunk = 0, uint32_t chunk_limit = UINT32_MAX);
 
 // ChunkTracker: the bookkeeping of one tensor's chunks, without their bytes. Each chunk is checked
 // against the geometry, the earlier chunks and its checksum, then marked received. A Reassembler

@@ -59,7 +59,7 @@ TEST_CASE("a tensor held as three buffers is cut like its concatenation, with no
   std::vector<TensorChunk> streamed;
   std::vector<std::vector<uint8_t>> payloads;  // a straddling chunk's view lives only during emit
   std::vector<bool> in_place;
-  Status cut = for_each_chunk(
+  auto cut = for_each_chunk(
       Codec::fp32, elements, parts,
       [&](TensorChunk&& c) {
         payloads.push_back(c.payload.to_vector());
@@ -69,6 +69,7 @@ TEST_CASE("a tensor held as three buffers is cut like its concatenation, with no
       },
       64);
   REQUIRE(cut.ok());
+  CHECK(*cut == whole.chunks.size());
   REQUIRE(streamed.size() == whole.chunks.size());
   for (size_t i = 0; i < streamed.size(); ++i) {
     CHECK(streamed[i].chunk_index == whole.chunks[i].chunk_index);
@@ -80,12 +81,25 @@ TEST_CASE("a tensor held as three buffers is cut like its concatenation, with no
   CHECK(in_place == std::vector<bool>{true, false, false, true, true});
   // A size that disagrees with the element count is refused before anything is emitted.
   int emitted = 0;
-  Status wrong = for_each_chunk(Codec::fp32, elements + 1, parts, [&](TensorChunk&&) {
+  auto wrong = for_each_chunk(Codec::fp32, elements + 1, parts, [&](TensorChunk&&) {
     ++emitted;
     return Status::success();
   });
   CHECK(wrong.error().code == ErrorCode::inconsistent);
   CHECK(emitted == 0);
+  // A range of chunks (a paced sender): chunks 2 and 3 alone, the same as in the whole cut.
+  std::vector<uint32_t> indices;
+  auto range = for_each_chunk(
+      Codec::fp32, elements, parts,
+      [&](TensorChunk&& c) {
+        indices.push_back(c.chunk_index);
+        CHECK(c.checksum == whole.chunks[c.chunk_index].checksum);
+        return Status::success();
+      },
+      64, 2, 2);
+  REQUIRE(range.ok());
+  CHECK(*range == 5);
+  CHECK(indices == std::vector<uint32_t>{2, 3});
 }
 
 TEST_CASE("split geometry: strides are aligned, chunks non-empty, empty tensor is one chunk") {
