@@ -22,7 +22,10 @@ using Clock = std::chrono::steady_clock;
 constexpr auto kTick = std::chrono::milliseconds(50);
 constexpr double kCommitTimeoutS = 30;
 constexpr double kMaxResendPauseS = 30;  // a failed commit is sent again after 1, 2, 4, ... 30 s
-constexpr uint32_t kPersistWindowChunks = 16;  // a commit's chunks in flight to the store: 64 MiB
+// A commit's chunks go to the store in windows of 32 chunks (128 MiB), at most 2 windows unanswered:
+// one is made while the store writes the other, and 256 MiB of chunks are in flight at most.
+constexpr uint32_t kPersistWindowChunks = 32;
+constexpr int kPersistWindows = 2;
 constexpr double kRestoreRetryS = 3;
 
 enum class Phase { restoring, initializing, ready };
@@ -46,12 +49,12 @@ struct SyncerState {
   std::map<uint64_t, caf::typed_response_promise<bool, std::string, uint64_t>> checkpoints;
   uint64_t restored_version = 0;           // the version the last restore loaded (0: none)
   nlohmann::json restored_digests;         // broadcast_digests() right after that restore
-  // Commits whose chunks are on their way to the store, a window at a time: the tensor and chunk next.
-  struct PersistCursor {
-    size_t tensor = 0;
-    uint32_t next_chunk = 0;
-  };
-  std::map<uint64_t, PersistCursor> persisting;
+  // Commits whose chunks are to go to the store, oldest first, a window at a time: the first one's
+  // tensor and chunk next, and the windows sent that the store has not answered yet.
+  std::deque<uint64_t> persist_queue;
+  size_t persist_tensor = 0;
+  uint32_t persist_chunk = 0;
+  int persist_windows = 0;
   std::map<std::string, caf::actor> learner_handles;
   nlohmann::json ledger_carry;             // the failure monitor's latest (accounting.hpp, LedgerCarry)
   int64_t bytes_to_store = 0;
@@ -111,62 +114,76 @@ std::vector<PersistTensor> persist_tensors(const StagedCommit& commit) {
   return tensors;
 }
 
-// Sends the next window of a commit's chunks (kPersistWindowChunks, read in place from the staged
-// value: no copy of a whole blob), then asks the store to say when it has taken them; its answer
-// sends the next window. So at most one window of a commit's chunks is in flight, whatever the
-// size of the model. After the last one, CommitEnd asks the store to prepare the ticket.
-void send_persist_window(SyncerActor* self, uint64_t ticket) {
+// Sends windows of commits' chunks (kPersistWindowChunks each, read in place from the staged
+// values: no copy of a whole blob), oldest commit first, each followed by a request that the store
+// answers once it has taken them; an answer lets the next window go. So at most kPersistWindows
+// windows of chunks are in flight, whatever the size of the model and however many commits are
+// under way. A commit whose chunks are all sent is followed by its CommitEnd, which asks the store
+// to prepare it.
+void pump_persists(SyncerActor* self) {
   auto& st = self->state;
-  auto it = st.commits.find(ticket);
-  auto cursor = st.persisting.find(ticket);
-  auto store = store_of(self);
-  if (it == st.commits.end() || cursor == st.persisting.end() || !store) {
-    st.persisting.erase(ticket);  // failed or timed out meanwhile; a commit left waiting times out and is sent again
-    return;
-  }
-  const auto tensors = persist_tensors(it->second);
-  auto& [tensor, next_chunk] = cursor->second;
-  uint32_t sent = 0;
-  while (tensor < tensors.size() && sent < kPersistWindowChunks) {
-    const PersistTensor& t = tensors[tensor];
-    const uint32_t sent_before = sent;
-    auto count = st.outbox.stream_tensor(
-        Codec::fp32, t.count, t.parts,
-        [&](TensorChunk chunk) -> Message {
-          return Persist{0, static_cast<uint32_t>(t.fragment), t.kind, std::move(chunk), "", ticket};
-        },
-        [&](WireBytes&& m) {
-          st.bytes_to_store += static_cast<int64_t>(m.size());
-          self->send(store, std::move(m));
-          ++sent;
-        },
-        next_chunk, kPersistWindowChunks - sent);
-    if (!count) {
-      st.log->error("cannot persist fragment {} of ticket {}: {}", t.fragment, ticket, count.error().to_string());
-      st.persisting.erase(cursor);
-      return;
+  while (st.persist_windows < kPersistWindows && !st.persist_queue.empty()) {
+    auto store = store_of(self);
+    if (!store) return;  // the commits time out and are sent again
+    uint32_t sent = 0;
+    while (!st.persist_queue.empty() && sent < kPersistWindowChunks) {
+      const uint64_t ticket = st.persist_queue.front();
+      auto it = st.commits.find(ticket);
+      bool done = it == st.commits.end();  // failed or timed out meanwhile (then sent again under a new ticket)
+      bool broken = false;
+      if (!done) {
+        const auto tensors = persist_tensors(it->second);
+        while (st.persist_tensor < tensors.size() && sent < kPersistWindowChunks) {
+          const PersistTensor& t = tensors[st.persist_tensor];
+          const uint32_t sent_before = sent;
+          auto count = st.outbox.stream_tensor(
+              Codec::fp32, t.count, t.parts,
+              [&](TensorChunk chunk) -> Message {
+                return Persist{0, static_cast<uint32_t>(t.fragment), t.kind, std::move(chunk), "", ticket};
+              },
+              [&](WireBytes&& m) {
+                st.bytes_to_store += static_cast<int64_t>(m.size());
+                self->send(store, std::move(m));
+                ++sent;
+              },
+              st.persist_chunk, kPersistWindowChunks - sent);
+          if (!count) {  // a bug: the commit is left to time out
+            st.log->error("cannot persist fragment {} of ticket {}: {}", t.fragment, ticket, count.error().to_string());
+            broken = true;
+            break;
+          }
+          st.persist_chunk += sent - sent_before;
+          if (st.persist_chunk >= *count) {  // this tensor is all sent
+            ++st.persist_tensor;
+            st.persist_chunk = 0;
+          }
+        }
+        done = broken || st.persist_tensor >= tensors.size();
+      }
+      if (!done) break;  // the window is full
+      st.persist_queue.pop_front();
+      st.persist_tensor = 0;
+      st.persist_chunk = 0;
+      if (it == st.commits.end() || broken) continue;
+      auto end = st.outbox.wrap(CommitEnd{0, "", ticket});
+      if (end) self->send(store, std::move(*end));
     }
-    next_chunk += sent - sent_before;
-    if (next_chunk >= *count) {  // this tensor is all sent
-      ++tensor;
-      next_chunk = 0;
-    }
+    if (sent == 0) return;
+    st.persist_windows += 1;
+    auto answered = [=]() {
+      self->state.persist_windows -= 1;
+      pump_persists(self);
+    };
+    // No answer (a store that died or hangs) goes on after the commit timeout: the commits time out.
+    self->request(store, std::chrono::seconds(static_cast<int>(kCommitTimeoutS)), taken_atom::value)
+        .then(answered, [=](caf::error&) { answered(); });
   }
-  if (tensor >= tensors.size()) {
-    st.persisting.erase(cursor);
-    auto end = st.outbox.wrap(CommitEnd{0, "", ticket});
-    if (end) self->send(store, std::move(*end));
-    return;
-  }
-  self->request(store, caf::infinite, taken_atom::value)
-      .then([=]() { send_persist_window(self, ticket); },
-            [=](caf::error&) { self->state.persisting.erase(ticket); });  // the commit times out
 }
 
-// Streams a staged commit's blobs to the store under its ticket, a window at a time.
+// Queues a staged commit's blobs for the store under its ticket.
 void send_persist(SyncerActor* self, const StagedCommit& commit) {
-  self->state.persisting[commit.ticket] = {};
-  send_persist_window(self, commit.ticket);
+  self->state.persist_queue.push_back(commit.ticket);
+  pump_persists(self);
 }
 
 // Seals the oldest prepared commit (its version and manifest, from the state now) and asks the store
