@@ -124,7 +124,7 @@ void pump_persists(SyncerActor* self) {
   auto& st = self->state;
   while (st.persist_windows < kPersistWindows && !st.persist_queue.empty()) {
     auto store = store_of(self);
-    if (!store) return;  // the commits time out and are sent again
+    if (!store) return;  // tried again at the next tick
     uint32_t sent = 0;
     while (!st.persist_queue.empty() && sent < kPersistWindowChunks) {
       const uint64_t ticket = st.persist_queue.front();
@@ -165,6 +165,7 @@ void pump_persists(SyncerActor* self) {
       st.persist_tensor = 0;
       st.persist_chunk = 0;
       if (it == st.commits.end() || broken) continue;
+      it->second.handed_s = st.now();
       auto end = st.outbox.wrap(CommitEnd{0, "", ticket});
       if (end) self->send(store, std::move(*end));
     }
@@ -533,12 +534,13 @@ caf::behavior syncer_behavior(SyncerActor* self, SyncerSpec spec) {
           if (commit.resend_at_s >= 0) {
             if (st.now() < commit.resend_at_s) continue;
             commit.resend_at_s = -1;
-            commit.started_s = st.now();
+            commit.handed_s = -1;
             send_persist(self, commit);
-          } else if (st.now() - commit.started_s > kCommitTimeoutS) {
+          } else if (commit.handed_s >= 0 && st.now() - commit.handed_s > kCommitTimeoutS) {
             overdue.push_back(ticket);
           }
         }
+        pump_persists(self);  // after a store was missing, or windows that were never answered
         for (uint64_t ticket : overdue) {
           abandon_ticket(self, ticket);
           fail_commit(self, ticket, "the checkpoint store did not answer");

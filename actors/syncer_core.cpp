@@ -873,6 +873,7 @@ void SyncerCore::lend(int p) {
 void SyncerCore::commit_failed(StagedCommit& commit, const std::string& reason) {
   const std::string which = commit.version ? "version " + std::to_string(commit.version)
                                            : "ticket " + std::to_string(commit.ticket);
+  failed_commits_ += 1;
   if (commit.initial) {
     for (auto& staged : commit.fragments) {
       in_flight_.erase(staged.fragment);
@@ -996,6 +997,7 @@ nlohmann::json SyncerCore::status(double now_s) const {
           {"quorum", options_.setup.outer.quorum},
           {"version", latest_version_},
           {"commits", commits_},
+          {"failed_commits", failed_commits_},
           {"merged_contributions", merges_},
           {"commit_in_flight", commit_in_flight()},
           {"fragments_in_flight", in_flight_},

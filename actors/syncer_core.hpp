@@ -113,6 +113,8 @@ struct StagedCommit {
   double started_s = 0;
   int attempts = 0;          // failed attempts so far (commit_failed)
   double resend_at_s = -1;   // a failed commit waits until then to be sent again (−1: sent)
+  double handed_s = -1;      // when its last chunk went to the store: its timeout counts from then
+                             // (its chunks wait their turn behind other commits' first; −1: not yet)
 
   std::vector<int> fragment_ids() const;
   const StagedFragment* find(int fragment) const;
@@ -346,6 +348,7 @@ class SyncerCore {
   std::set<int> in_flight_;              // fragments with a commit under way
   uint64_t last_ticket_ = 0;
   int64_t commits_ = 0;
+  int64_t failed_commits_ = 0;  // attempts that failed (each sent again, or a restore for the initial one)
   int64_t merges_ = 0;
   double loss_sum_ = 0;   // train loss of merged contributions since the last status
   int64_t loss_count_ = 0;

@@ -161,6 +161,35 @@ TEST_CASE("fragments commit independently: a commit of fragment 0 held 5 s does 
   CHECK(result->heldout_loss < result->initial_heldout_loss);
 }
 
+TEST_CASE("a commit whose blobs cannot be written is sent again as staged and lands; every copy matches") {
+  auto options = testing::tiny_options("failed-commit", "decoupled", 2, 30);
+  std::atomic<bool> armed{false}, failed{false};
+  // The store's prepare of fragment 0's next commit fails once, as a full disk would.
+  options.store_fault_hook = [&](std::string_view name) -> Status {
+    if (name == "prepare.fragment.0" && armed.exchange(false)) {
+      failed = true;
+      return make_error(ErrorCode::io, "injected: no space left on device");
+    }
+    return Status::success();
+  };
+  auto cluster = start_cluster(options);
+  REQUIRE(cluster->wait_for([&] { return status(*cluster, syncer_name()).value("version", 0) >= 3; }, 20));
+  armed = true;
+  REQUIRE(cluster->wait_for([&] { return failed.load(); }, 20));
+  const uint64_t fragment0 = status(*cluster, syncer_name())["fragment_versions"][0].get<uint64_t>();
+  // Sent again after its 1 s pause, the same staged value lands as fragment 0's next version.
+  CHECK(cluster->wait_for(
+      [&] {
+        auto s = status(*cluster, syncer_name());
+        return s["fragment_versions"][0].get<uint64_t>() > fragment0 && s.value("failed_commits", 0) == 1;
+      },
+      15));
+  check_copies(*cluster, 2, options.setup.outer.fragments);
+  auto result = cluster->run();
+  REQUIRE(result.ok());
+  CHECK(result->heldout_loss < result->initial_heldout_loss);
+}
+
 TEST_CASE("every learner holds the syncer's broadcast state bit for bit, for each downlink codec") {
   for (std::string codec : {"fp32", "bf16", "int8"}) {
     CAPTURE(codec);
