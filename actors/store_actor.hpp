@@ -2,9 +2,11 @@
 //
 // Protocol (every message an Envelope, see actors/wire.hpp):
 //   syncer  -> store  Persist{ticket t}* (tensor chunks of a commit: the broadcast state B_p and the
-//                     outer-state blob of the changed fragments, actors/fragment_state.hpp), then
-//                     CommitEnd{version 0, ticket t} -> prepared by a worker of its own (the blobs
-//                     written, storage::CheckpointStore::prepare), so that one commit's slow write
+//                     outer-state blob of the changed fragments, actors/fragment_state.hpp), each
+//                     checked and written straight into its file (storage::IncomingBlob: the store
+//                     never holds a commit's blobs), then CommitEnd{version 0, ticket t} -> prepared
+//                     by a worker of its own (hashed, synced, staged: CheckpointStore::prepare_incoming),
+//                     so that one commit's slow write
 //                     holds back neither another commit nor serving -> Persisted{0, ok, reason, t};
 //                     then CommitEnd{v, manifest, t} (the manifest lists the "carried" fragments
 //                     taken from the newest version) -> recorded as version v -> Persisted{v, ok, reason, t}.
@@ -19,6 +21,7 @@
 //                     (B_p + outer state of every fragment) and the manifest end marker,
 //                     or Persisted{ok=false} when nothing is committed; what tickets an earlier
 //                     syncer left under way (chunks, prepared blobs, staged files) is dropped
+//   syncer  -> store  (taken_atom), a request after a window of chunks -> an empty answer once taken
 //   anyone  -> store  (admin_atom, AdminRequest "status") -> AdminReply
 // A version is announced by the syncer only after Persisted{ok}: only committed versions are ever
 // served. Runs detached (synced RocksDB writes take milliseconds); the store handle is shared so a

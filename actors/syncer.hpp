@@ -8,14 +8,17 @@
 //   Join            -> Welcome{latest committed version} (the state itself comes from the store)
 //   FragmentUpdate* -> screened (unknown learner, duplicate sequence, wrong shape), reassembled,
 //                      decoded (NaN/Inf refused), staleness-checked, queued as pending
-//   tick (50 ms)    -> ready_fragments() (fragments with no commit in flight): merge + outer step ->
-//                      Persist{ticket}* + CommitEnd{0, ticket} to the store (prepare its blobs)
+//   tick (50 ms)    -> ready_fragments() (fragments with no commit in flight): merge + outer step
+//                      (the committed value is lent to the commit: SyncerCore) ->
+//                      Persist{ticket}* in windows of 32 chunks, each followed by a `taken` request
+//                      (two unanswered at most), + CommitEnd{0, ticket} to the store (prepare its blobs)
 //   Persisted{0, t, ok}  -> sealed in the order prepared (version, manifest), one record at a time ->
 //                      CommitEnd{v, manifest, t}; fragments commit independently, so a slow write
 //                      of one fragment's blobs never holds back another fragment's rounds
 //   Persisted{v, t, ok}  -> commit_succeeded, then GlobalFragment* broadcast to active learners and the
-//                      evaluator (announce only after commit); {!ok} or 30 s without an answer ->
-//                      roll back, contributions stay pending for the next merge
+//                      evaluator (announce only after commit); {!ok}, or 30 s without an answer after
+//                      its last chunk -> sent again as staged under a new ticket after 1, 2, 4 … 30 s
+//                      (the initial commit: a restore)
 //   Leave           -> learner dead (from the monitor) or finished: the quorum shrinks
 // Messages other than the restore stream are deferred while restoring/initializing. Every reject
 // is counted by class and logged; nothing a learner sends can stop the syncer. Runs on the
