@@ -1,14 +1,13 @@
 #include "actors/fragment_state.hpp"
 
-#include <memory>
-
-#include <xxhash.h>
-
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <numeric>
 #include <string>
 #include <utility>
+
+#include <xxhash.h>
 
 namespace archipelago::actors {
 namespace {
@@ -47,16 +46,24 @@ FragmentState initial_fragment(std::vector<float> initial, const FragmentRules& 
   return f;
 }
 
-FragmentState without_pending(const FragmentState& state) {
+namespace {
+// A value's versions and round without its values or pending contributions.
+FragmentState bare_copy(const FragmentState& state) {
   FragmentState copy;
   copy.numel = state.numel;
-  copy.parameters = state.parameters;
-  copy.broadcast = state.broadcast;
-  copy.outer = state.outer;
   copy.version = state.version;
   copy.commit_versions = state.commit_versions;
   copy.next_round = state.next_round;
   copy.sum = state.sum.fresh();
+  return copy;
+}
+}  // namespace
+
+FragmentState without_pending(const FragmentState& state) {
+  FragmentState copy = bare_copy(state);
+  copy.parameters = state.parameters;
+  copy.broadcast = state.broadcast;
+  copy.outer = state.outer;
   return copy;
 }
 
@@ -179,15 +186,10 @@ uint64_t stored_outer_digest(const FragmentState& state) {
 }
 
 FragmentState take_values(FragmentState& state) {
-  FragmentState taken;
-  taken.numel = state.numel;
+  FragmentState taken = bare_copy(state);
   taken.parameters = std::move(state.parameters);
   taken.broadcast = std::move(state.broadcast);
   taken.outer = std::move(state.outer);
-  taken.version = state.version;
-  taken.commit_versions = state.commit_versions;
-  taken.next_round = state.next_round;
-  taken.sum = state.sum.fresh();
   drop_values(state);
   return taken;
 }

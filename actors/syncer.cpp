@@ -30,6 +30,15 @@ constexpr double kRestoreRetryS = 3;
 
 enum class Phase { restoring, initializing, ready };
 
+// One tensor of a commit for the store: per fragment, B_p and the outer-state blob (its parts in
+// the stored order), viewed in place in the staged value.
+struct PersistTensor {
+  int fragment = 0;
+  PersistKind kind = PersistKind::parameters;
+  std::vector<ByteView> parts;
+  uint64_t count = 0;
+};
+
 struct SyncerState {
   SyncerSpec spec;
   std::unique_ptr<SyncerCore> core;
@@ -52,6 +61,8 @@ struct SyncerState {
   // Commits whose chunks are to go to the store, oldest first, a window at a time: the first one's
   // tensor and chunk next, and the windows sent that the store has not answered yet.
   std::deque<uint64_t> persist_queue;
+  uint64_t persist_front_ticket = 0;          // whose tensors persist_front holds (tickets only grow)
+  std::vector<PersistTensor> persist_front;  // made once per commit: its layout compares θ_p with B_p
   size_t persist_tensor = 0;
   uint32_t persist_chunk = 0;
   int persist_windows = 0;
@@ -88,15 +99,6 @@ void request_restore(SyncerActor* self) {
   if (bytes) self->send(store, std::move(*bytes));
 }
 
-// One tensor of a commit for the store: per fragment, B_p and the outer-state blob (its parts in
-// the stored order), viewed in place in the staged value.
-struct PersistTensor {
-  int fragment = 0;
-  PersistKind kind = PersistKind::parameters;
-  std::vector<ByteView> parts;
-  uint64_t count = 0;
-};
-
 std::vector<PersistTensor> persist_tensors(const StagedCommit& commit) {
   std::vector<PersistTensor> tensors;
   auto add = [&](int fragment, PersistKind kind, const std::vector<const std::vector<float>*>& values) {
@@ -132,7 +134,11 @@ void pump_persists(SyncerActor* self) {
       bool done = it == st.commits.end();  // failed or timed out meanwhile (then sent again under a new ticket)
       bool broken = false;
       if (!done) {
-        const auto tensors = persist_tensors(it->second);
+        if (st.persist_front_ticket != ticket) {
+          st.persist_front = persist_tensors(it->second);
+          st.persist_front_ticket = ticket;
+        }
+        const auto& tensors = st.persist_front;
         while (st.persist_tensor < tensors.size() && sent < kPersistWindowChunks) {
           const PersistTensor& t = tensors[st.persist_tensor];
           const uint32_t sent_before = sent;

@@ -1049,8 +1049,9 @@ int64_t SyncerCore::pending_bytes() const {
 
 nlohmann::json SyncerCore::broadcast_digests() const {
   nlohmann::json out = nlohmann::json::array();
-  for (const auto& f : fragments_) {
-    const auto hollow = hollow_.find(static_cast<int>(out.size()));
+  for (int p = 0; p < fragment_count(); ++p) {
+    const auto& f = fragments_[p];
+    const auto hollow = hollow_.find(p);
     out.push_back({{"version", f.version},
                    {"digest", hollow != hollow_.end() ? hollow->second.digest : broadcast_digest(f.broadcast)},
                    {"outer_digest", hollow != hollow_.end() ? hollow->second.outer_digest : stored_outer_digest(f)},
