@@ -24,6 +24,18 @@ struct Descriptor {
   }
 };
 
+// Writes all `size` bytes at `offset`, through short writes and EINTR.
+Status write_fully(int fd, const uint8_t* data, size_t size, uint64_t offset, const std::string& path) {
+  size_t done = 0;
+  while (done < size) {
+    ssize_t wrote = ::pwrite(fd, data + done, size - done, static_cast<off_t>(offset + done));
+    if (wrote < 0 && errno == EINTR) continue;
+    if (wrote <= 0) return os_error("cannot write " + path);
+    done += static_cast<size_t>(wrote);
+  }
+  return Status::success();
+}
+
 }  // namespace
 
 Expected<IncomingBlob> IncomingBlob::create(std::string path, uint64_t size) {
@@ -63,14 +75,7 @@ Status IncomingBlob::write_at(uint64_t offset, const uint8_t* data, size_t size)
   if (fd_ < 0) return make_error(ErrorCode::invalid_argument, "incoming blob is closed");
   if (offset > size_ || size > size_ - offset)
     return make_error(ErrorCode::invalid_argument, "write past the end of " + path_);
-  size_t done = 0;
-  while (done < size) {
-    ssize_t wrote = ::pwrite(fd_, data + done, size - done, static_cast<off_t>(offset + done));
-    if (wrote < 0 && errno == EINTR) continue;
-    if (wrote <= 0) return os_error("cannot write " + path_);
-    done += static_cast<size_t>(wrote);
-  }
-  return Status::success();
+  return write_fully(fd_, data, size, offset, path_);
 }
 
 std::string IncomingBlob::take_path() {
@@ -138,13 +143,7 @@ Status BlobFiles::write_staged(const std::vector<Pending>& blobs, const std::str
     std::string temporary = staged_path(blobs[i].name, tag);
     files[i].fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (files[i].fd < 0) return os_error("cannot create " + temporary);
-    size_t done = 0;
-    while (done < blobs[i].size) {
-      ssize_t wrote = ::write(files[i].fd, blobs[i].data + done, blobs[i].size - done);
-      if (wrote < 0 && errno == EINTR) continue;
-      if (wrote <= 0) return os_error("cannot write " + temporary);
-      done += static_cast<size_t>(wrote);
-    }
+    if (Status written = write_fully(files[i].fd, blobs[i].data, blobs[i].size, 0, temporary); !written.ok()) return written;
     // Start this file's writeback now, so the disk works while the next file is copied in; the
     // fdatasync below then mostly waits for I/O already under way. A hint: failure changes nothing.
     ::sync_file_range(files[i].fd, 0, 0, SYNC_FILE_RANGE_WRITE);

@@ -124,6 +124,21 @@ Status CheckpointStore::Impl::carry_fragments(const VersionData& data, VersionRe
 namespace {
 // What tells a prepared commit's staged files from another's with the same content.
 std::string staged_tag(uint64_t ticket) { return "p" + std::to_string(ticket); }
+// A blob must stay under 4 GiB, the limit of a RocksDB value.
+Status blob_fits(uint32_t fragment, uint64_t size) {
+  if (size < (1ull << 32)) return Status::success();
+  return make_error(ErrorCode::oversized, "fragment " + std::to_string(fragment) + " blob of " + std::to_string(size) +
+                                              " bytes (RocksDB values stop at 4 GiB)");
+}
+// The fault hook's "prepare.fragment.<id>", once per fragment whose parameters a prepare writes.
+template <class Blobs>
+Status prepare_faults(const std::function<Status(std::string_view)>& hook, const std::map<uint32_t, Blobs>& fragments) {
+  if (!hook) return Status::success();
+  for (const auto& [fragment, blob] : fragments) {
+    if (Status injected = hook("prepare.fragment." + std::to_string(fragment)); !injected.ok()) return injected;
+  }
+  return Status::success();
+}
 }  // namespace
 
 Status CheckpointStore::Impl::hash_blobs(const VersionData& data, std::vector<BlobEntry>& entries,
@@ -133,9 +148,7 @@ Status CheckpointStore::Impl::hash_blobs(const VersionData& data, std::vector<Bl
   for (auto [role, role_blobs] : {std::pair{BlobRole::parameters, &data.fragments},
                                   std::pair{BlobRole::optimizer_state, &data.optimizer_state}}) {
     for (const auto& [fragment, blob] : *role_blobs) {
-      if (blob.size() >= (1ull << 32))
-        return make_error(ErrorCode::oversized, "fragment " + std::to_string(fragment) + " blob of " +
-                                                    std::to_string(blob.size()) + " bytes (RocksDB values stop at 4 GiB)");
+      if (Status fits = blob_fits(fragment, blob.size()); !fits.ok()) return fits;
       entries.push_back(BlobEntry{role, fragment, {}, blob.size()});
       blobs.push_back(&blob);
     }
@@ -183,12 +196,7 @@ Expected<CheckpointStore::PreparedCommit> CheckpointStore::Impl::prepare(Version
     pending.push_back(BlobFiles::Pending{blob_file_name(key), blobs[i]->data(), blobs[i]->size()});
     prepared.staged.push_back(pending.back().name);
   }
-  if (options_.fault_hook) {
-    for (const auto& [fragment, blob] : data.fragments) {
-      Status injected = options_.fault_hook("prepare.fragment." + std::to_string(fragment));
-      if (!injected.ok()) return injected.error();
-    }
-  }
+  if (Status injected = prepare_faults(options_.fault_hook, data.fragments); !injected.ok()) return injected.error();
   if (Status written = files_->write_staged(pending, staged_tag(ticket)); !written.ok()) {
     files_->discard_staged(prepared.staged, staged_tag(ticket));
     return written.error();
@@ -239,20 +247,13 @@ Expected<CheckpointStore::PreparedCommit> CheckpointStore::Impl::prepare_incomin
     files_->discard_staged(prepared.staged, tag);
     return error;
   };
-  if (options_.fault_hook) {
-    for (const auto& [fragment, blob] : commit.fragments) {
-      Status injected = options_.fault_hook("prepare.fragment." + std::to_string(fragment));
-      if (!injected.ok()) return injected.error();
-    }
-  }
+  if (Status injected = prepare_faults(options_.fault_hook, commit.fragments); !injected.ok()) return injected.error();
   std::set<std::string> seen;
   for (auto [role, blobs] : {std::pair{BlobRole::parameters, &commit.fragments},
                              std::pair{BlobRole::optimizer_state, &commit.optimizer_state}}) {
     auto& kept = role == BlobRole::parameters ? prepared.data.fragments : prepared.data.optimizer_state;
     for (auto& [fragment, blob] : *blobs) {
-      if (blob.size() >= (1ull << 32))
-        return fail(make_error(ErrorCode::oversized, "fragment " + std::to_string(fragment) + " blob of " +
-                                                         std::to_string(blob.size()) + " bytes (RocksDB values stop at 4 GiB)"));
+      if (Status fits = blob_fits(fragment, blob.size()); !fits.ok()) return fail(fits.error());
       const bool small = blob.size() < options_.file_blob_min_bytes;
       Blob bytes;
       Expected<BlobHash> hash = hash_file(blob.path(), blob.size(), small ? &bytes : nullptr);
