@@ -58,6 +58,15 @@ bool copies_match(LocalCluster& cluster, int learners, int fragments, std::strin
   return true;
 }
 
+// A store fault hook that runs `fault` once: at the first prepare of fragment 0's blobs after `armed` is set.
+std::function<Status(std::string_view)> at_next_prepare_of_fragment0(std::atomic<bool>& armed,
+                                                                     std::function<Status()> fault) {
+  return [&armed, fault](std::string_view name) -> Status {
+    if (name == "prepare.fragment.0" && armed.exchange(false)) return fault();
+    return Status::success();
+  };
+}
+
 void check_copies(LocalCluster& cluster, int learners, int fragments) {
   std::string mismatch;
   const bool matched = cluster.wait_for([&] { return copies_match(cluster, learners, fragments, mismatch) ||
@@ -125,14 +134,12 @@ TEST_CASE("fragments commit independently: a commit of fragment 0 held 5 s does 
   auto options = testing::tiny_options("slow-commit", "decoupled", 2, 30);
   std::atomic<bool> armed{false}, holding{false};
   // The store's prepare of fragment 0's next commit (its blobs' write) takes 5 s.
-  options.store_fault_hook = [&](std::string_view name) -> Status {
-    if (name == "prepare.fragment.0" && armed.exchange(false)) {
-      holding = true;
-      std::this_thread::sleep_for(std::chrono::seconds(5));
-      holding = false;
-    }
+  options.store_fault_hook = at_next_prepare_of_fragment0(armed, [&] {
+    holding = true;
+    std::this_thread::sleep_for(std::chrono::seconds(5));
+    holding = false;
     return Status::success();
-  };
+  });
   auto cluster = start_cluster(options);
   REQUIRE(cluster->wait_for([&] { return status(*cluster, syncer_name()).value("version", 0) >= 3; }, 20));
   armed = true;
@@ -165,13 +172,10 @@ TEST_CASE("a commit whose blobs cannot be written is sent again as staged and la
   auto options = testing::tiny_options("failed-commit", "decoupled", 2, 30);
   std::atomic<bool> armed{false}, failed{false};
   // The store's prepare of fragment 0's next commit fails once, as a full disk would.
-  options.store_fault_hook = [&](std::string_view name) -> Status {
-    if (name == "prepare.fragment.0" && armed.exchange(false)) {
-      failed = true;
-      return make_error(ErrorCode::io, "injected: no space left on device");
-    }
-    return Status::success();
-  };
+  options.store_fault_hook = at_next_prepare_of_fragment0(armed, [&]() -> Status {
+    failed = true;
+    return make_error(ErrorCode::io, "injected: no space left on device");
+  });
   auto cluster = start_cluster(options);
   REQUIRE(cluster->wait_for([&] { return status(*cluster, syncer_name()).value("version", 0) >= 3; }, 20));
   armed = true;
