@@ -34,11 +34,11 @@ Expected<ModelStart> build_model_start(const training::ReferenceSetup& setup, bo
   if (!plan) return plan.error();
   layout->plan = std::move(*plan);
   const auto theta0 = (*replica)->read_parameters();
-  auto initial = std::make_shared<std::vector<std::vector<float>>>();
+  std::vector<std::vector<float>> initial;
   for (const auto& fragment : layout->plan.fragments) {
-    initial->push_back(training::gather_fragment(layout->plan, layout->parameters, fragment.id, theta0.data()));
+    initial.push_back(training::gather_fragment(layout->plan, layout->parameters, fragment.id, theta0.data()));
   }
-  return ModelStart{std::move(*replica), layout, initial};
+  return ModelStart{std::move(*replica), layout, std::make_shared<InitialFragments>(std::move(initial))};
 }
 
 Expected<std::shared_ptr<storage::CheckpointStore>> open_run_store(const RuntimeOptions& options) {
@@ -55,7 +55,7 @@ Expected<std::shared_ptr<storage::CheckpointStore>> open_run_store(const Runtime
 
 void add_infrastructure_children(SupervisorSpec& root, std::shared_ptr<storage::CheckpointStore> store,
                                  std::shared_ptr<const RuntimeOptions> options,
-                                 std::shared_ptr<const std::vector<std::vector<float>>> initial_fragments,
+                                 std::shared_ptr<InitialFragments> initial_fragments,
                                  std::shared_ptr<const std::vector<training::Batch>> heldout,
                                  std::shared_ptr<const ModelLayout> layout) {
   root.children.push_back({store_name(), "checkpoint_store", 0,

@@ -12,6 +12,7 @@
 #include <memory>
 #include <vector>
 
+#include "actors/initial_fragments.hpp"
 #include "actors/learner.hpp"
 #include "actors/runtime_options.hpp"
 #include "actors/supervisor.hpp"
@@ -24,7 +25,7 @@ namespace archipelago::actors {
 
 struct RunSetup {
   std::shared_ptr<const ModelLayout> layout;
-  std::shared_ptr<const std::vector<std::vector<float>>> initial_fragments;  // θ0, per fragment
+  std::shared_ptr<InitialFragments> initial_fragments;  // θ0, per fragment (released by the syncer)
   std::shared_ptr<const std::vector<std::vector<training::Span>>> shards;    // one per learner slot
   std::shared_ptr<const std::vector<training::Batch>> heldout;
   int64_t tokens_per_learner_step = 0;
@@ -39,7 +40,7 @@ struct RunSetup {
 struct ModelStart {
   std::unique_ptr<training::Replica> replica;
   std::shared_ptr<const ModelLayout> layout;
-  std::shared_ptr<const std::vector<std::vector<float>>> initial_fragments;
+  std::shared_ptr<InitialFragments> initial_fragments;
 };
 Expected<ModelStart> build_model_start(const training::ReferenceSetup& setup, bool apply_init_from = true);
 
@@ -63,7 +64,7 @@ Expected<double> heldout_loss(const RuntimeOptions& options, const RunSetup& set
 // Shared by the local cluster and the coordinator process.
 void add_infrastructure_children(SupervisorSpec& root, std::shared_ptr<storage::CheckpointStore> store,
                                  std::shared_ptr<const RuntimeOptions> options,
-                                 std::shared_ptr<const std::vector<std::vector<float>>> initial_fragments,
+                                 std::shared_ptr<InitialFragments> initial_fragments,
                                  std::shared_ptr<const std::vector<training::Batch>> heldout,
                                  std::shared_ptr<const ModelLayout> layout);
 

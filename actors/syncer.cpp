@@ -338,6 +338,7 @@ void finish_restore(SyncerActor* self, const CommitEnd& marker) {
       manifest["accounting"].contains("ledger")) {
     st.ledger_carry = manifest["accounting"]["ledger"];  // until the monitor's next, kept as committed
   }
+  st.spec.initial_fragments->release();  // every later start restores from the store
   st.log->info("restored committed version {} from the checkpoint store", marker.version);
   st.restored_version = marker.version;
   st.restored_digests = st.core->broadcast_digests();
@@ -349,6 +350,17 @@ void on_persisted(SyncerActor* self, const Persisted& persisted) {
   if (st.phase == Phase::restoring) {
     if (persisted.ticket != 0) return;  // a late answer about a commit made before a restore
     // Nothing stored yet: commit version 1 (the initial parameters).
+    if (!st.core->has_values()) {
+      auto theta0 = st.spec.initial_fragments->copy();
+      Status held = theta0 ? st.core->hold_initial(std::move(*theta0)) : Status(theta0.error());
+      if (!held) {
+        // θ0 goes only once a version is durable: a store that lost its versions. Asked again at
+        // each restore retry, in case another store answers.
+        st.log->error("the store holds no committed version ({}), and the initial parameters cannot be "
+                      "committed: {}", persisted.reason, held.error().reason);
+        return;
+      }
+    }
     st.log->info("no committed version in the store ({}): committing the initial parameters", persisted.reason);
     st.phase = Phase::initializing;
     StagedCommit initial = st.core->stage_initial(st.now());
@@ -376,6 +388,7 @@ void on_persisted(SyncerActor* self, const Persisted& persisted) {
   st.commits.erase(it);
   st.recording = 0;
   st.core->commit_succeeded(commit, st.now());
+  st.spec.initial_fragments->release();  // every later start restores from the store
   if (commit.initial) {
     st.phase = Phase::ready;
     st.log->info("committed version {} (initial parameters)", commit.version);
@@ -494,7 +507,7 @@ void handle(SyncerActor* self, WireBytes&& bytes, const caf::actor& sender) {
 caf::behavior syncer_behavior(SyncerActor* self, SyncerSpec spec) {
   auto& st = self->state;
   st.spec = spec;
-  st.core = std::make_unique<SyncerCore>(*spec.options, *spec.initial_fragments);
+  st.core = std::make_unique<SyncerCore>(SyncerCore::without_values(*spec.options, spec.initial_fragments->numels()));
   request_restore(self);
   self->send(self, tick_atom::value);
   return {
@@ -567,6 +580,8 @@ caf::behavior syncer_behavior(SyncerActor* self, SyncerSpec spec) {
         status["phase"] = st.phase == Phase::ready ? "ready" : st.phase == Phase::restoring ? "restoring" : "initializing";
         status["bytes_to_store"] = st.bytes_to_store;
         status["deferred"] = st.deferred.size();
+        // θ0 goes once the store holds a version (every later start restores from it).
+        status["initial_parameters"] = st.spec.initial_fragments->released() ? "released" : "held";
         return admin_reply("syncer", request ? request->request_id : 0, true, "ok", status);
       },
   };

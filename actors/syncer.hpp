@@ -3,7 +3,9 @@
 //   restoring ──Persist* + manifest──────────────> ready
 //       │  (store: AdminRequest "restore")           ^
 //       └──Persisted{ok=false}: nothing stored──> initializing ──Persisted{v=1, ok}
-//                                             (commits version 1 = initial θ)
+//                                             (commits version 1 = a copy of θ0)
+// A syncer starts without values: the store's latest version, or θ0, gives them. Once the store
+// holds a version, θ0 is released (InitialFragments) for every holder.
 // ready:
 //   Join            -> Welcome{latest committed version} (the state itself comes from the store)
 //   FragmentUpdate* -> screened (unknown learner, duplicate sequence, wrong shape), reassembled,
@@ -31,14 +33,16 @@
 #include <caf/actor.hpp>
 #include <caf/actor_system.hpp>
 
+#include "actors/initial_fragments.hpp"
 #include "actors/runtime_options.hpp"
 
 namespace archipelago::actors {
 
 struct SyncerSpec {
   std::shared_ptr<const RuntimeOptions> options;
-  // θ of every fragment for a fresh run (version 1); ignored when the store has a version.
-  std::shared_ptr<const std::vector<std::vector<float>>> initial_fragments;
+  // θ0 of every fragment, for a fresh run (version 1): copied out only when the store holds no
+  // version, and released once it holds one (a restarted syncer then restores from the store).
+  std::shared_ptr<InitialFragments> initial_fragments;
   // Its checkpoint store actor (null: the process's, looked up by name at each use). One process
   // with several syncer shards (bench/syncer) gives each its own.
   caf::actor store;

@@ -110,7 +110,7 @@ const StagedFragment* StagedCommit::find(int fragment) const {
   return nullptr;
 }
 
-SyncerCore::SyncerCore(RuntimeOptions options, std::vector<std::vector<float>> initial)
+SyncerCore::SyncerCore(Sizes sizes, RuntimeOptions options)
     : options_(std::move(options)), mode_(options_.setup.run.mode) {
   const auto& outer = options_.setup.outer;
   rules_.mode = mode_;
@@ -126,9 +126,12 @@ SyncerCore::SyncerCore(RuntimeOptions options, std::vector<std::vector<float>> i
   if (auto mode = parse_screen_mode(outer.screen)) screening_.mode = *mode;
   screening_.clip = outer.screen_clip;
   screening_.refuse = outer.screen_refuse;
-  for (auto& values : initial) {
-    total_numel_ += static_cast<int64_t>(values.size());
-    fragments_.push_back(initial_fragment(std::move(values), rules_));
+  for (int64_t n : sizes.numels) {
+    total_numel_ += n;
+    FragmentState f;
+    f.numel = n;
+    f.sum = training::MergeAccumulator(n, rules_.merge, rules_.merge_threads);
+    fragments_.push_back(std::move(f));
   }
   schedule_ = FragmentSchedule(options_.setup.run.inner_steps, static_cast<int>(fragments_.size()),
                                mode_ == "decoupled" || mode_ == "async");
@@ -137,6 +140,41 @@ SyncerCore::SyncerCore(RuntimeOptions options, std::vector<std::vector<float>> i
   largest_passed_ratio_.assign(fragments_.size(), 0.0);
   tokens_per_step_ = configured_tokens_per_step(options_.setup);
   for (RejectReason r : kRejectReasons) rejects_.by_reason[to_string(r)] = 0;
+}
+
+namespace {
+std::vector<int64_t> numels_of(const std::vector<std::vector<float>>& values) {
+  std::vector<int64_t> numels;
+  for (const auto& v : values) numels.push_back(static_cast<int64_t>(v.size()));
+  return numels;
+}
+}  // namespace
+
+SyncerCore::SyncerCore(RuntimeOptions options, std::vector<std::vector<float>> initial)
+    : SyncerCore(Sizes{numels_of(initial)}, std::move(options)) {
+  (void)hold_initial(std::move(initial));  // the sizes are the fragments' by construction
+}
+
+SyncerCore SyncerCore::without_values(RuntimeOptions options, std::vector<int64_t> numels) {
+  return SyncerCore(Sizes{std::move(numels)}, std::move(options));
+}
+
+Status SyncerCore::hold_initial(std::vector<std::vector<float>> initial) {
+  if (initial.size() != fragments_.size()) {
+    return make_error(ErrorCode::invalid_argument, "initial parameters for " + std::to_string(initial.size()) +
+                                                       " fragments, the model has " + std::to_string(fragments_.size()));
+  }
+  for (size_t p = 0; p < initial.size(); ++p) {
+    if (static_cast<int64_t>(initial[p].size()) != fragments_[p].numel) {
+      return make_error(ErrorCode::invalid_argument, "initial parameters of fragment " + std::to_string(p) +
+                                                         " have the wrong size");
+    }
+  }
+  for (size_t p = 0; p < initial.size(); ++p) {
+    fragments_[p] = initial_fragment(std::move(initial[p]), rules_);
+  }
+  has_values_ = true;
+  return {};
 }
 
 StagedCommit SyncerCore::stage_initial(double now_s) {
@@ -232,6 +270,7 @@ Status SyncerCore::restore(uint64_t version, std::vector<std::vector<float>> bro
     }
   }
   hollow_.clear();
+  has_values_ = true;
   release_unowned();
   return {};
 }

@@ -166,8 +166,11 @@ Expected<Screening::Mode> parse_screen_mode(const std::string& name);
 
 class SyncerCore {
  public:
-  // `initial`: θ of every fragment (the state of version 1 in a fresh run).
+  // With θ of every fragment (the state of version 1 in a fresh run): as hold_initial(initial).
   SyncerCore(RuntimeOptions options, std::vector<std::vector<float>> initial);
+  // Without values: `numels` per fragment. A restore (a store holding a version) or hold_initial
+  // (an empty store) gives it its values; until then it stages nothing.
+  static SyncerCore without_values(RuntimeOptions options, std::vector<int64_t> numels);
 
   const std::string& mode() const { return mode_; }
   int fragment_count() const { return static_cast<int>(fragments_.size()); }
@@ -190,7 +193,12 @@ class SyncerCore {
   std::vector<messages::InnerStepsFrom> schedule_to_broadcast() const;
 
   // ---- restoring -------------------------------------------------------------------------------
-  // Version 1 of a fresh run: the initial parameters, zero momentum.
+  // Gives every fragment θ = B = `initial` and zero outer state. invalid_argument when the sizes
+  // are not the fragments'.
+  Status hold_initial(std::vector<std::vector<float>> initial);
+  // It was given values (hold_initial, or a restore): a stage or a commit may follow.
+  bool has_values() const { return has_values_; }
+  // Version 1 of a fresh run: the initial parameters, zero momentum. Needs has_values().
   StagedCommit stage_initial(double now_s);
   // The runtime-tunable keys (outer.lr, outer.momentum, outer.quorum): validated, then in effect from
   // the next merge. Returns (old, new) as text; the error names the key and why. Not persisted: a
@@ -319,6 +327,10 @@ class SyncerCore {
   nlohmann::json accounting_json(const std::map<std::string, LearnerRecord>& learners) const;
   nlohmann::json accounting_json() const { return accounting_json(learners_); }
   void restore_accounting(const nlohmann::json& accounting);
+  struct Sizes {
+    std::vector<int64_t> numels;
+  };
+  SyncerCore(Sizes sizes, RuntimeOptions options);  // sizes first: never chosen for a brace list
 
   RuntimeOptions options_;
   std::string mode_;
@@ -328,6 +340,7 @@ class SyncerCore {
   std::vector<FragmentState> fragments_;
   std::vector<int64_t> fragment_commits_;  // per fragment, commits since this syncer started
   int64_t total_numel_ = 0;
+  bool has_values_ = false;
   std::map<std::string, LearnerRecord> learners_;
   std::map<std::string, double> last_arrival_;  // "learner/fragment" -> time, for step-time estimates
   RejectCounters rejects_;

@@ -194,10 +194,12 @@ Expected<nlohmann::json> run(const Config& c, double copy_rate) {
   int64_t peak_kb = 0;
   {
     caf::actor_system system{config};
-    auto initial = std::make_shared<std::vector<std::vector<float>>>();
-    for (int64_t n : sizes) initial->emplace_back(static_cast<size_t>(n), 0.0f);
     std::vector<caf::actor> store_actors, syncers;
     for (int k = 0; k < c.shards; ++k) {
+      // θ0 (zeros) per shard, as each shard process builds its own; released once version 1 is durable.
+      std::vector<std::vector<float>> zeros;
+      for (int64_t n : sizes) zeros.emplace_back(static_cast<size_t>(n), 0.0f);
+      auto initial = std::make_shared<InitialFragments>(std::move(zeros));
       store_actors.push_back(spawn_store_actor(system, stores[k], shard_options[k]->shard));
       syncers.push_back(spawn_syncer(system, SyncerSpec{shard_options[k], initial, store_actors.back()}));
       auto ready = Clock::now();
@@ -207,8 +209,8 @@ Expected<nlohmann::json> run(const Config& c, double copy_rate) {
         if (since(ready) > 300) return make_error(ErrorCode::unavailable, "the syncer did not get ready");
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
       }
+      if (!initial->released()) return make_error(ErrorCode::inconsistent, "a ready syncer kept θ0");
     }
-    initial.reset();  // the syncers hold their own copies
 
     caf::scoped_actor self{system};
     std::vector<Outbox> outboxes;

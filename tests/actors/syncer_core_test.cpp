@@ -7,6 +7,7 @@
 
 #include <doctest/doctest.h>
 
+#include "actors/initial_fragments.hpp"
 #include "actors/syncer_core.hpp"
 #include "actors/wire.hpp"
 #include "test_support.hpp"
@@ -338,6 +339,54 @@ TEST_CASE("syncer core: restore brings back parameters, versions and counters") 
   CHECK_FALSE(restored.restore(3, {{1}}, {{1}}, manifest).ok());  // wrong fragment count
   outer[1].pop_back();
   CHECK_FALSE(restored.restore(3, broadcast, outer, manifest).ok());  // a blob of the wrong size
+}
+
+TEST_CASE("syncer core: a core started without values restores a version, or commits θ0 from a holder released after") {
+  auto core = make_core("sync");
+  REQUIRE(core.join(join_of("learner-0"), 0).accepted);
+  REQUIRE_FALSE(core.accept({"learner-0", 1, 1, 4, 40, 1.0f}, {1, 1}, 0).has_value());
+  double deadline = 0;
+  auto staged = core.stage(core.ready_fragments(0, &deadline), 0);
+  REQUIRE(staged.ok());
+  core.seal(*staged, 0);
+  auto manifest = staged->manifest;
+  core.commit_succeeded(*staged, 0);
+  std::vector<std::vector<float>> broadcast, outer;
+  stored_blobs(core, broadcast, outer);
+
+  // A restarted syncer of a store holding a version: sizes only, then the store's values.
+  auto o = testing::tiny_options("core", "sync", 2, 10);
+  o.setup.outer.merge = "mean";
+  auto hollow = SyncerCore::without_values(o, {3, 2});
+  CHECK_FALSE(hollow.has_values());
+  CHECK(hollow.fragment(0).parameters.empty());
+  CHECK(hollow.fragment(0).outer.momentum.empty());
+  CHECK(hollow.fragment_numel(1) == 2);
+  REQUIRE(hollow.restore(2, broadcast, outer, manifest).ok());
+  CHECK(hollow.has_values());
+  CHECK(hollow.fragment(1).parameters == core.fragment(1).parameters);
+  CHECK(hollow.fragment(1).outer.momentum == core.fragment(1).outer.momentum);
+  CHECK(hollow.latest_version() == 2);
+
+  // An empty store: θ0 comes from the holder, whose sizes the core was started with.
+  InitialFragments theta0({{1, 1, 1}, {2, 2}});
+  CHECK(theta0.numels() == std::vector<int64_t>{3, 2});
+  auto fresh = SyncerCore::without_values(o, theta0.numels());
+  CHECK_FALSE(fresh.hold_initial({{1, 1, 1}, {2, 2, 2}}).ok());  // a fragment of the wrong size
+  CHECK_FALSE(fresh.hold_initial({{1, 1, 1}}).ok());             // too few fragments
+  CHECK_FALSE(fresh.has_values());
+  auto copy = theta0.copy();
+  REQUIRE(copy.ok());
+  REQUIRE(fresh.hold_initial(std::move(*copy)).ok());
+  auto initial = fresh.stage_initial(0);
+  landed(fresh, initial, 0);
+  CHECK(fresh.fragment(0).parameters == std::vector<float>{1, 1, 1});
+  CHECK(fresh.fragment(1).broadcast == std::vector<float>{2, 2});
+  // Once a version is durable the holder lets θ0 go; its sizes stay for a start that restores.
+  theta0.release();
+  CHECK(theta0.released());
+  CHECK_FALSE(theta0.copy().ok());
+  CHECK(theta0.numels() == std::vector<int64_t>{3, 2});
 }
 
 namespace {
