@@ -11,6 +11,7 @@
 
 #include "actors/syncer_core.hpp"
 #include "actors/wire.hpp"
+#include "common/free_memory.hpp"
 #include "common/log.hpp"
 
 namespace archipelago::actors {
@@ -320,7 +321,9 @@ void try_merge(SyncerActor* self) {
   if (st.phase != Phase::ready) return;
   double deadline = -1;
   auto ready = st.core->ready_fragments(st.now(), &deadline);
-  if (!ready.empty()) start_commit(self, ready);
+  if (ready.empty()) return;
+  give_back_free_memory();  // the round's freed chunks, before staging makes this syncer's peak
+  start_commit(self, ready);
 }
 
 void finish_restore(SyncerActor* self, const CommitEnd& marker) {

@@ -22,10 +22,13 @@
 // joins each, sends each fragment's update to its owner, and has one update in flight per shard
 // (one shard: one at a time, as above). The figures then sum over the shards (commits, folds).
 // Each configuration prints one JSON line; --out appends them to a file.
+#include <malloc.h>
 #include <sys/resource.h>
+#include <unistd.h>
 #include <time.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -34,6 +37,7 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <caf/all.hpp>
@@ -81,6 +85,47 @@ int64_t status_kb(const char* field) {
 }
 
 void reset_peak_rss() { std::ofstream("/proc/self/clear_refs") << "5"; }
+
+// What the process's resident memory is made of at its highest sample: resident and file-backed
+// pages (/proc/self/statm), and malloc's view (mallinfo2, every arena): bytes in use (its heap and
+// its own mmaps) and bytes it holds free. Sampled every 5 ms on its own thread, so a peak shorter
+// than that can be missed (VmHWM is the exact peak).
+class ResidentSampler {
+ public:
+  struct Sample {
+    int64_t resident = 0, file = 0, malloc_used = 0, malloc_free = 0;
+  };
+  ResidentSampler() : page_(sysconf(_SC_PAGESIZE)), thread_([this] { loop(); }) {}
+  ~ResidentSampler() { stop(); }
+  Sample stop() {
+    if (thread_.joinable()) {
+      done_ = true;
+      thread_.join();
+    }
+    return peak_;
+  }
+
+ private:
+  void loop() {
+    while (!done_) {
+      Sample s;
+      std::ifstream statm("/proc/self/statm");
+      int64_t size = 0, resident = 0, shared = 0;
+      statm >> size >> resident >> shared;
+      s.resident = resident * page_;
+      s.file = shared * page_;
+      const struct mallinfo2 m = mallinfo2();
+      s.malloc_used = static_cast<int64_t>(m.uordblks + m.hblkhd);
+      s.malloc_free = static_cast<int64_t>(m.fordblks);
+      if (s.resident > peak_.resident) peak_ = s;
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  }
+  const int64_t page_;
+  std::atomic<bool> done_{false};
+  Sample peak_;
+  std::thread thread_;
+};
 
 std::vector<int64_t> parse_list(const std::string& text) {
   std::vector<int64_t> out;
@@ -192,6 +237,7 @@ Expected<nlohmann::json> run(const Config& c, double copy_rate) {
   config.set("logger.console-verbosity", caf::atom("quiet"));
   nlohmann::json rounds = nlohmann::json::array();
   int64_t peak_kb = 0;
+  ResidentSampler::Sample at_peak;
   {
     caf::actor_system system{config};
     std::vector<caf::actor> store_actors, syncers;
@@ -230,6 +276,7 @@ Expected<nlohmann::json> run(const Config& c, double copy_rate) {
     }
     drain(self);
     reset_peak_rss();
+    ResidentSampler sampler;
     std::vector<uint64_t> versions(static_cast<size_t>(c.shards), 1);
     std::vector<double> fold_before(static_cast<size_t>(c.shards), 0);
     for (int r = 0; r < c.rounds; ++r) {
@@ -322,6 +369,7 @@ Expected<nlohmann::json> run(const Config& c, double copy_rate) {
                    fold_s, fold_s / limit_s, commit_s, syncer_cpu_s);
     }
     peak_kb = status_kb("VmHWM");
+    at_peak = sampler.stop();
     for (auto& syncer : syncers) self->send_exit(syncer, caf::exit_reason::user_shutdown);
     for (auto& store_actor : store_actors) self->send_exit(store_actor, caf::exit_reason::user_shutdown);
   }
@@ -330,6 +378,14 @@ Expected<nlohmann::json> run(const Config& c, double copy_rate) {
                         {"codec", messages::codec_name(c.codec)}, {"memcpy_gb_per_s", copy_rate / 1e9},
                         {"rss_before_mib", rss_before_kb / 1024}, {"peak_rss_mib", peak_kb / 1024},
                         {"peak_above_before_fp32_copies", (peak_kb - rss_before_kb) / model_copy_kb},
+                        // The highest 5 ms sample of resident memory and what made it up, in fp32 copies
+                        // (absolute, not above the start): malloc's bytes in use, the bytes it held
+                        // free, and file-backed pages (libraries, files read through mmap).
+                        {"sampled_peak", {{"resident_fp32_copies", at_peak.resident / 1024 / model_copy_kb},
+                                          {"malloc_used_fp32_copies", at_peak.malloc_used / 1024 / model_copy_kb},
+                                          {"malloc_free_fp32_copies", at_peak.malloc_free / 1024 / model_copy_kb},
+                                          {"file_backed_fp32_copies", at_peak.file / 1024 / model_copy_kb}}},
+                        {"rss_before_fp32_copies", rss_before_kb / model_copy_kb},
                         {"rounds", rounds}};
   std::filesystem::remove_all(c.dir, ec);
   return out;
@@ -342,8 +398,14 @@ int main(int argc, char** argv) {
   Config base;
   std::string codec = "int4", out_path;
   base.dir = (std::filesystem::temp_directory_path() / "bench-syncer").string();
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string flag = argv[i], value = argv[i + 1];
+  for (int i = 1; i < argc; i += 2) {
+    const std::string flag = argv[i];
+    if (i + 1 == argc) {
+      std::fprintf(stderr, "%s: a value is missing (flags: --params --learners --fragments --rounds --shards "
+                   "--codec --dir --out)\n", flag.c_str());
+      return 2;
+    }
+    const std::string value = argv[i + 1];
     if (flag == "--params") params = parse_list(value);
     else if (flag == "--learners") learners = parse_list(value);
     else if (flag == "--fragments") base.fragments = std::stoi(value);
