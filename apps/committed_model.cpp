@@ -10,15 +10,14 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// One run directory's version, read and verified, before its parameters are laid out.
-struct LoadedVersion {
+// One run directory: its configuration, tokenizer and a replica of its model.
+struct RunDirectory {
   actors::RuntimeOptions runtime;
   actors::ModelStart start;
   training::Tokenizer tokenizer;
-  storage::VersionData data;
 };
 
-std::variant<LoadedVersion, LoadFailure> load_version(const std::string& run_dir, std::optional<uint64_t> wanted) {
+std::variant<RunDirectory, LoadFailure> load_run(const std::string& run_dir) {
   const fs::path dir(run_dir);
   if (!fs::is_directory(dir)) return LoadFailure{2, "no run directory " + run_dir};
   if (!fs::exists(dir / "config.toml") || !fs::is_directory(dir / "store")) {
@@ -31,13 +30,79 @@ std::variant<LoadedVersion, LoadFailure> load_version(const std::string& run_dir
   if (!tokenizer) return LoadFailure{2, tokenizer.error().reason};
   auto start = actors::build_model_start(runtime->setup, /*apply_init_from=*/false);  // the version's weights follow
   if (!start) return LoadFailure{1, "model: " + start.error().reason};
-  const auto& layout = *start->layout;
+  return RunDirectory{std::move(*runtime), std::move(*start), std::move(*tokenizer)};
+}
+
+// One run directory's version, read and verified, before its parameters are laid out.
+struct LoadedVersion {
+  RunDirectory run;
+  storage::VersionData data;
+};
+
+const RunDirectory& run_of(const RunDirectory& run) { return run; }
+const RunDirectory& run_of(const LoadedVersion& loaded) { return loaded.run; }
+
+// The run directories of a sharded run in shard order: refused when their count is not the shards',
+// a shard is named twice, or a shard's model or tokenizer is not shard 0's.
+template <class T>
+std::variant<std::vector<T>, LoadFailure> in_shard_order(std::vector<T> items) {
+  std::vector<std::optional<T>> slots(items.size());
+  for (auto& item : items) {
+    const auto& runtime = run_of(item).runtime;
+    if (runtime.shard.count != static_cast<int>(items.size())) {
+      return LoadFailure{2, runtime.run_dir + " is " + runtime.shard.name() + ", and " + std::to_string(items.size()) +
+                                " run directories were given"};
+    }
+    if (slots[runtime.shard.index]) return LoadFailure{2, "two run directories are shard " + std::to_string(runtime.shard.index)};
+    slots[runtime.shard.index] = std::move(item);
+  }
+  std::vector<T> ordered;
+  for (auto& slot : slots) ordered.push_back(std::move(*slot));
+  const RunDirectory& first = run_of(ordered.front());
+  for (size_t i = 1; i < ordered.size(); ++i) {
+    const RunDirectory& run = run_of(ordered[i]);
+    if (run.start.layout->plan.fragments.size() != first.start.layout->plan.fragments.size() ||
+        run.tokenizer.hash() != first.tokenizer.hash()) {
+      return LoadFailure{2, run.runtime.run_dir + ": shard " + std::to_string(i) + "'s model or tokenizer is not shard 0's"};
+    }
+  }
+  return ordered;
+}
+
+// Moves into `into` (shard 0's version) the fragments that `shard` owns, from its version.
+void take_owned_fragments(storage::VersionData& into, const actors::ShardOptions& shard, storage::VersionData&& from) {
+  for (auto& [p, blob] : from.fragments) {
+    if (shard.owns(static_cast<int>(p))) into.fragments[p] = std::move(blob);
+  }
+}
+
+Status check_fragment_count(const storage::VersionData& data, const actors::ModelLayout& layout) {
+  if (data.fragments.size() == layout.plan.fragments.size()) return {};
+  return make_error(ErrorCode::inconsistent, "version " + std::to_string(data.version) + " holds " +
+                                                 std::to_string(data.fragments.size()) + " of " +
+                                                 std::to_string(layout.plan.fragments.size()) + " fragments");
+}
+
+// `data`'s parameters in the layout's order, refused when one is not finite.
+Expected<std::vector<float>> finite_parameters(const actors::ModelLayout& layout, const storage::VersionData& data) {
+  auto flat = actors::flat_parameters(layout, data);
+  if (!flat) return make_error(flat.error().code, "version " + std::to_string(data.version) + ": " + flat.error().reason);
+  for (float v : *flat) {
+    if (!std::isfinite(v)) return make_error(ErrorCode::corrupt, "version " + std::to_string(data.version) + " holds a non-finite parameter");
+  }
+  return flat;
+}
+
+std::variant<LoadedVersion, LoadFailure> load_version(const std::string& run_dir, std::optional<uint64_t> wanted) {
+  auto loaded = load_run(run_dir);
+  if (auto* failure = std::get_if<LoadFailure>(&loaded)) return *failure;
+  auto& run = std::get<RunDirectory>(loaded);
 
   // Retention acts on commits only: a reader, which never commits, removes nothing.
-  auto store = actors::open_run_store(*runtime);
+  auto store = actors::open_run_store(run.runtime);
   if (!store) {
-    return LoadFailure{1, "cannot open the store of " + run_dir + " (is a coordinator still using it?): " +
-                              store.error().reason};
+    return LoadFailure{1, "cannot open the store of " + run_dir + " (is a coordinator still using it? "
+                              "eval --follow reads a live run): " + store.error().reason};
   }
   // The newest version that verifies (a damaged newer one is logged by the store and passed over).
   auto latest = (*store)->latest_committed_version();
@@ -56,23 +121,16 @@ std::variant<LoadedVersion, LoadFailure> load_version(const std::string& run_dir
     }
     return LoadFailure{1, "version " + std::to_string(version) + " does not verify: " + data.error().reason};
   }
-  if (data->fragments.size() != layout.plan.fragments.size()) {
-    return LoadFailure{1, "version " + std::to_string(version) + " holds " + std::to_string(data->fragments.size()) +
-                              " of " + std::to_string(layout.plan.fragments.size()) + " fragments"};
-  }
-  return LoadedVersion{std::move(*runtime), std::move(*start), std::move(*tokenizer), std::move(*data)};
+  if (Status counted = check_fragment_count(*data, *run.start.layout); !counted) return LoadFailure{1, counted.error().reason};
+  return LoadedVersion{std::move(run), std::move(*data)};
 }
 
 std::variant<CommittedModel, LoadFailure> laid_out(LoadedVersion loaded, std::vector<uint64_t> shard_versions,
                                                    std::vector<std::string> shard_run_dirs) {
-  const uint64_t version = loaded.data.version;
-  auto flat = actors::flat_parameters(*loaded.start.layout, loaded.data);
-  if (!flat) return LoadFailure{1, "version " + std::to_string(version) + ": " + flat.error().reason};
-  for (float v : *flat) {
-    if (!std::isfinite(v)) return LoadFailure{1, "version " + std::to_string(version) + " holds a non-finite parameter"};
-  }
-  return CommittedModel{std::move(loaded.runtime), std::move(loaded.start), std::move(loaded.tokenizer), version,
-                        std::move(*flat), std::move(shard_versions), std::move(shard_run_dirs)};
+  auto flat = finite_parameters(*loaded.run.start.layout, loaded.data);
+  if (!flat) return LoadFailure{1, flat.error().reason};
+  return CommittedModel{std::move(loaded.run.runtime), std::move(loaded.run.start), std::move(loaded.run.tokenizer),
+                        loaded.data.version, std::move(*flat), std::move(shard_versions), std::move(shard_run_dirs)};
 }
 
 }  // namespace
@@ -82,8 +140,8 @@ std::variant<CommittedModel, LoadFailure> load_committed_model(const std::string
   auto loaded = load_version(run_dir, wanted);
   if (auto* failure = std::get_if<LoadFailure>(&loaded)) return *failure;
   auto& version = std::get<LoadedVersion>(loaded);
-  if (version.runtime.shard.count > 1) {
-    return LoadFailure{2, run_dir + " is syncer " + version.runtime.shard.name() + ": name every shard's run directory"};
+  if (version.run.runtime.shard.count > 1) {
+    return LoadFailure{2, run_dir + " is syncer " + version.run.runtime.shard.name() + ": name every shard's run directory"};
   }
   return laid_out(std::move(version), {}, {});
 }
@@ -96,39 +154,118 @@ std::variant<CommittedModel, LoadFailure> load_committed_model(const std::vector
   }
   auto version_at = [&](size_t i) { return wanted.empty() ? std::nullopt : std::optional<uint64_t>(wanted[i]); };
   if (run_dirs.size() == 1) return load_committed_model(run_dirs.front(), version_at(0));
-  std::vector<std::optional<LoadedVersion>> shards(run_dirs.size());
+  std::vector<LoadedVersion> loaded;
   for (size_t i = 0; i < run_dirs.size(); ++i) {
-    const auto& dir = run_dirs[i];
-    auto loaded = load_version(dir, version_at(i));
-    if (auto* failure = std::get_if<LoadFailure>(&loaded)) return *failure;
-    auto& version = std::get<LoadedVersion>(loaded);
-    const auto shard = version.runtime.shard;
-    if (shard.count != static_cast<int>(run_dirs.size())) {
-      return LoadFailure{2, dir + " is " + shard.name() + ", and " + std::to_string(run_dirs.size()) +
-                                " run directories were given"};
-    }
-    if (shards[shard.index]) return LoadFailure{2, "two run directories are shard " + std::to_string(shard.index)};
-    shards[shard.index] = std::move(version);
+    auto version = load_version(run_dirs[i], version_at(i));
+    if (auto* failure = std::get_if<LoadFailure>(&version)) return *failure;
+    loaded.push_back(std::move(std::get<LoadedVersion>(version)));
   }
+  auto ordered = in_shard_order(std::move(loaded));
+  if (auto* failure = std::get_if<LoadFailure>(&ordered)) return *failure;
+  auto& shards = std::get<std::vector<LoadedVersion>>(ordered);
   // Shard 0's configuration and model, with every fragment from the shard that owns it.
-  LoadedVersion assembled = std::move(*shards.front());
+  LoadedVersion assembled = std::move(shards.front());
   std::vector<uint64_t> versions{assembled.data.version};
-  std::vector<std::string> dirs{assembled.runtime.run_dir};
-  const auto& plan = assembled.start.layout->plan;
+  std::vector<std::string> dirs{assembled.run.runtime.run_dir};
   for (size_t i = 1; i < shards.size(); ++i) {
-    auto& shard = *shards[i];
-    if (shard.start.layout->plan.fragments.size() != plan.fragments.size() ||
-        shard.tokenizer.hash() != assembled.tokenizer.hash()) {
-      return LoadFailure{2, shard.runtime.run_dir + ": shard " + std::to_string(i) + "'s model or tokenizer is not shard 0's"};
-    }
-    versions.push_back(shard.data.version);
-    dirs.push_back(shard.runtime.run_dir);
-    for (size_t p = 0; p < plan.fragments.size(); ++p) {
-      if (!shard.runtime.shard.owns(static_cast<int>(p))) continue;
-      assembled.data.fragments[static_cast<uint32_t>(p)] = std::move(shard.data.fragments[static_cast<uint32_t>(p)]);
-    }
+    versions.push_back(shards[i].data.version);
+    dirs.push_back(shards[i].run.runtime.run_dir);
+    take_owned_fragments(assembled.data, shards[i].run.runtime.shard, std::move(shards[i].data));
   }
   return laid_out(std::move(assembled), std::move(versions), std::move(dirs));
+}
+
+// ---- following a live run ----------------------------------------------------------------------
+
+struct ModelFollower::Shard {
+  RunDirectory run;
+  std::unique_ptr<storage::StoreFollower> store;
+};
+
+ModelFollower::ModelFollower() = default;
+ModelFollower::~ModelFollower() = default;
+
+std::variant<std::unique_ptr<ModelFollower>, LoadFailure> ModelFollower::open(const std::vector<std::string>& run_dirs) {
+  if (run_dirs.empty()) return LoadFailure{2, "no run directory"};
+  std::vector<RunDirectory> runs;
+  for (const auto& dir : run_dirs) {
+    auto run = load_run(dir);
+    if (auto* failure = std::get_if<LoadFailure>(&run)) return *failure;
+    runs.push_back(std::move(std::get<RunDirectory>(run)));
+  }
+  if (runs.size() == 1 && runs.front().runtime.shard.count > 1) {
+    return LoadFailure{2, run_dirs.front() + " is syncer " + runs.front().runtime.shard.name() +
+                              ": name every shard's run directory"};
+  }
+  auto ordered = in_shard_order(std::move(runs));
+  if (auto* failure = std::get_if<LoadFailure>(&ordered)) return *failure;
+  std::unique_ptr<ModelFollower> follower(new ModelFollower());
+  for (auto& run : std::get<std::vector<RunDirectory>>(ordered)) {
+    const std::string path = (fs::path(run.runtime.run_dir) / "store").string();
+    follower->shards_.push_back(Shard{std::move(run), nullptr});
+    auto store = storage::StoreFollower::open(path);
+    if (!store) return LoadFailure{1, "cannot follow the store of " + follower->shards_.back().run.runtime.run_dir + ": " + store.error().reason};
+    follower->shards_.back().store = std::move(*store);
+  }
+  return follower;
+}
+
+training::Replica& ModelFollower::replica() { return *shards_.front().run.start.replica; }
+const training::Tokenizer& ModelFollower::tokenizer() const { return shards_.front().run.tokenizer; }
+std::vector<std::string> ModelFollower::run_dirs() const {
+  std::vector<std::string> dirs;
+  for (const auto& shard : shards_) dirs.push_back(shard.run.runtime.run_dir);
+  return dirs;
+}
+
+Status ModelFollower::reopen(size_t i) {
+  auto& shard = shards_[i];
+  shard.store.reset();
+  auto store = storage::StoreFollower::open((fs::path(shard.run.runtime.run_dir) / "store").string());
+  if (!store) return store.error();
+  shard.store = std::move(*store);
+  return {};
+}
+
+Expected<std::optional<FollowedVersion>> ModelFollower::next() {
+  // A store that cannot be read (its owner restarted and replaced the files this follower had in
+  // view, or a version was retired between the catch-up and the read) is opened again, and the
+  // reason returned: the next call reads it afresh.
+  auto failed = [&](size_t i, const Error& error) -> Expected<std::optional<FollowedVersion>> {
+    Status reopened = reopen(i);
+    return make_error(error.code, shards_[i].run.runtime.run_dir + ": " + error.reason +
+                                      (reopened ? "" : "; opening it again failed: " + reopened.error().reason));
+  };
+  std::vector<storage::VersionData> data;
+  std::vector<uint64_t> versions;
+  for (size_t i = 0; i < shards_.size(); ++i) {
+    if (!shards_[i].store) {
+      if (Status reopened = reopen(i); !reopened) return reopened.error();
+    }
+    if (Status caught = shards_[i].store->catch_up(); !caught) return failed(i, caught.error());
+    auto latest = shards_[i].store->latest_committed_version();
+    if (!latest) {
+      // Before its first commit a store has none; once it had one, none is a failure to read.
+      if (latest.error().code == ErrorCode::not_found && last_.empty()) return std::optional<FollowedVersion>();
+      return failed(i, latest.error());
+    }
+    versions.push_back(*latest);
+  }
+  if (versions == last_) return std::optional<FollowedVersion>();
+  for (size_t i = 0; i < shards_.size(); ++i) {
+    auto read = shards_[i].store->get(versions[i]);
+    if (!read) return failed(i, read.error());
+    if (Status counted = check_fragment_count(*read, *shards_[i].run.start.layout); !counted) return counted.error();
+    data.push_back(std::move(*read));
+  }
+  storage::VersionData assembled = std::move(data.front());
+  for (size_t i = 1; i < shards_.size(); ++i) {
+    take_owned_fragments(assembled, shards_[i].run.runtime.shard, std::move(data[i]));
+  }
+  auto flat = finite_parameters(*shards_.front().run.start.layout, assembled);
+  if (!flat) return flat.error();
+  last_ = versions;
+  return std::optional<FollowedVersion>(FollowedVersion{std::move(versions), std::move(*flat)});
 }
 
 }  // namespace archipelago::apps

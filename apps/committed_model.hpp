@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "common/error.hpp"
+
 #include "actors/run_setup.hpp"
 #include "training/tokenizer.hpp"
 
@@ -39,5 +41,38 @@ std::variant<CommittedModel, LoadFailure> load_committed_model(const std::string
 // each shard's latest). A model version of a sharded run is this vector. One directory: as above.
 std::variant<CommittedModel, LoadFailure> load_committed_model(const std::vector<std::string>& run_dirs,
                                                                const std::vector<uint64_t>& versions);
+
+// A live run's model, followed while it trains (archipelago eval --follow): every run directory's
+// store is opened as a StoreFollower (read-only: it can be read while its coordinator or shard
+// holds it, and writes nothing there), and each next() assembles the model
+// from every shard's latest committed version, each fragment from its owner. The same checks as
+// load_committed_model: every shard named once, the same model and tokenizer.
+struct FollowedVersion {
+  std::vector<uint64_t> versions;  // per shard, in shard order (one entry for an unsharded run)
+  std::vector<float> flat;         // the assembled parameters, in the replica's order
+};
+
+class ModelFollower {
+ public:
+  static std::variant<std::unique_ptr<ModelFollower>, LoadFailure> open(const std::vector<std::string>& run_dirs);
+  ~ModelFollower();
+
+  // Catches every store up; the assembled model when some shard's latest version changed since the
+  // last one returned, nothing when none did or a shard has none yet. An error names the store that
+  // could not be read (which is opened afresh for the next call: its owner may have restarted, or
+  // retired the version meanwhile) or the version that holds a non-finite parameter (corrupt).
+  Expected<std::optional<FollowedVersion>> next();
+
+  training::Replica& replica();                    // shard 0's model; write a FollowedVersion's flat into it
+  const training::Tokenizer& tokenizer() const;
+  std::vector<std::string> run_dirs() const;       // in shard order
+
+ private:
+  ModelFollower();
+  Status reopen(size_t shard);
+  struct Shard;
+  std::vector<Shard> shards_;
+  std::vector<uint64_t> last_;
+};
 
 }  // namespace archipelago::apps

@@ -201,7 +201,13 @@ int main(int argc, char** argv) {
   eval_command->add_option("--text", eval.text, "the text file to score")->required();
   eval_command->add_option("--max-bytes", eval.max_bytes, "score only the first N bytes (default: all)");
   eval_command->add_option("--batch-size", eval.batch_size, "context windows per pass (default 16)");
-  eval_command->add_flag("--json", eval.json, "print a one-line JSON summary as the last line of stdout");
+  eval_command->add_flag("--json", eval.json, "print a one-line JSON summary as the last line of stdout "
+                                              "(--follow: one per version scored)");
+  eval_command->add_flag("--follow", eval.follow,
+                         "follow a live run (read-only, while it trains): score the model assembled from every "
+                         "shard's latest committed version each time one changes");
+  eval_command->add_option("--every", eval.every_s, "--follow: seconds between checks of the stores (default 10)");
+  eval_command->add_option("--for", eval.for_s, "--follow: stop after this many seconds (default: at SIGINT or SIGTERM)");
 
   archipelago::apps::TokenizerArguments tokenizer;
   auto* tokenizer_command = app.add_subcommand("tokenizer", "subword tokenizers for data.tokenizer: `tokenizer train`");

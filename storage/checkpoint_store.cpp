@@ -20,14 +20,7 @@ Status CheckpointStore::Impl::open(const std::string& path, StoreOptions options
   rocksdb::Status status = rocksdb::DB::Open(make_db_options(), path, descriptors, &handles_, &raw);
   if (!status.ok()) return make_error(ErrorCode::io, "cannot open checkpoint store at " + path + ": " + status.ToString());
   db_.reset(raw);
-  for (size_t i = 0; i < descriptors.size(); ++i) {
-    const std::string& name = descriptors[i].name;
-    if (name == kVersionsFamily) versions_cf_ = handles_[i];
-    if (name == kBlobsFamily) blobs_cf_ = handles_[i];
-    if (name == kRefsFamily) refs_cf_ = handles_[i];
-    if (name == kMetaFamily) meta_cf_ = handles_[i];
-    if (name == kEventsFamily) events_cf_ = handles_[i];
-  }
+  find_families(descriptors);
 
   std::string value;
   status = db_->Get(read_options(), meta_cf_, kSchemaVersionKey, &value);
@@ -84,6 +77,56 @@ Status CheckpointStore::Impl::open(const std::string& path, StoreOptions options
   if (Status swept = sweep_orphan_files(); !swept.ok()) return swept;
   log_->info("opened checkpoint store {}: {} versions (high water {}), {} pinned", path, versions_.size(),
              high_water_, pinned_.size());
+  return Status::success();
+}
+
+void CheckpointStore::Impl::find_families(const std::vector<rocksdb::ColumnFamilyDescriptor>& descriptors) {
+  for (size_t i = 0; i < descriptors.size(); ++i) {
+    const std::string& name = descriptors[i].name;
+    if (name == kVersionsFamily) versions_cf_ = handles_[i];
+    if (name == kBlobsFamily) blobs_cf_ = handles_[i];
+    if (name == kRefsFamily) refs_cf_ = handles_[i];
+    if (name == kMetaFamily) meta_cf_ = handles_[i];
+    if (name == kEventsFamily) events_cf_ = handles_[i];
+  }
+}
+
+Status CheckpointStore::Impl::open_follower(const std::string& path) {
+  close();
+  follower_ = true;
+  follower_path_ = path;
+  std::vector<std::string> existing;
+  if (!rocksdb::DB::ListColumnFamilies(make_db_options(), path, &existing).ok()) {
+    return make_error(ErrorCode::not_found, "no checkpoint store at " + path);
+  }
+  std::vector<rocksdb::ColumnFamilyDescriptor> descriptors;
+  for (const std::string& name : existing) descriptors.emplace_back(name, make_family_options(name));
+  rocksdb::DBOptions db_options = make_db_options();
+  db_options.create_if_missing = false;
+  db_options.create_missing_column_families = false;
+  rocksdb::DB* raw = nullptr;
+  rocksdb::Status status = rocksdb::DB::OpenForReadOnly(db_options, path, descriptors, &handles_, &raw);
+  if (!status.ok()) return make_error(ErrorCode::io, "cannot read checkpoint store at " + path + ": " + status.ToString());
+  db_.reset(raw);
+  find_families(descriptors);
+  if (!versions_cf_ || !blobs_cf_ || !refs_cf_ || !meta_cf_) {
+    return make_error(ErrorCode::corrupt, path + " is not a checkpoint store (a column family is missing)");
+  }
+  std::string value;
+  status = db_->Get(read_options(), meta_cf_, kSchemaVersionKey, &value);
+  if (!status.ok()) return rocks_error("reading the schema version of " + path, status);
+  uint64_t schema = 0;
+  try {
+    schema = std::stoull(value);
+  } catch (...) {
+    return make_error(ErrorCode::corrupt, "store at " + path + " has an unreadable schema version '" + value + "'");
+  }
+  if (schema > kSchemaVersion) {
+    return make_error(ErrorCode::wrong_version, "store at " + path + " was written with schema version " +
+                                                    std::to_string(schema) + "; this build reads up to " +
+                                                    std::to_string(kSchemaVersion));
+  }
+  files_ = std::make_unique<BlobFiles>(path + "/" + kBlobFilesDirectory);
   return Status::success();
 }
 
@@ -198,6 +241,42 @@ Status CheckpointStore::append_event(std::string_view kind, std::string_view jso
 }
 Expected<std::vector<Event>> CheckpointStore::recent_events(size_t count, std::string_view kind) const {
   return guarded("recent_events", [&] { return impl_->recent_events(count, kind); });
+}
+
+}  // namespace archipelago::storage
+
+namespace archipelago::storage {
+
+Expected<std::unique_ptr<StoreFollower>> StoreFollower::open(const std::string& path) {
+  return guarded("follow", [&]() -> Expected<std::unique_ptr<StoreFollower>> {
+    auto impl = std::make_unique<CheckpointStore::Impl>();
+    Status opened = impl->open_follower(path);
+    if (!opened.ok()) return opened.error();
+    return std::unique_ptr<StoreFollower>(new StoreFollower(std::move(impl)));
+  });
+}
+
+StoreFollower::StoreFollower(std::unique_ptr<CheckpointStore::Impl> impl) : impl_(std::move(impl)) {}
+StoreFollower::~StoreFollower() = default;
+
+Status StoreFollower::catch_up() {
+  return guarded("catch_up", [&] { return impl_->catch_up(); });
+}
+Expected<uint64_t> StoreFollower::latest_committed_version() const {
+  return guarded("latest_committed_version", [&]() -> Expected<uint64_t> {
+    uint64_t version = 0;
+    Expected<VersionData> found = impl_->latest(false, &version);
+    if (!found.ok()) return found.error();
+    return version;
+  });
+}
+Expected<VersionData> StoreFollower::get(uint64_t version) const {
+  return guarded("get", [&]() -> Expected<VersionData> {
+    VersionData data;
+    Status status = impl_->read_consistent(version, &data);
+    if (!status.ok()) return status.error();
+    return data;
+  });
 }
 
 }  // namespace archipelago::storage

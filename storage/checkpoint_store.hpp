@@ -180,4 +180,26 @@ class CheckpointStore {
   std::unique_ptr<Impl> impl_;
 };
 
+// A read-only view of a store that another process has open (a coordinator, a syncer shard):
+// RocksDB's read-only instance, which takes no lock, writes nothing in the store's directory, and
+// sees what was durable when it was opened; catch_up() opens it again to see what was committed
+// since. (RocksDB 7.8's secondary instances, made for this, crash reading the store's blob files.)
+// Reads verify every blob as CheckpointStore's do; a version that the owner's retention removed
+// after the catch-up reads as not_found: catch up and ask again.
+class StoreFollower {
+ public:
+  static Expected<std::unique_ptr<StoreFollower>> open(const std::string& path);
+  ~StoreFollower();
+  StoreFollower(const StoreFollower&) = delete;
+  StoreFollower& operator=(const StoreFollower&) = delete;
+
+  Status catch_up();
+  Expected<uint64_t> latest_committed_version() const;
+  Expected<VersionData> get(uint64_t version) const;
+
+ private:
+  explicit StoreFollower(std::unique_ptr<CheckpointStore::Impl> impl);
+  std::unique_ptr<CheckpointStore::Impl> impl_;
+};
+
 }  // namespace archipelago::storage

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 #include <mutex>
+#include <optional>
 #include <set>
 
 #include <rocksdb/db.h>
@@ -38,12 +39,19 @@ inline std::string_view view(const Blob& blob) {
 
 class CheckpointStore::Impl {
  public:
-  ~Impl() {
+  ~Impl() { close(); }
+  void close() {
     for (rocksdb::ColumnFamilyHandle* handle : handles_) db_->DestroyColumnFamilyHandle(handle);
+    handles_.clear();
     if (db_) db_->Close();
+    db_.reset();
   }
 
   Status open(const std::string& path, StoreOptions options);
+  // A read-only instance of the store at `path` (RocksDB's OpenForReadOnly, which takes no lock and
+  // writes nothing): it sees what was durable when it was opened; catch_up opens it again.
+  Status open_follower(const std::string& path);
+  Status catch_up() { return open_follower(follower_path_); }
   Expected<CommitStats> commit(const VersionData& data);
   Expected<PreparedCommit> prepare(VersionData data, uint64_t ticket);
   Expected<PreparedCommit> prepare_incoming(IncomingCommit commit, uint64_t ticket);
@@ -57,8 +65,8 @@ class CheckpointStore::Impl {
   Expected<VersionData> latest(bool copy_bytes, uint64_t* version_out) const;
   // read_version on a snapshot of its own, so that a concurrent retention cannot delete half of it.
   Status read_consistent(uint64_t version, VersionData* out) const {
-    rocksdb::ManagedSnapshot snapshot(db_.get());
-    return read_version(snapshot.snapshot(), version, out);
+    ReadView view(*this);
+    return read_version(view.snapshot(), version, out);
   }
   Expected<std::vector<VersionInfo>> list() const;
   Status set_pin(uint64_t version, bool pinned);
@@ -72,6 +80,19 @@ class CheckpointStore::Impl {
   }
 
  private:
+  // A snapshot to read on. A follower (a read-only instance) needs none: what it sees changes only
+  // at catch_up. (Blob files are outside RocksDB: one removed meanwhile reads as not_found.)
+  class ReadView {
+   public:
+    explicit ReadView(const Impl& impl) {
+      if (!impl.follower_) managed_.emplace(impl.db_.get());
+    }
+    const rocksdb::Snapshot* snapshot() const { return managed_ ? managed_->snapshot() : nullptr; }
+
+   private:
+    mutable std::optional<rocksdb::ManagedSnapshot> managed_;
+  };
+
   int64_t now_ms() const {
     if (options_.clock_unix_ms) return options_.clock_unix_ms();
     return std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -106,10 +127,14 @@ class CheckpointStore::Impl {
   Status carry_fragments(const VersionData& data, VersionRecord& record);
   // Deletes blob files that no `refs` entry names: left by a crash between files and batch.
   Status sweep_orphan_files();
+  // The column family handles, by name, from those RocksDB opened.
+  void find_families(const std::vector<rocksdb::ColumnFamilyDescriptor>& descriptors);
 
   std::shared_ptr<spdlog::logger> log_ = component_logger("store");
   StoreOptions options_;
   std::unique_ptr<rocksdb::DB> db_;
+  bool follower_ = false;  // opened by open_follower: reads only
+  std::string follower_path_;
   std::atomic<uint64_t> incoming_files_{0};  // names IncomingBlobs apart
   std::unique_ptr<BlobFiles> files_;
   std::vector<rocksdb::ColumnFamilyHandle*> handles_;

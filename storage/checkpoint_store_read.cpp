@@ -58,7 +58,7 @@ Status CheckpointStore::Impl::read_version(const rocksdb::Snapshot* snapshot, ui
 }
 
 Expected<VersionData> CheckpointStore::Impl::latest(bool copy_bytes, uint64_t* version_out) const {
-  rocksdb::ManagedSnapshot snapshot(db_.get());
+  ReadView snapshot(*this);
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(read_options(snapshot.snapshot()), versions_cf_));
   for (it->SeekToLast(); it->Valid(); it->Prev()) {
     Expected<uint64_t> version = decode_u64_key(it->key().ToStringView());
@@ -103,7 +103,7 @@ Expected<std::vector<VersionInfo>> CheckpointStore::Impl::list() const {
 
 Expected<StoreStats> CheckpointStore::Impl::stats() const {
   StoreStats stats;
-  rocksdb::ManagedSnapshot snapshot(db_.get());
+  ReadView snapshot(*this);
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(read_options(snapshot.snapshot()), refs_cf_));
   for (it->SeekToFirst(); it->Valid(); it->Next()) {
     ++stats.blobs;

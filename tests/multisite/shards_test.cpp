@@ -3,6 +3,7 @@
 // own store while the other keeps committing. Loopback only, bounded waits.
 #include <csignal>
 #include <map>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -102,6 +103,23 @@ TEST_CASE("two syncer shards in two processes: a SIGKILLed shard resumes from it
     CHECK(answer["committed_version"].get<uint64_t>() >= 5);
   }
 
+  // A live evaluator follows both shards' stores while they train (and while shard 1 is down):
+  // each time a shard's latest version changes it scores the model assembled from both.
+  Process follower("eval-follow",
+                   {"eval", "--follow", "--every", "1", "--json", "--run-dir", (s.dir / "run-0").string(), "--run-dir",
+                    (s.dir / "run-1").string(), "--text", kData + "/kjv.txt", "--max-bytes", "12000"},
+                   s.dir);
+  auto followed = [&] {
+    std::vector<nlohmann::json> lines;
+    std::istringstream out(follower.out());
+    for (std::string line; std::getline(out, line);) {
+      auto j = nlohmann::json::parse(line, nullptr, false);
+      if (j.is_object()) lines.push_back(std::move(j));
+    }
+    return lines;
+  };
+  REQUIRE_MESSAGE(wait_until([&] { return followed().size() >= 2; }, 60), follower.all());
+
   shard1->kill(SIGKILL);
   shard1->wait(10);
   const Digests before = stored_digests(s.dir / "run-1" / "store");
@@ -115,6 +133,16 @@ TEST_CASE("two syncer shards in two processes: a SIGKILLed shard resumes from it
   const int64_t shard0_at_kill = shard0.last_value("version");
   REQUIRE_MESSAGE(wait_until([&] { return shard0.last_value("version") >= shard0_at_kill + 3; }, 40), shard0.all());
 
+  // The follower goes on while shard 1 is down: it scores shard 0's new versions with shard 1's last.
+  REQUIRE_MESSAGE(wait_until([&] {
+                    for (const auto& line : followed()) {
+                      if (line["shard_versions"][0].get<int64_t>() > shard0_at_kill &&
+                          line["shard_versions"][1].get<uint64_t>() <= last_committed) return true;
+                    }
+                    return false;
+                  }, 30),
+                  follower.all());
+
   Process restarted("shard-1-restarted", shard_args(s, port1, 1), s.dir);
   await_listening(restarted);
   REQUIRE_MESSAGE(wait_until([&] { return count_of(a.err(), "joined syncer shard 1") >= 2 &&
@@ -122,6 +150,23 @@ TEST_CASE("two syncer shards in two processes: a SIGKILLed shard resumes from it
                   a.all() << b.all() << restarted.all());
   REQUIRE_MESSAGE(wait_until([&] { return restarted.last_value("version") >= static_cast<int64_t>(last_committed) + 3; }, 60),
                   restarted.all() << a.all());
+  // ... and after shard 1's restart.
+  const size_t before_stop = followed().size();
+  REQUIRE_MESSAGE(wait_until([&] { return followed().size() >= before_stop + 1; }, 30), follower.all());
+  follower.kill(SIGTERM);
+  REQUIRE_MESSAGE(follower.wait(60) == 0, follower.all());
+  const auto lines = followed();
+  REQUIRE_MESSAGE(lines.size() >= 4, follower.all());
+  for (size_t i = 1; i < lines.size(); ++i) {
+    const auto& was = lines[i - 1]["shard_versions"];
+    const auto& now = lines[i]["shard_versions"];
+    REQUIRE(now.size() == 2);
+    CHECK(now != was);  // scored only when a shard's version changed
+    CHECK(now[0].get<uint64_t>() >= was[0].get<uint64_t>());
+    CHECK(now[1].get<uint64_t>() >= was[1].get<uint64_t>());
+  }
+  CHECK(lines.back()["shard_versions"][1].get<uint64_t>() > last_committed);  // it read the restarted shard
+
   shard0.kill(SIGTERM);
   restarted.kill(SIGTERM);
   REQUIRE_MESSAGE(shard0.wait(60) == 0, shard0.all());
@@ -194,6 +239,8 @@ TEST_CASE("two syncer shards in two processes: a SIGKILLed shard resumes from it
   const double initial = assembled_loss(s, {"1", "1"});
   const double trained = assembled_loss(s, {});
   CHECK(trained < initial - 0.05);
+  // The live evaluator scored the same assembled models: its last one, like the final one, beats θ0.
+  CHECK_MESSAGE(lines.back()["loss"].get<double>() < initial - 0.05, follower.out());
   // One shard's directory alone, one named twice, or a version short: refused, with the reason.
   auto refused = [&](const std::vector<std::string>& extra, const std::string& reason) {
     std::vector<std::string> arguments{"eval", "--text", kData + "/kjv.txt", "--max-bytes", "1000"};
