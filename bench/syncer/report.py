@@ -31,6 +31,18 @@ def main(path):
     print()
     print(f"memcpy: {rows[0]['memcpy_gb_per_s']:.2f} GB/s (this run); figures of each configuration's last round "
           f"of {len(rows[0]['rounds'])}.")
+    sampled = [r for r in rows if "sampled_peak" in r]
+    if sampled:
+        # What the resident memory was made of at its highest 5 ms sample (absolute, in fp32 copies).
+        print()
+        print("| parameters | learners | resident at the sampled peak | malloc in use | malloc held free | file-backed "
+              "| resident before the actors |")
+        print("|---:|---:|---:|---:|---:|---:|---:|")
+        for r in sampled:
+            p = r["sampled_peak"]
+            print(f"| {r['params'] / 1e6:.0f} M | {r['learners']} | {p['resident_fp32_copies']:.2f} "
+                  f"| {p['malloc_used_fp32_copies']:.2f} | {p['malloc_free_fp32_copies']:.2f} "
+                  f"| {p['file_backed_fp32_copies']:.2f} | {r['rss_before_fp32_copies']:.2f} |")
     # Extrapolation, linear in parameters, from the row with the most learners at the largest size.
     largest = max(r["params"] for r in rows)
     row = max((r for r in rows if r["params"] == largest and r.get("shards", 1) == 1), key=lambda r: r["learners"])
