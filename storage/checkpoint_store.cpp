@@ -202,20 +202,10 @@ Expected<VersionData> CheckpointStore::latest_committed() const {
   return guarded("latest_committed", [&] { return impl_->latest(true, nullptr); });
 }
 Expected<uint64_t> CheckpointStore::latest_committed_version() const {
-  return guarded("latest_committed_version", [&]() -> Expected<uint64_t> {
-    uint64_t version = 0;
-    Expected<VersionData> found = impl_->latest(false, &version);
-    if (!found.ok()) return found.error();
-    return version;
-  });
+  return guarded("latest_committed_version", [&] { return impl_->latest_version(); });
 }
 Expected<VersionData> CheckpointStore::get(uint64_t version) const {
-  return guarded("get", [&]() -> Expected<VersionData> {
-    VersionData data;
-    Status status = impl_->read_consistent(version, &data);
-    if (!status.ok()) return status.error();
-    return data;
-  });
+  return guarded("get", [&] { return impl_->get(version); });
 }
 Status CheckpointStore::verify(uint64_t version) const {
   return guarded("verify", [&] { return impl_->read_consistent(version, nullptr); });
@@ -263,20 +253,10 @@ Status StoreFollower::catch_up() {
   return guarded("catch_up", [&] { return impl_->catch_up(); });
 }
 Expected<uint64_t> StoreFollower::latest_committed_version() const {
-  return guarded("latest_committed_version", [&]() -> Expected<uint64_t> {
-    uint64_t version = 0;
-    Expected<VersionData> found = impl_->latest(false, &version);
-    if (!found.ok()) return found.error();
-    return version;
-  });
+  return guarded("latest_committed_version", [&] { return impl_->latest_version(); });
 }
 Expected<VersionData> StoreFollower::get(uint64_t version) const {
-  return guarded("get", [&]() -> Expected<VersionData> {
-    VersionData data;
-    Status status = impl_->read_consistent(version, &data);
-    if (!status.ok()) return status.error();
-    return data;
-  });
+  return guarded("get", [&] { return impl_->get(version); });
 }
 
 }  // namespace archipelago::storage

@@ -68,6 +68,20 @@ class CheckpointStore::Impl {
     ReadView view(*this);
     return read_version(view.snapshot(), version, out);
   }
+  // The newest intact version's number, and one version read whole (every blob verified): what
+  // CheckpointStore and StoreFollower both answer.
+  Expected<uint64_t> latest_version() const {
+    uint64_t version = 0;
+    Expected<VersionData> found = latest(false, &version);
+    if (!found.ok()) return found.error();
+    return version;
+  }
+  Expected<VersionData> get(uint64_t version) const {
+    VersionData data;
+    Status status = read_consistent(version, &data);
+    if (!status.ok()) return status.error();
+    return data;
+  }
   Expected<std::vector<VersionInfo>> list() const;
   Status set_pin(uint64_t version, bool pinned);
   Expected<std::vector<uint64_t>> apply_retention();

@@ -316,18 +316,33 @@ TEST_CASE("syncer core: fragments commit independently; versions number records 
   CHECK(core.status(5)["fragment_versions"] == nlohmann::json::array({4, 3}));
 }
 
-TEST_CASE("syncer core: restore brings back parameters, versions and counters") {
-  auto core = make_core("sync");
-  REQUIRE(core.join(join_of("learner-0"), 0).accepted);
-  REQUIRE_FALSE(core.accept({"learner-0", 1, 1, 4, 40, 1.0f}, {1, 1}, 0).has_value());
-  double deadline = 0;
-  auto staged = core.stage(core.ready_fragments(0, &deadline), 0);
-  REQUIRE(staged.ok());
-  core.seal(*staged, 0);
-  auto manifest = staged->manifest;
-  core.commit_succeeded(*staged, 0);
+namespace {
+
+// A sync core after one round of learner-0 merged and committed (version 2), and what its store
+// would hand a restarting syncer: the manifest, B_p and the outer-state blobs.
+struct CommittedRound {
+  SyncerCore core;
+  nlohmann::json manifest;
   std::vector<std::vector<float>> broadcast, outer;
-  stored_blobs(core, broadcast, outer);
+};
+CommittedRound one_committed_round() {
+  CommittedRound r{make_core("sync"), {}, {}, {}};
+  REQUIRE(r.core.join(join_of("learner-0"), 0).accepted);
+  REQUIRE_FALSE(r.core.accept({"learner-0", 1, 1, 4, 40, 1.0f}, {1, 1}, 0).has_value());
+  double deadline = 0;
+  auto staged = r.core.stage(r.core.ready_fragments(0, &deadline), 0);
+  REQUIRE(staged.ok());
+  r.core.seal(*staged, 0);
+  r.manifest = staged->manifest;
+  r.core.commit_succeeded(*staged, 0);
+  stored_blobs(r.core, r.broadcast, r.outer);
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("syncer core: restore brings back parameters, versions and counters") {
+  auto [core, manifest, broadcast, outer] = one_committed_round();
   auto restored = make_core("sync");
   REQUIRE(restored.restore(2, broadcast, outer, manifest).ok());
   CHECK(restored.latest_version() == 2);
@@ -342,17 +357,7 @@ TEST_CASE("syncer core: restore brings back parameters, versions and counters") 
 }
 
 TEST_CASE("syncer core: a core started without values restores a version, or commits θ0 from a holder released after") {
-  auto core = make_core("sync");
-  REQUIRE(core.join(join_of("learner-0"), 0).accepted);
-  REQUIRE_FALSE(core.accept({"learner-0", 1, 1, 4, 40, 1.0f}, {1, 1}, 0).has_value());
-  double deadline = 0;
-  auto staged = core.stage(core.ready_fragments(0, &deadline), 0);
-  REQUIRE(staged.ok());
-  core.seal(*staged, 0);
-  auto manifest = staged->manifest;
-  core.commit_succeeded(*staged, 0);
-  std::vector<std::vector<float>> broadcast, outer;
-  stored_blobs(core, broadcast, outer);
+  auto [core, manifest, broadcast, outer] = one_committed_round();
 
   // A restarted syncer of a store holding a version: sizes only, then the store's values.
   auto o = testing::tiny_options("core", "sync", 2, 10);
