@@ -218,30 +218,15 @@ std::vector<std::string> ModelFollower::run_dirs() const {
   return dirs;
 }
 
-Status ModelFollower::reopen(size_t i) {
-  auto& shard = shards_[i];
-  shard.store.reset();
-  auto store = storage::StoreFollower::open((fs::path(shard.run.runtime.run_dir) / "store").string());
-  if (!store) return store.error();
-  shard.store = std::move(*store);
-  return {};
-}
-
 Expected<std::optional<FollowedVersion>> ModelFollower::next() {
-  // A store that cannot be read (its owner restarted and replaced the files this follower had in
-  // view, or a version was retired between the catch-up and the read) is opened again, and the
-  // reason returned: the next call reads it afresh.
+  // A store that cannot be read (its owner restarting, or a version retired between the open and
+  // the read) is named in the error; the next call opens it afresh (catch_up opens it again).
   auto failed = [&](size_t i, const Error& error) -> Expected<std::optional<FollowedVersion>> {
-    Status reopened = reopen(i);
-    return make_error(error.code, shards_[i].run.runtime.run_dir + ": " + error.reason +
-                                      (reopened ? "" : "; opening it again failed: " + reopened.error().reason));
+    return make_error(error.code, shards_[i].run.runtime.run_dir + ": " + error.reason);
   };
   std::vector<storage::VersionData> data;
   std::vector<uint64_t> versions;
   for (size_t i = 0; i < shards_.size(); ++i) {
-    if (!shards_[i].store) {
-      if (Status reopened = reopen(i); !reopened) return reopened.error();
-    }
     if (Status caught = shards_[i].store->catch_up(); !caught) return failed(i, caught.error());
     auto latest = shards_[i].store->latest_committed_version();
     if (!latest) {

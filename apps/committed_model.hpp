@@ -59,7 +59,7 @@ class ModelFollower {
 
   // Catches every store up; the assembled model when some shard's latest version changed since the
   // last one returned, nothing when none did or a shard has none yet. An error names the store that
-  // could not be read (which is opened afresh for the next call: its owner may have restarted, or
+  // could not be read (the next call opens it afresh: its owner may have been restarting, or have
   // retired the version meanwhile) or the version that holds a non-finite parameter (corrupt).
   Expected<std::optional<FollowedVersion>> next();
 
@@ -69,7 +69,6 @@ class ModelFollower {
 
  private:
   ModelFollower();
-  Status reopen(size_t shard);
   struct Shard;
   std::vector<Shard> shards_;
   std::vector<uint64_t> last_;
