@@ -201,33 +201,50 @@ TEST_CASE("quorum: a learner that fails while the syncer has no quorum loses wha
 TEST_CASE("the published shape: 5B model, 1T tokens, MTBI 1 year per chip") {
   // Reported (ALGORITHMS.md section 7): at 1.2M chips M=8 88%, elastic data-parallel 58%, M=16 93%,
   // M=2 70%, non-elastic data-parallel ~27%; at 2.4M chips 18% / 40% / M=8 80% / M=16 86%.
-  // Defaults as documented in bench/README.md ("Simulator"); tolerances are absolute.
-  SimConfig c;  // the defaults are the assumptions
-  c.chips = 1.2e6;
-  const double ddp = simulate(c, Strategy::ddp).goodput;
-  const double elastic = simulate(c, Strategy::elastic_ddp).goodput;
-  c.learners = 2;
-  const double m2 = simulate(c, Strategy::decoupled).goodput;
-  c.learners = 8;
-  const double m8 = simulate(c, Strategy::decoupled).goodput;
-  c.learners = 16;
-  const double m16 = simulate(c, Strategy::decoupled).goodput;
-  CHECK(ddp == doctest::Approx(0.27).epsilon(0.06 / 0.27));
-  CHECK(elastic == doctest::Approx(0.58).epsilon(0.03 / 0.58));
-  CHECK(m8 == doctest::Approx(0.88).epsilon(0.03 / 0.88));
-  CHECK(m16 == doctest::Approx(0.93).epsilon(0.02 / 0.93));
-  // M=2 comes out near 60%, not 70% (see bench/README.md): only its place in the order is checked.
-  CHECK(m2 > elastic);
-  CHECK(m2 < m8);
-
-  c.chips = 2.4e6;
-  CHECK(simulate(c, Strategy::ddp).goodput == doctest::Approx(0.18).epsilon(0.03 / 0.18));
-  CHECK(simulate(c, Strategy::elastic_ddp).goodput == doctest::Approx(0.40).epsilon(0.03 / 0.40));
-  c.learners = 8;
-  CHECK(simulate(c, Strategy::decoupled).goodput == doctest::Approx(0.80).epsilon(0.05 / 0.80));
-  c.learners = 16;
-  CHECK(simulate(c, Strategy::decoupled).goodput == doctest::Approx(0.86).epsilon(0.03 / 0.86));
+  // Defaults as documented in bench/sim/README.md ("Against the published shape").
+  //
+  // One tolerance for every cell: the simulated goodput within 0.03 (absolute) of the published one.
+  // Three cells miss it, and bench/sim/README.md ("Where it does not match") says why; for those the
+  // test pins the simulated value that README states (within 0.01), so that a change to the model
+  // that moves them fails here until the README says what it does now.
+  constexpr double kTolerance = 0.03;
+  struct Cell {
+    double chips;
+    Strategy strategy;
+    int learners;          // decoupled only
+    double published;
+    double known_gap_sim;  // > 0: a documented miss, at this simulated value
+  };
+  const Cell cells[] = {
+      {1.2e6, Strategy::ddp, 0, 0.27, 0.319},        // non-elastic ddp: 32 %, not ~27 %
+      {1.2e6, Strategy::elastic_ddp, 0, 0.58, 0},
+      {1.2e6, Strategy::decoupled, 2, 0.70, 0.597},  // M = 2: 10 points low
+      {1.2e6, Strategy::decoupled, 8, 0.88, 0},
+      {1.2e6, Strategy::decoupled, 16, 0.93, 0},
+      {2.4e6, Strategy::ddp, 0, 0.18, 0},
+      {2.4e6, Strategy::elastic_ddp, 0, 0.40, 0},
+      {2.4e6, Strategy::decoupled, 8, 0.80, 0.768},  // 0.77 against a low-confidence 0.80
+      {2.4e6, Strategy::decoupled, 16, 0.86, 0},
+  };
+  for (const auto& cell : cells) {
+    SimConfig c;  // the defaults are the assumptions
+    c.chips = cell.chips;
+    if (cell.strategy == Strategy::decoupled) c.learners = cell.learners;
+    const double goodput = simulate(c, cell.strategy).goodput;
+    CAPTURE(cell.chips);
+    CAPTURE(strategy_name(cell.strategy));
+    CAPTURE(cell.learners);
+    CAPTURE(goodput);
+    if (cell.known_gap_sim > 0) {
+      CHECK(std::fabs(goodput - cell.published) > kTolerance);   // still a miss, as documented
+      CHECK(std::fabs(goodput - cell.known_gap_sim) <= 0.01);     // at the value the README states
+    } else {
+      CHECK(std::fabs(goodput - cell.published) <= kTolerance);
+    }
+  }
   // Uptime (some learner computing, quorum 1) is reported as 100% for M >= 4 up to 2.4M chips.
+  SimConfig c;
+  c.chips = 2.4e6;
   c.learners = 4;
   CHECK(simulate(c, Strategy::decoupled).uptime > 0.99);
   c.learners = 8;
