@@ -17,11 +17,17 @@
 
 namespace archipelago::actors {
 
+// The sizes of per-fragment values, in fragment order.
+inline std::vector<int64_t> numels_of(const std::vector<std::vector<float>>& values) {
+  std::vector<int64_t> numels;
+  for (const auto& v : values) numels.push_back(static_cast<int64_t>(v.size()));
+  return numels;
+}
+
 class InitialFragments {
  public:
-  explicit InitialFragments(std::vector<std::vector<float>> values) : values_(std::move(values)) {
-    for (const auto& v : values_) numels_.push_back(static_cast<int64_t>(v.size()));
-  }
+  explicit InitialFragments(std::vector<std::vector<float>> values)
+      : numels_(numels_of(values)), values_(std::move(values)) {}
 
   // One per fragment; kept after release.
   const std::vector<int64_t>& numels() const { return numels_; }

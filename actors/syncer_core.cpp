@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "actors/events.hpp"
+#include "actors/initial_fragments.hpp"
 #include "actors/wire.hpp"
 #include "common/log.hpp"
 #include "net/auth.hpp"
@@ -141,14 +142,6 @@ SyncerCore::SyncerCore(Sizes sizes, RuntimeOptions options)
   tokens_per_step_ = configured_tokens_per_step(options_.setup);
   for (RejectReason r : kRejectReasons) rejects_.by_reason[to_string(r)] = 0;
 }
-
-namespace {
-std::vector<int64_t> numels_of(const std::vector<std::vector<float>>& values) {
-  std::vector<int64_t> numels;
-  for (const auto& v : values) numels.push_back(static_cast<int64_t>(v.size()));
-  return numels;
-}
-}  // namespace
 
 SyncerCore::SyncerCore(RuntimeOptions options, std::vector<std::vector<float>> initial)
     : SyncerCore(Sizes{numels_of(initial)}, std::move(options)) {

@@ -69,6 +69,12 @@ std::variant<std::vector<T>, LoadFailure> in_shard_order(std::vector<T> items) {
   return ordered;
 }
 
+// One run directory given alone that is one shard of several: refused, naming what is missing.
+std::optional<LoadFailure> lone_shard(const std::string& run_dir, const actors::RuntimeOptions& runtime) {
+  if (runtime.shard.count <= 1) return std::nullopt;
+  return LoadFailure{2, run_dir + " is syncer " + runtime.shard.name() + ": name every shard's run directory"};
+}
+
 // Moves into `into` (shard 0's version) the fragments that `shard` owns, from its version.
 void take_owned_fragments(storage::VersionData& into, const actors::ShardOptions& shard, storage::VersionData&& from) {
   for (auto& [p, blob] : from.fragments) {
@@ -140,9 +146,7 @@ std::variant<CommittedModel, LoadFailure> load_committed_model(const std::string
   auto loaded = load_version(run_dir, wanted);
   if (auto* failure = std::get_if<LoadFailure>(&loaded)) return *failure;
   auto& version = std::get<LoadedVersion>(loaded);
-  if (version.run.runtime.shard.count > 1) {
-    return LoadFailure{2, run_dir + " is syncer " + version.run.runtime.shard.name() + ": name every shard's run directory"};
-  }
+  if (auto lone = lone_shard(run_dir, version.run.runtime)) return *lone;
   return laid_out(std::move(version), {}, {});
 }
 
@@ -193,9 +197,8 @@ std::variant<std::unique_ptr<ModelFollower>, LoadFailure> ModelFollower::open(co
     if (auto* failure = std::get_if<LoadFailure>(&run)) return *failure;
     runs.push_back(std::move(std::get<RunDirectory>(run)));
   }
-  if (runs.size() == 1 && runs.front().runtime.shard.count > 1) {
-    return LoadFailure{2, run_dirs.front() + " is syncer " + runs.front().runtime.shard.name() +
-                              ": name every shard's run directory"};
+  if (runs.size() == 1) {
+    if (auto lone = lone_shard(run_dirs.front(), runs.front().runtime)) return *lone;
   }
   auto ordered = in_shard_order(std::move(runs));
   if (auto* failure = std::get_if<LoadFailure>(&ordered)) return *failure;

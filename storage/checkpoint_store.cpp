@@ -25,17 +25,7 @@ Status CheckpointStore::Impl::open(const std::string& path, StoreOptions options
   std::string value;
   status = db_->Get(read_options(), meta_cf_, kSchemaVersionKey, &value);
   if (status.ok()) {
-    uint64_t schema = 0;
-    try {
-      schema = std::stoull(value);
-    } catch (...) {
-      return make_error(ErrorCode::corrupt, "store at " + path + " has an unreadable schema version '" + value + "'");
-    }
-    if (schema > kSchemaVersion)
-      return make_error(ErrorCode::wrong_version,
-                        "store at " + path + " was written with schema version " + std::to_string(schema) +
-                            "; this build reads schema versions up to " + std::to_string(kSchemaVersion) +
-                            " (use a newer build, or a different store path)");
+    if (Status readable = check_schema(path, value); !readable.ok()) return readable;
   } else if (status.IsNotFound()) {
     std::unique_ptr<rocksdb::Iterator> any(db_->NewIterator(read_options(), versions_cf_));
     any->SeekToFirst();
@@ -80,6 +70,22 @@ Status CheckpointStore::Impl::open(const std::string& path, StoreOptions options
   return Status::success();
 }
 
+Status CheckpointStore::Impl::check_schema(const std::string& path, const std::string& value) {
+  uint64_t schema = 0;
+  try {
+    schema = std::stoull(value);
+  } catch (...) {
+    return make_error(ErrorCode::corrupt, "store at " + path + " has an unreadable schema version '" + value + "'");
+  }
+  if (schema > kSchemaVersion) {
+    return make_error(ErrorCode::wrong_version,
+                      "store at " + path + " was written with schema version " + std::to_string(schema) +
+                          "; this build reads schema versions up to " + std::to_string(kSchemaVersion) +
+                          " (use a newer build, or a different store path)");
+  }
+  return Status::success();
+}
+
 void CheckpointStore::Impl::find_families(const std::vector<rocksdb::ColumnFamilyDescriptor>& descriptors) {
   for (size_t i = 0; i < descriptors.size(); ++i) {
     const std::string& name = descriptors[i].name;
@@ -109,23 +115,18 @@ Status CheckpointStore::Impl::open_follower(const std::string& path) {
   if (!status.ok()) return make_error(ErrorCode::io, "cannot read checkpoint store at " + path + ": " + status.ToString());
   db_.reset(raw);
   find_families(descriptors);
+  // Not a store this build reads: closed again, so that no read goes to it.
+  auto refuse = [&](Error error) -> Status {
+    close();
+    return error;
+  };
   if (!versions_cf_ || !blobs_cf_ || !refs_cf_ || !meta_cf_) {
-    return make_error(ErrorCode::corrupt, path + " is not a checkpoint store (a column family is missing)");
+    return refuse(make_error(ErrorCode::corrupt, path + " is not a checkpoint store (a column family is missing)"));
   }
   std::string value;
   status = db_->Get(read_options(), meta_cf_, kSchemaVersionKey, &value);
-  if (!status.ok()) return rocks_error("reading the schema version of " + path, status);
-  uint64_t schema = 0;
-  try {
-    schema = std::stoull(value);
-  } catch (...) {
-    return make_error(ErrorCode::corrupt, "store at " + path + " has an unreadable schema version '" + value + "'");
-  }
-  if (schema > kSchemaVersion) {
-    return make_error(ErrorCode::wrong_version, "store at " + path + " was written with schema version " +
-                                                    std::to_string(schema) + "; this build reads up to " +
-                                                    std::to_string(kSchemaVersion));
-  }
+  if (!status.ok()) return refuse(rocks_error("reading the schema version of " + path, status));
+  if (Status readable = check_schema(path, value); !readable.ok()) return refuse(readable.error());
   files_ = std::make_unique<BlobFiles>(path + "/" + kBlobFilesDirectory);
   return Status::success();
 }
@@ -253,10 +254,16 @@ Status StoreFollower::catch_up() {
   return guarded("catch_up", [&] { return impl_->catch_up(); });
 }
 Expected<uint64_t> StoreFollower::latest_committed_version() const {
-  return guarded("latest_committed_version", [&] { return impl_->latest_version(); });
+  return guarded("latest_committed_version", [&]() -> Expected<uint64_t> {
+    if (Status open = impl_->follower_open(); !open.ok()) return open.error();
+    return impl_->latest_version();
+  });
 }
 Expected<VersionData> StoreFollower::get(uint64_t version) const {
-  return guarded("get", [&] { return impl_->get(version); });
+  return guarded("get", [&]() -> Expected<VersionData> {
+    if (Status open = impl_->follower_open(); !open.ok()) return open.error();
+    return impl_->get(version);
+  });
 }
 
 }  // namespace archipelago::storage

@@ -43,6 +43,7 @@ class CheckpointStore::Impl {
   void close() {
     for (rocksdb::ColumnFamilyHandle* handle : handles_) db_->DestroyColumnFamilyHandle(handle);
     handles_.clear();
+    versions_cf_ = blobs_cf_ = refs_cf_ = meta_cf_ = events_cf_ = nullptr;
     if (db_) db_->Close();
     db_.reset();
   }
@@ -52,6 +53,11 @@ class CheckpointStore::Impl {
   // writes nothing): it sees what was durable when it was opened; catch_up opens it again.
   Status open_follower(const std::string& path);
   Status catch_up() { return open_follower(follower_path_); }
+  // A follower whose last catch_up failed holds no database until the next one succeeds.
+  Status follower_open() const {
+    if (db_) return Status::success();
+    return make_error(ErrorCode::unavailable, "the store at " + follower_path_ + " is not open (its last catch-up failed)");
+  }
   Expected<CommitStats> commit(const VersionData& data);
   Expected<PreparedCommit> prepare(VersionData data, uint64_t ticket);
   Expected<PreparedCommit> prepare_incoming(IncomingCommit commit, uint64_t ticket);
@@ -141,6 +147,8 @@ class CheckpointStore::Impl {
   Status carry_fragments(const VersionData& data, VersionRecord& record);
   // Deletes blob files that no `refs` entry names: left by a crash between files and batch.
   Status sweep_orphan_files();
+  // corrupt: an unreadable schema version; wrong_version: one newer than this build reads.
+  static Status check_schema(const std::string& path, const std::string& value);
   // The column family handles, by name, from those RocksDB opened.
   void find_families(const std::vector<rocksdb::ColumnFamilyDescriptor>& descriptors);
 

@@ -75,6 +75,37 @@ TEST_CASE("commit, get, list and latest round-trip, also across a reopen") {
   CHECK(store->high_water_version() == 2);
 }
 
+TEST_CASE("a follower reads beside the store's owner, sees new commits at catch-up, and refuses reads while it cannot open") {
+  TempDir dir;
+  auto store = open_or_fail(dir.store());
+  REQUIRE(store->commit(make_version(1, {11, 12}, 4096)).ok());
+  auto follower = StoreFollower::open(dir.store());  // beside the owner, which holds the lock
+  REQUIRE_MESSAGE(follower.ok(), (follower.ok() ? "" : follower.error().to_string()));
+  auto latest = [&]() -> int64_t {
+    auto v = (*follower)->latest_committed_version();
+    return v ? static_cast<int64_t>(*v) : -1;
+  };
+  CHECK(latest() == 1);
+  VersionData v2 = make_version(2, {21, 22}, 4096);
+  REQUIRE(store->commit(v2).ok());
+  CHECK(latest() == 1);  // what it saw when it opened
+  REQUIRE((*follower)->catch_up().ok());
+  CHECK(latest() == 2);
+  auto got = (*follower)->get(2);
+  REQUIRE(got.ok());
+  check_same(*got, v2);
+  // Its store gone: the catch-up fails, and reads say so instead of touching a closed database.
+  const std::string moved = dir.path() + "/moved";
+  std::filesystem::rename(dir.store(), moved);
+  CHECK_FALSE((*follower)->catch_up().ok());
+  CHECK((*follower)->latest_committed_version().error().code == ErrorCode::unavailable);
+  CHECK((*follower)->get(2).error().code == ErrorCode::unavailable);
+  std::filesystem::rename(moved, dir.store());
+  REQUIRE((*follower)->catch_up().ok());
+  CHECK(latest() == 2);
+  CHECK(StoreFollower::open(dir.path() + "/nothing").error().code == ErrorCode::not_found);
+}
+
 TEST_CASE("versions must strictly increase, across restarts and retention") {
   TempDir dir;
   StoreOptions options;
