@@ -9,11 +9,16 @@
 
 #include "actors/accounting.hpp"
 #include "actors/events.hpp"
-#include "actors/policy.hpp"
+#include "diloco/detector.hpp"
 #include "actors/wire.hpp"
 #include "common/log.hpp"
 
 namespace archipelago::actors {
+
+using diloco::HeartbeatHistory;
+using diloco::check_liveness;
+using diloco::observe_heartbeat;
+using diloco::suspect_timeout;
 namespace {
 
 using namespace archipelago::messages;

@@ -2,7 +2,7 @@
 //
 // Per learner id it keeps the current incarnation's actor (CAF-monitored from its first heartbeat),
 // a HeartbeatHistory and a state:
-//     alive ──silence > suspect_timeout(history)──> dead      (policy.hpp: adaptive timeout)
+//     alive ──silence > suspect_timeout(history)──> dead      (diloco/detector.hpp: adaptive timeout)
 //     alive ──down_msg (non-normal exit)─────────> dead
 //     alive ──Leave{"finished"} / normal exit───> finished
 //     dead/finished ──heartbeat from a new incarnation──> alive

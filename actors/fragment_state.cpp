@@ -32,8 +32,8 @@ Status check_finite(int fragment, const char* what, const std::vector<float>& va
 
 }  // namespace
 
-bool uses_delayed_nesterov(const std::string& mode, const std::string& optimizer) {
-  return mode == "async" && optimizer != "nesterov";
+bool uses_delayed_nesterov(diloco::Mode mode, const std::string& optimizer) {
+  return diloco::dynamic_local_steps(mode) && optimizer != "nesterov";
 }
 
 FragmentState initial_fragment(std::vector<float> initial, const FragmentRules& rules) {
@@ -102,7 +102,7 @@ Expected<StagedFragment> stage_fragment(int fragment, const FragmentState& curre
     if (share != 1.0) {
       for (auto& v : *merged) v = static_cast<float>(v * share);
     }
-    if (rules.mode == "ddp") {
+    if (diloco::data_parallel(rules.mode)) {
       for (int64_t i = 0; i < next.numel; ++i) next.parameters[i] -= (*merged)[i];  // θ ← θ_local (plain checkpoint)
     } else {
       training::nesterov_step(next.outer, next.parameters.data(), merged->data(), rules.lr,
@@ -119,7 +119,7 @@ Expected<StagedFragment> stage_fragment(int fragment, const FragmentState& curre
     any_round = true;
     staged.merged.push_back(std::move(c));
   }
-  if (rules.mode == "decoupled" && any_round) next.next_round = std::max(next.next_round, highest_round + 1);
+  if (diloco::numbered_rounds(rules.mode) && any_round) next.next_round = std::max(next.next_round, highest_round + 1);
   // Finite updates can still overflow (Δ near FLT_MAX, or θ, momentum and Δ adding up): such a
   // value must never be committed, broadcast or persisted.
   for (const auto& [what, values] : {std::pair{"θ_p", &next.parameters}, std::pair{"the outer momentum", &next.outer.momentum},

@@ -23,6 +23,7 @@
 
 #include "actors/broadcast.hpp"
 #include "common/error.hpp"
+#include "diloco/mode.hpp"
 #include "messages/tensor_codec.hpp"
 #include "training/outer.hpp"
 
@@ -35,7 +36,7 @@ struct PendingContribution {
   uint64_t base_version = 0;
   uint64_t round = 0;        // decoupled: the schedule slot the learner sent it in
   bool on_time = true;       // counts towards the quorum of the fragment's open round
-  int64_t steps = 0;         // credited to it by the syncer (actors/policy.hpp, credit_work)
+  int64_t steps = 0;         // credited to it by the syncer (diloco/merge_rules.hpp, credit_work)
   int64_t tokens = 0;        // ... steps × the configured tokens per step: the merge weight's inputs
   float train_loss = 0;
   double compute_s = 0;      // the learner's compute time behind it
@@ -69,7 +70,7 @@ struct FragmentState {
 
 // How a fragment's merges are made: fixed for a run.
 struct FragmentRules {
-  std::string mode;                       // sync | decoupled | async | ddp
+  diloco::Mode mode = diloco::Mode::sync;
   training::MergeRule merge = training::MergeRule::token_weighted;
   double lr = 0.7;
   double momentum = 0.9;
@@ -81,7 +82,7 @@ struct FragmentRules {
 };
 
 // Delayed Nesterov is an async-mode rule: `outer.optimizer` auto or delayed_nesterov there.
-bool uses_delayed_nesterov(const std::string& mode, const std::string& optimizer);
+bool uses_delayed_nesterov(diloco::Mode mode, const std::string& optimizer);
 
 // A fresh fragment: θ = B = `initial`, zero outer state, version 1.
 FragmentState initial_fragment(std::vector<float> initial, const FragmentRules& rules);

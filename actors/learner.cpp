@@ -19,7 +19,9 @@
 
 #include "actors/broadcast.hpp"
 #include "actors/learner_checkpoint.hpp"
-#include "actors/policy.hpp"
+#include "diloco/install.hpp"
+#include "diloco/merge_rules.hpp"
+#include "diloco/schedule.hpp"
 #include "actors/wire.hpp"
 #include "common/log.hpp"
 #include "messages/error_feedback.hpp"
@@ -27,6 +29,15 @@
 #include "training/replica.hpp"
 
 namespace archipelago::actors {
+
+using diloco::FragmentSchedule;
+using diloco::InstallMode;
+using diloco::ScheduleEpoch;
+using diloco::dynamic_inner_steps;
+using diloco::install_global;
+using diloco::install_mode;
+using diloco::kMaxPeriodsPerUpdate;
+using diloco::kResendAfterPeriods;
 namespace {
 
 // The calling thread's nice value (Linux: PRIO_PROCESS with a thread id names one thread).
@@ -57,7 +68,7 @@ const char* phase_name(Phase p) {
 
 struct FragmentSlot {
   BroadcastCopy global;           // B_p: the broadcast state of the latest global received (broadcast.hpp)
-  std::vector<float> ref;         // θ_ref,p: the update is θ_ref − θ_local (policy.hpp, install_global)
+  std::vector<float> ref;         // θ_ref,p: the update is θ_ref − θ_local (diloco/install.hpp)
   uint64_t version = 0;           // version of the last global installed (0: none yet)
   bool outstanding = false;       // an update is in flight and no newer global arrived since
   uint64_t outstanding_base = 0;
@@ -132,7 +143,7 @@ using LearnerActor = caf::stateful_actor<LearnerState>;
 double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 std::chrono::milliseconds millis(double s) { return std::chrono::milliseconds(static_cast<int64_t>(s * 1000)); }
 const RuntimeOptions& opts(LearnerActor* self) { return *self->state.spec.options; }
-const std::string& mode(LearnerActor* self) { return opts(self).setup.run.mode; }
+diloco::Mode mode(LearnerActor* self) { return opts(self).setup.run.mode; }
 caf::actor lookup(LearnerActor* self, caf::atom_value name) { return Directory::get(self->system(), name); }
 
 void send_to(LearnerActor* self, const caf::actor& to, Message body) {
@@ -208,7 +219,7 @@ void write_fragment(LearnerActor* self, int p, const std::vector<float>& values)
   }
 }
 
-// Installs the received global of fragment p (policy.hpp: replace, mix or carry); θ_ref ← θ_G.
+// Installs the received global of fragment p (diloco/install.hpp: replace, mix or carry); θ_ref ← θ_G.
 void install_fragment(LearnerActor* self, int p) {
   auto& slot = self->state.fragments[p];
   auto local = read_fragment(self, p);
@@ -474,7 +485,7 @@ void run_step(LearnerActor* self) {
   }
   const int every = opts(self).learner_checkpoint_every;
   if (!st.checkpoint_path.empty() && every > 0 && st.steps_this_incarnation % every == 0) save_checkpoint(self);
-  if (mode(self) == "sync" && st.step % run.inner_steps == 0 && any_outstanding(self)) {
+  if (diloco::round_barrier(mode(self)) && st.step % run.inner_steps == 0 && any_outstanding(self)) {
     st.phase = Phase::waiting;
     st.wait_started = Clock::now();
     return;
@@ -628,7 +639,7 @@ void on_global(LearnerActor* self, const std::string& from, const GlobalFragment
     return;
   }
   slot.version = slot.global.version;
-  if (mode(self) == "ddp") {
+  if (diloco::data_parallel(mode(self))) {
     // ddp: the global model is this learner's own model of a moment ago; installing it would undo
     // the steps taken since, so only the base of the next update moves.
     slot.ref = slot.global.values;
@@ -722,12 +733,12 @@ Status initialize(LearnerActor* self) {
   auto codec = parse_codec(setup.outer.codec);
   if (!codec) return codec.error();
   st.codec = *codec;
-  st.staggered = setup.run.mode == "decoupled" || setup.run.mode == "async";
-  st.dynamic = setup.run.mode == "async";
+  st.staggered = diloco::staggered(setup.run.mode);
+  st.dynamic = diloco::dynamic_local_steps(setup.run.mode);
   auto replica = training::Replica::create(setup.model, setup.inner, setup.run.device, setup.run.seed);
   if (!replica) return replica.error();
   st.replica = std::move(*replica);
-  if (setup.run.mode == "sync" || setup.run.mode == "ddp") {
+  if (diloco::whole_rounds(setup.run.mode)) {
     // Rounds are aligned across learners: a restarted learner redoes its interrupted round.
     st.spec.start_step -= st.spec.start_step % setup.run.inner_steps;
   }

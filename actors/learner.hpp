@@ -14,7 +14,7 @@
 // fastest speed) steps); its update is Δ_p = θ_ref,p − θ_local,p (θ_ref: the global last installed,
 // or θ_local at the last send), encoded with the configured codec and per-fragment error feedback,
 // sent as FragmentUpdate chunks. A received GlobalFragment newer than the local copy is installed
-// by policy.hpp's install_global (mix α·local + (1−α)·global, or carry; sync mode replaces).
+// by diloco/install.hpp's install_global (mix α·local + (1−α)·global, or carry; sync mode replaces).
 // Decoupled/async learners checkpoint their unsent work and AdamW state (learner_checkpoint.hpp)
 // and a restarted incarnation continues from it.
 // Heartbeats (every detector.heartbeat_s, or after each step when steps are slower) go to the

@@ -8,11 +8,13 @@
 
 #include "actors/accounting.hpp"
 #include "actors/authorization.hpp"
-#include "actors/policy.hpp"
+#include "diloco/supervision.hpp"
 #include "actors/wire.hpp"
 #include "common/log.hpp"
 
 namespace archipelago::actors {
+
+using diloco::decide_restart;
 namespace {
 
 using namespace archipelago::messages;

@@ -1,6 +1,6 @@
 // One-for-one supervisor: spawns its children, watches them (CAF monitor → down_msg) and restarts a
 // child that exits abnormally, after an exponential backoff, unless it restarted R times within T
-// seconds (policy.hpp decide_restart): then the child is marked failed and the run goes on without
+// seconds (diloco/supervision.hpp, decide_restart): then the child is marked failed and the run goes on without
 // it. A child that exits normally (a learner whose budget is spent) is marked finished.
 //
 //   running ──down (abnormal)──> restarting ──backoff elapsed──> running (incarnation + 1)

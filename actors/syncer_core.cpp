@@ -10,10 +10,20 @@
 #include "actors/initial_fragments.hpp"
 #include "actors/wire.hpp"
 #include "common/log.hpp"
+#include "diloco/tunables.hpp"
 #include "net/auth.hpp"
 #include "training/replica.hpp"
 
 namespace archipelago::actors {
+
+using diloco::CreditedWork;
+using diloco::FragmentSchedule;
+using diloco::MergeAction;
+using diloco::PendingFragment;
+using diloco::ScheduleEpoch;
+using diloco::check_staleness;
+using diloco::credit_work;
+using diloco::decide_merge;
 namespace {
 
 constexpr size_t kCommitHistory = 64;  // per fragment, for staleness; older bases are stale anyway
@@ -135,7 +145,7 @@ SyncerCore::SyncerCore(Sizes sizes, RuntimeOptions options)
     fragments_.push_back(std::move(f));
   }
   schedule_ = FragmentSchedule(options_.setup.run.inner_steps, static_cast<int>(fragments_.size()),
-                               mode_ == "decoupled" || mode_ == "async");
+                               diloco::staggered(mode_));
   fragment_commits_.assign(fragments_.size(), 0);
   honest_norms_.assign(fragments_.size(), {});
   largest_passed_ratio_.assign(fragments_.size(), 0.0);
@@ -209,7 +219,7 @@ void SyncerCore::seal(StagedCommit& commit, double now_s) {
                               {"train_loss", c.train_loss}});
     }
   }
-  commit.manifest = {{"version", commit.version}, {"mode", mode_}, {"fragments", commit.fragment_ids()},
+  commit.manifest = {{"version", commit.version}, {"mode", diloco::mode_name(mode_)}, {"fragments", commit.fragment_ids()},
                      {"carried", carried}, {"fragment_versions", fragment_versions},
                      {"outer_state", outer_state}};
   if (commit.initial) {
@@ -269,46 +279,39 @@ Status SyncerCore::restore(uint64_t version, std::vector<std::vector<float>> bro
 }
 
 Expected<std::pair<std::string, std::string>> SyncerCore::set(const std::string& key, const std::string& value) {
-  auto parse = [&](double& out) -> Status {
-    char* end = nullptr;
-    out = std::strtod(value.c_str(), &end);
-    if (value.empty() || end != value.c_str() + value.size() || !std::isfinite(out)) {
-      return make_error(ErrorCode::invalid_argument, key + ": '" + value + "' is not a finite number");
-    }
-    return {};
-  };
+  // Which keys, under which names, and the bounds of their values: diloco/tunables.hpp (the
+  // configuration checks the same bounds at start).
+  auto tunable = diloco::lookup_tunable(key);
+  if (!tunable) return tunable.error();
+  auto parse = [&] { return diloco::check_tunable_number(**tunable, value, options_.setup.run.learners); };
   auto text = [](double v) {
     std::ostringstream out;
     out << v;
     return out.str();
   };
-  double number = 0;
   if (key == "outer.lr") {
-    if (Status ok = parse(number); !ok) return ok.error();
-    if (!(number > 0 && number <= 10)) return make_error(ErrorCode::invalid_argument, "outer.lr must be in (0, 10], not " + value);
-    std::pair<std::string, std::string> change{text(rules_.lr), text(number)};
-    rules_.lr = options_.setup.outer.lr = number;
+    auto number = parse();
+    if (!number) return number.error();
+    std::pair<std::string, std::string> change{text(rules_.lr), text(*number)};
+    rules_.lr = options_.setup.outer.lr = *number;
     return change;
   }
   if (key == "outer.momentum") {
-    if (Status ok = parse(number); !ok) return ok.error();
-    if (!(number >= 0 && number < 1)) return make_error(ErrorCode::invalid_argument, "outer.momentum must be in [0, 1), not " + value);
-    std::pair<std::string, std::string> change{text(rules_.momentum), text(number)};
-    rules_.momentum = options_.setup.outer.momentum = number;
+    auto number = parse();
+    if (!number) return number.error();
+    std::pair<std::string, std::string> change{text(rules_.momentum), text(*number)};
+    rules_.momentum = options_.setup.outer.momentum = *number;
     return change;
   }
   if (key == "outer.quorum") {
-    if (Status ok = parse(number); !ok) return ok.error();
-    const int learners = options_.setup.run.learners;
-    if (number != std::floor(number) || number < 1 || number > learners) {
-      return make_error(ErrorCode::invalid_argument,
-                        "outer.quorum must be a whole number in [1, " + std::to_string(learners) + "], not " + value);
-    }
-    std::pair<std::string, std::string> change{std::to_string(options_.setup.outer.quorum), text(number)};
-    options_.setup.outer.quorum = static_cast<int>(number);
+    auto number = parse();
+    if (!number) return number.error();
+    std::pair<std::string, std::string> change{std::to_string(options_.setup.outer.quorum), text(*number)};
+    options_.setup.outer.quorum = static_cast<int>(*number);
     return change;
   }
   if (key == "outer.downlink_codec") {
+    if (Status ok = diloco::check_tunable_choice(**tunable, value); !ok) return ok.error();
     auto codec = messages::parse_codec(value);
     if (!codec) return make_error(ErrorCode::invalid_argument, "outer.downlink_codec: " + codec.error().reason);
     // Every broadcast names its codec and B_p advances by what receivers decode: a switch is safe.
@@ -318,6 +321,7 @@ Expected<std::pair<std::string, std::string>> SyncerCore::set(const std::string&
     return change;
   }
   if (key == "outer.codec") {
+    if (Status ok = diloco::check_tunable_choice(**tunable, value); !ok) return ok.error();
     auto codec = messages::parse_codec(value);
     if (!codec) return make_error(ErrorCode::invalid_argument, "outer.codec: " + codec.error().reason);
     // Learners switch at their next send; their error feedback keeps its fp32 residual across the
@@ -327,37 +331,30 @@ Expected<std::pair<std::string, std::string>> SyncerCore::set(const std::string&
     options_.setup.outer.codec = value;
     return change;
   }
-  if (key == "syncer.grace_max_s" || key == "syncer.grace_gamma") {
-    if (Status ok = parse(number); !ok) return ok.error();
-    const bool max = key == "syncer.grace_max_s";
-    if (!(number >= 0 && number <= (max ? 60 : 10))) {
-      return make_error(ErrorCode::invalid_argument, key + " must be in [0, " + (max ? "60" : "10") + "], not " + value);
-    }
-    double& field = max ? options_.syncer.grace_max_s : options_.syncer.grace_gamma;
-    std::pair<std::string, std::string> change{text(field), text(number)};
-    field = number;
+  if (key == "outer.grace_max_s" || key == "outer.grace_gamma") {
+    auto number = parse();
+    if (!number) return number.error();
+    double& field = key == "outer.grace_max_s" ? options_.syncer.grace_max_s : options_.syncer.grace_gamma;
+    std::pair<std::string, std::string> change{text(field), text(*number)};
+    field = *number;
     return change;
   }
-  if (key == "syncer.max_staleness") {
-    if (Status ok = parse(number); !ok) return ok.error();
-    if (number != std::floor(number) || number < 0 || number > 1000) {
-      return make_error(ErrorCode::invalid_argument, "syncer.max_staleness must be a whole number in [0, 1000], not " + value);
-    }
-    std::pair<std::string, std::string> change{std::to_string(options_.syncer.max_staleness), text(number)};
-    options_.syncer.max_staleness = static_cast<int>(number);
+  if (key == "outer.max_staleness") {
+    auto number = parse();
+    if (!number) return number.error();
+    std::pair<std::string, std::string> change{std::to_string(options_.syncer.max_staleness), text(*number)};
+    options_.syncer.max_staleness = static_cast<int>(*number);
     return change;
   }
   if (key == "train.inner_steps") {
-    if (mode_ == "sync" || mode_ == "ddp") {
+    if (diloco::whole_rounds(mode_)) {
       return make_error(ErrorCode::invalid_argument,
-                        "'" + key + "' is fixed for a " + mode_ + " run: its rounds are aligned across learners and a "
+                        "'" + key + "' is fixed for a " + diloco::mode_name(mode_) + " run: its rounds are aligned across learners and a "
                         "restarted learner redoes its round from a multiple of H; restart from the committed version "
                         "with --set " + key + "=" + value);
     }
-    if (Status ok = parse(number); !ok) return ok.error();
-    if (number != std::floor(number) || number < 1 || number > 100000) {
-      return make_error(ErrorCode::invalid_argument, "train.inner_steps must be a whole number in [1, 100000], not " + value);
-    }
+    auto number = parse();
+    if (!number) return number.error();
     // From one period past the leading learner's last update: every learner hears of it (the next
     // broadcasts) before it gets there, and each evaluates the same schedule of its own steps.
     uint64_t leading = 0;
@@ -366,13 +363,12 @@ Expected<std::pair<std::string, std::string>> SyncerCore::set(const std::string&
     }
     const int old_h = schedule_.period_at(static_cast<int64_t>(leading));
     const int64_t from = std::max<int64_t>(static_cast<int64_t>(leading) + old_h, schedule_.epochs().back().from_step + 1);
-    if (Status changed = schedule_.change(from, static_cast<int>(number)); !changed) return changed.error();
-    options_.setup.run.inner_steps = static_cast<int>(number);
-    return std::pair<std::string, std::string>{std::to_string(old_h), text(number) + " from step " + std::to_string(from)};
+    if (Status changed = schedule_.change(from, static_cast<int>(*number)); !changed) return changed.error();
+    options_.setup.run.inner_steps = static_cast<int>(*number);
+    return std::pair<std::string, std::string>{std::to_string(old_h), text(*number) + " from step " + std::to_string(from)};
   }
-  return make_error(ErrorCode::invalid_argument,
-                    "'" + key + "' is not runtime-tunable (outer.lr, outer.momentum, outer.quorum, "
-                    "outer.codec, outer.downlink_codec, syncer.grace_max_s, syncer.grace_gamma, syncer.max_staleness)");
+  // A key of the table that no branch above applies: the table and this function disagree.
+  return make_error(ErrorCode::inconsistent, "'" + key + "' is runtime-tunable, but the syncer does not apply it");
 }
 
 std::vector<int> SyncerCore::fragments_with_pending() const {
@@ -532,7 +528,7 @@ std::optional<RejectReason> SyncerCore::accept(const UpdateHeader& h, Payload pa
     count_reject(RejectReason::duplicate, h.learner_id, work.steps * share, h.compute_s);
     return RejectReason::duplicate;
   };
-  if (mode_ == "decoupled" || mode_ == "async") {
+  if (diloco::staggered(mode_)) {
     // A learner's data position only moves on, so work that starts before the end of work already
     // accepted from it was sent before: e.g. by its previous incarnation, after the checkpoint it
     // restarted from. Merging it again would count those steps twice. (Two pending updates of one
@@ -575,7 +571,7 @@ std::optional<RejectReason> SyncerCore::accept(const UpdateHeader& h, Payload pa
   c.fragment = static_cast<int>(h.fragment);
   c.base_version = h.base_version;
   c.round = h.round;
-  c.on_time = mode_ != "decoupled" || h.round >= on_time_round(c.fragment);
+  c.on_time = !diloco::numbered_rounds(mode_) || h.round >= on_time_round(c.fragment);
   c.steps = work.steps;
   c.tokens = work.tokens;
   c.train_loss = h.train_loss;
@@ -801,7 +797,7 @@ Expected<StagedCommit> SyncerCore::stage(const std::vector<int>& fragment_ids, d
     // Decoupled: a period merged in pieces (quorum + grace, stragglers in the next round) must move θ
     // as far as one merged at once, so each piece counts for its share of the expected contributors.
     double share = 1.0;
-    if (mode_ == "decoupled") {
+    if (diloco::numbered_rounds(mode_)) {
       std::set<std::string> contributors_of_round, expected;
       for (const auto& c : f.pending) contributors_of_round.insert(c.learner_id);
       expected = contributors_of_round;
@@ -995,7 +991,7 @@ void SyncerCore::restore_accounting(const nlohmann::json& a) {
   }
   if (epochs.size() > 1) {
     auto schedule = FragmentSchedule::from_epochs(std::move(epochs), static_cast<int>(fragments_.size()),
-                                                  mode_ == "decoupled" || mode_ == "async");
+                                                  diloco::staggered(mode_));
     if (schedule) {
       schedule_ = std::move(*schedule);
       options_.setup.run.inner_steps = schedule_.epochs().back().inner_steps;
@@ -1021,7 +1017,7 @@ nlohmann::json SyncerCore::status(double now_s) const {
   const std::vector<int> owned = options_.shard.owned(fragment_count());
   double owned_share = 0;
   for (int p : owned) owned_share += fragment_share(p);
-  return {{"mode", mode_},
+  return {{"mode", diloco::mode_name(mode_)},
           {"shard", {{"index", options_.shard.index}, {"count", options_.shard.count}, {"fragments", owned},
                      {"share", options_.shard.count > 1 ? owned_share : 1.0}}},  // unsharded: exactly all
           {"outer_lr", rules_.lr},

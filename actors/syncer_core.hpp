@@ -17,7 +17,7 @@
 //
 // Merge weights come from the syncer's figures, not from the learner's claims: an update is credited
 // with min(claimed steps, kMaxPeriodsPerUpdate · H) steps of the configured tokens per step
-// (policy.hpp, credit_work); the tokens it claims are never used. Honest claims equal these figures.
+// (diloco/merge_rules.hpp, credit_work); the tokens it claims are never used. Honest claims equal these figures.
 //
 // Invariants: a fragment's θ_p, B_p and outer state only change through stage() → commit_succeeded(),
 // which swaps in the staged value. Memory: stage() makes the new value and then lets the committed
@@ -48,7 +48,8 @@
 #include <nlohmann/json.hpp>
 
 #include "actors/fragment_state.hpp"
-#include "actors/policy.hpp"
+#include "diloco/merge_rules.hpp"
+#include "diloco/schedule.hpp"
 #include "actors/runtime_options.hpp"
 #include "common/error.hpp"
 #include "messages/message_types.hpp"
@@ -57,7 +58,7 @@
 namespace archipelago::actors {
 
 // Why an update was refused; each class has its own counter. implausible_claim: it claims 0 inner
-// steps (policy.hpp, credit_work). non_finite_merge: the merge it was part of came out NaN/Inf and
+// steps (diloco/merge_rules.hpp, credit_work). non_finite_merge: the merge it was part of came out NaN/Inf and
 // was dropped with every contribution it held (SyncerCore::stage). not_owner: its fragment belongs
 // to another syncer shard (RuntimeOptions::shard).
 enum class RejectReason {
@@ -172,7 +173,7 @@ class SyncerCore {
   // (an empty store) gives it its values; until then it stages nothing.
   static SyncerCore without_values(RuntimeOptions options, std::vector<int64_t> numels);
 
-  const std::string& mode() const { return mode_; }
+  diloco::Mode mode() const { return mode_; }
   int fragment_count() const { return static_cast<int>(fragments_.size()); }
   int64_t fragment_numel(int p) const { return fragments_[p].numel; }
   uint64_t latest_version() const { return latest_version_; }
@@ -186,10 +187,10 @@ class SyncerCore {
   // The codec learners encode their updates with: outer.codec, until an operator sets another; every
   // broadcast names it (GlobalFragment.uplinkCodec). Updates are decoded by the codec they name.
   messages::Codec uplink_codec() const { return uplink_; }
-  // The fragment schedule (actors/policy.hpp): train.inner_steps, then each `set train.inner_steps`
+  // The fragment schedule (diloco/schedule.hpp): train.inner_steps, then each `set train.inner_steps`
   // from a step one period past the leading learner's. Broadcasts carry it once it has changed
   // (empty before), and every committed version's accounting keeps it.
-  const FragmentSchedule& schedule() const { return schedule_; }
+  const diloco::FragmentSchedule& schedule() const { return schedule_; }
   std::vector<messages::InnerStepsFrom> schedule_to_broadcast() const;
 
   // ---- restoring -------------------------------------------------------------------------------
@@ -200,9 +201,12 @@ class SyncerCore {
   bool has_values() const { return has_values_; }
   // Version 1 of a fresh run: the initial parameters, zero momentum. Needs has_values().
   StagedCommit stage_initial(double now_s);
-  // The runtime-tunable keys (outer.lr, outer.momentum, outer.quorum): validated, then in effect from
-  // the next merge. Returns (old, new) as text; the error names the key and why. Not persisted: a
-  // restarted syncer starts from the run's configuration again.
+  // An operator's change of a runtime-tunable key (diloco/tunables.hpp: the keys under their
+  // configuration names, their bounds; outer.quorum's is the run's learners): validated by that
+  // table, then in effect from the next merge (train.inner_steps: from one period past the leading
+  // learner, refused in sync and ddp runs). Returns (old, new) as text; the error names the key and
+  // why, an old name (syncer.grace_max_s) the one name. Not persisted: a restarted syncer starts
+  // from the run's configuration again (the fragment schedule excepted).
   Expected<std::pair<std::string, std::string>> set(const std::string& key, const std::string& value);
 
   // Loads a committed version (from the checkpoint store): per fragment B_p and the outer-state blob
@@ -265,13 +269,13 @@ class SyncerCore {
   const RejectCounters& rejects() const { return rejects_; }
   // Accepted updates whose claimed steps or tokens differed from what they were credited with.
   int64_t claims_corrected() const { return claims_corrected_; }
-  const SyncTimings& timings() const { return timings_; }
+  const diloco::SyncTimings& timings() const { return timings_; }
   // Screening's figures: mode, bounds, counts, and per fragment the median and the largest ratio
   // an update passed with (how close honest updates come to being clipped).
   nlohmann::json screening_status() const;
   // Bytes the pending updates hold: the running sums and the deltas held (screening, Delayed Nesterov).
   int64_t pending_bytes() const;
-  double grace_s() const { return grace_window(timings_, options_.syncer); }
+  double grace_s() const { return diloco::grace_window(timings_, options_.syncer); }
   int active_learners() const;
   // The highest throughput among active learners (0: none reported): async mode's dynamic local steps.
   double fastest_tokens_per_s() const;
@@ -333,10 +337,10 @@ class SyncerCore {
   SyncerCore(Sizes sizes, RuntimeOptions options);  // sizes first: never chosen for a brace list
 
   RuntimeOptions options_;
-  std::string mode_;
+  diloco::Mode mode_ = diloco::Mode::sync;
   FragmentRules rules_;
   messages::Codec uplink_ = messages::Codec::fp32;
-  FragmentSchedule schedule_;
+  diloco::FragmentSchedule schedule_;
   std::vector<FragmentState> fragments_;
   std::vector<int64_t> fragment_commits_;  // per fragment, commits since this syncer started
   int64_t total_numel_ = 0;
@@ -355,7 +359,7 @@ class SyncerCore {
   int64_t tokens_per_step_ = 0;             // configured_tokens_per_step: what a credited step is worth
   int64_t claims_corrected_ = 0;
   std::set<std::string> claims_logged_;     // learners whose corrected claim was logged (once each)
-  SyncTimings timings_;
+  diloco::SyncTimings timings_;
   uint64_t latest_version_ = 0;
   uint64_t last_attempted_version_ = 0;  // a timed-out commit may still land: never reuse its number
   std::set<int> in_flight_;              // fragments with a commit under way

@@ -12,7 +12,7 @@
 
 #include "common/error.hpp"
 
-#include "actors/run_setup.hpp"
+#include "run/run_setup.hpp"
 #include "training/tokenizer.hpp"
 
 namespace archipelago::apps {

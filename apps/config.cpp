@@ -11,6 +11,7 @@
 #include <toml++/toml.h>
 
 #include "common/files.hpp"
+#include "diloco/tunables.hpp"
 #include "training/exported_model.hpp"
 #include "training/tokenizer.hpp"
 
@@ -131,6 +132,21 @@ Status in_open_range(const std::string& key, double value, double low, double hi
   return config_error(key, out.str());
 }
 
+// A key an operator may also `set` on a live run: the bounds (and codec names) the console's `set`
+// checks, from the one table of them (diloco/tunables.hpp), so that a value refused live is refused
+// at start too. `learners` bounds outer.quorum.
+Status tunable_value(const char* key, double value, int learners) {
+  const diloco::Tunable* tunable = diloco::find_tunable(key);
+  if (!tunable) return config_error(key, "not a runtime-tunable key (diloco/tunables.hpp)");
+  return diloco::check_tunable_value(*tunable, value, learners);
+}
+
+Status tunable_choice(const char* key, const std::string& value) {
+  const diloco::Tunable* tunable = diloco::find_tunable(key);
+  if (!tunable) return config_error(key, "not a runtime-tunable key (diloco/tunables.hpp)");
+  return diloco::check_tunable_choice(*tunable, value);
+}
+
 // "INDEX:FACTOR[,INDEX:FACTOR...]" (e.g. "2:2,3:4"): learners that are that many times slower.
 Expected<std::map<int, double>> parse_slowdowns(const std::string& text, int learners) {
   std::map<int, double> out;
@@ -166,8 +182,13 @@ Expected<Config> to_config(const toml::table& table) {
   c.model.z_loss = r.get_double("model.z_loss");
   c.model.init_from = r.get_string("model.init_from");
 
-  c.engine = r.get_string("train.engine");
-  c.run.mode = r.get_string("train.mode");
+  auto engine = diloco::parse_engine(r.get_string("train.engine"));
+  if (!engine) return config_error("train.engine", engine.error().reason);
+  c.engine = *engine;
+  auto mode = diloco::parse_mode(r.get_string("train.mode"));
+  if (!mode) return config_error("train.mode", mode.error().reason);
+  c.run.mode = *mode;
+  if (Status runs = diloco::check_engine_mode(c.engine, c.run.mode); !runs) return config_error("train.mode", runs.error().reason);
   c.run.learners = static_cast<int>(r.get_int("train.learners"));
   c.run.inner_steps = static_cast<int>(r.get_int("train.inner_steps"));
   c.run.max_tokens = r.get_int("train.max_tokens");
@@ -279,10 +300,8 @@ Expected<Config> to_config(const toml::table& table) {
   for (Status status : {
            one_of("model.mlp", c.model.mlp, {"swiglu", "gelu"}),
            at_least("model.z_loss", c.model.z_loss, 0),
-           one_of("train.engine", c.engine, {"reference", "actors"}),
-           one_of("train.mode", c.run.mode, {"sync", "decoupled", "async", "ddp"}),
            at_least("train.learners", c.run.learners, 1),
-           at_least("train.inner_steps", c.run.inner_steps, 1),
+           tunable_value("train.inner_steps", c.run.inner_steps, c.run.learners),
            at_least("train.max_tokens", static_cast<double>(c.run.max_tokens), 0),
            at_least("train.max_seconds", c.run.max_seconds, 0),
            at_least("train.seed", static_cast<double>(r.get_int("train.seed")), 0),
@@ -300,15 +319,15 @@ Expected<Config> to_config(const toml::table& table) {
            at_least("inner.batch_size", c.inner.batch_size, 1),
            one_of("inner.precision", c.inner.precision, {"auto", "fp32", "bf16"}),
            one_of("outer.optimizer", c.outer.optimizer, {"auto", "nesterov", "delayed_nesterov"}),
-           at_least("outer.lr", c.outer.lr, 0),
-           in_open_range("outer.momentum", c.outer.momentum, -1e-12, 1),
+           tunable_value("outer.lr", c.outer.lr, c.run.learners),
+           tunable_value("outer.momentum", c.outer.momentum, c.run.learners),
            at_least("outer.momentum_warmup", c.outer.momentum_warmup, 0),
            one_of("outer.merge", c.outer.merge, {"mean", "token_weighted", "rda"}),
            at_least("outer.fragments", c.outer.fragments, 1),
            one_of("outer.fragment_layout", c.outer.fragment_layout, {"balanced", "strided"}),
-           at_least("outer.quorum", c.outer.quorum, 1),
-           one_of("outer.codec", c.outer.codec, {"fp32", "bf16", "int8", "int4"}),
-           one_of("outer.downlink_codec", c.outer.downlink_codec, {"fp32", "bf16", "int8", "int4"}),
+           tunable_value("outer.quorum", c.outer.quorum, c.run.learners),
+           tunable_choice("outer.codec", c.outer.codec),
+           tunable_choice("outer.downlink_codec", c.outer.downlink_codec),
            at_least("outer.delayed_every", c.outer.delayed_every, 1),
            in_open_range("outer.merge_threads", c.outer.merge_threads, -1, 65),
            one_of("outer.screen", c.outer.screen, {"none", "clip", "refuse"}),
@@ -316,10 +335,10 @@ Expected<Config> to_config(const toml::table& table) {
            at_least("outer.screen_refuse", c.outer.screen_refuse, c.outer.screen_clip),
            in_open_range("outer.alpha", c.syncer.alpha, -1e-12, 1),
            one_of("outer.install", install, {"mix", "carry"}),
-           at_least("outer.max_staleness", c.syncer.max_staleness, 0),
+           tunable_value("outer.max_staleness", c.syncer.max_staleness, c.run.learners),
            at_least("outer.overlap_steps", c.syncer.overlap_steps, 1),
-           at_least("outer.grace_gamma", c.syncer.grace_gamma, 0),
-           at_least("outer.grace_max_s", c.syncer.grace_max_s, 0),
+           tunable_value("outer.grace_gamma", c.syncer.grace_gamma, c.run.learners),
+           tunable_value("outer.grace_max_s", c.syncer.grace_max_s, c.run.learners),
            in_open_range("runtime.heartbeat_s", c.detector.heartbeat_s, 0, 60),
            at_least("runtime.suspect_factor", c.detector.suspect_factor, 1),
            in_open_range("runtime.suspect_min_s", c.detector.min_timeout_s, 0, 3600),
@@ -369,7 +388,7 @@ Expected<Config> to_config(const toml::table& table) {
   auto vocab = training::tokenizer_vocabulary(c.data.tokenizer);
   if (!vocab) return vocab.error();
   c.model.vocab = *vocab;
-  if (c.faults.drop_outer_gradient > 0 && (c.engine != "reference" || c.run.mode != "sync")) {
+  if (c.faults.drop_outer_gradient > 0 && (c.engine != diloco::Engine::reference || c.run.mode != diloco::Mode::sync)) {
     return config_error("faults.drop_outer_gradient",
                         "only the reference engine's sync mode drops pseudo-gradients (train.engine = reference, "
                         "train.mode = sync); the actor runtime's learners fail for real (faults.kill_learner_every_s)");

@@ -53,7 +53,7 @@ struct Config {
   int learner_checkpoint_every = 2;
   bool learner_checkpoint_sync = false;
   int learner_nice = 5;
-  std::string engine = "actors";
+  diloco::Engine engine = diloco::Engine::actors;
   std::string log_level = "info";
   NetOptions net;
   std::string toml;  // the effective configuration, as TOML, for the run directory

@@ -13,11 +13,12 @@
 
 #include <nlohmann/json.hpp>
 
-#include "actors/admin.hpp"
-#include "actors/remote_protocol.hpp"
+#include "remote/admin.hpp"
+#include "remote/remote_protocol.hpp"
 #include "actors/wire.hpp"
 #include "apps/config.hpp"
 #include "apps/coordinator_command.hpp"
+#include "diloco/tunables.hpp"
 #include "messages/envelope.hpp"
 #include "net/auth.hpp"
 #include "remote/client.hpp"
@@ -30,7 +31,7 @@ using messages::AdminVerb;
 struct CommandHelp {
   AdminVerb verb;
   const char* usage;
-  const char* help;
+  std::string help;
 };
 
 const std::map<std::string, CommandHelp>& commands() {
@@ -51,9 +52,7 @@ const std::map<std::string, CommandHelp>& commands() {
       {"checkpoint", {AdminVerb::checkpoint, "checkpoint", "commit what is pending now, without quorum (audited)"}},
       {"events", {AdminVerb::events, "events [N]", "the newest N (20) deaths, restarts, rejections, commands"}},
       {"version", {AdminVerb::version_show, "version show V", "one committed version: blobs, manifest, verified"}},
-      {"set", {AdminVerb::set, "set KEY VALUE",
-               "outer.lr, outer.momentum, outer.quorum, outer.downlink_codec, syncer.grace_max_s, "
-               "syncer.grace_gamma, syncer.max_staleness; validated, old -> new (audited)"}},
+      {"set", {AdminVerb::set, "set KEY VALUE", diloco::tunable_names() + "; validated, old -> new (audited)"}},
       {"drain", {AdminVerb::drain, "drain", "stop cleanly: in-flight work finishes and is committed (audited)"}},
       {"throttle", {AdminVerb::throttle, "throttle ID FACTOR",
                     "each inner step of learner ID takes FACTOR (1..100) x its compute time; 1 = full speed "

@@ -1,5 +1,5 @@
 // `archipelago console HOST:PORT`: an operator's session with a running coordinator's admin actor
-// (actors/admin.hpp), authenticated with the admin token. `-c CMD` runs one command; without it, a
+// (remote/admin.hpp), authenticated with the admin token. `-c CMD` runs one command; without it, a
 // prompt reads commands from standard input until `quit` or end of input.
 #pragma once
 

@@ -12,7 +12,7 @@
 
 #include <toml++/toml.h>
 
-#include "actors/coordinator.hpp"
+#include "run/coordinator.hpp"
 #include "apps/metrics_server.hpp"
 #include "common/log.hpp"
 #include "common/process_age.hpp"
@@ -106,9 +106,9 @@ int run_coordinator(const CoordinatorArguments& arguments) {
     return fail(2, "--shard " + std::to_string(arguments.shard) + " of --shards " + std::to_string(arguments.shards) +
                        ": a shard is 0 .. shards-1");
   }
-  if (arguments.shards > 1 && config->run.mode != "decoupled" && config->run.mode != "async") {
-    return fail(2, "syncer shards need train.mode decoupled or async (each fragment commits on its own), not " +
-                       config->run.mode);
+  if (arguments.shards > 1 && !diloco::shardable(config->run.mode)) {
+    return fail(2, std::string("syncer shards need train.mode decoupled or async (each fragment commits on its own), not ") +
+                       diloco::mode_name(config->run.mode));
   }
 
   std::error_code ec;

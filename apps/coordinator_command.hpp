@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "actors/remote_protocol.hpp"
+#include "remote/remote_protocol.hpp"
 #include "apps/config.hpp"
 #include "net/sites.hpp"
 

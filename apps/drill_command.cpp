@@ -29,7 +29,7 @@
 #include <nlohmann/json.hpp>
 #include <toml++/toml.h>
 
-#include "actors/remote_protocol.hpp"
+#include "remote/remote_protocol.hpp"
 #include "actors/wire.hpp"
 #include "apps/config.hpp"
 #include "apps/coordinator_command.hpp"

@@ -8,7 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "actors/run_setup.hpp"
+#include "run/run_setup.hpp"
 #include "apps/committed_model.hpp"
 #include "common/files.hpp"
 #include "training/replica.hpp"

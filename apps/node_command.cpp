@@ -6,7 +6,7 @@
 #include <sstream>
 
 #include "actors/authorization.hpp"
-#include "actors/node.hpp"
+#include "run/node.hpp"
 #include "apps/config.hpp"
 #include "apps/coordinator_command.hpp"
 #include "common/files.hpp"

@@ -1,4 +1,4 @@
-// `archipelago node`: a node process hosting learners for a coordinator (actors/node.hpp).
+// `archipelago node`: a node process hosting learners for a coordinator (run/node.hpp).
 #pragma once
 
 #include <optional>

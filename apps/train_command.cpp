@@ -13,8 +13,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "actors/cluster.hpp"
-#include "actors/operator_endpoint.hpp"
+#include "run/cluster.hpp"
+#include "run/operator_endpoint.hpp"
 #include "apps/config.hpp"
 #include "apps/coordinator_command.hpp"
 #include "apps/metrics_server.hpp"
@@ -243,13 +243,13 @@ int run_train(const TrainArguments& arguments) {
   }
 
   const std::string run_id = new_run_id();
-  if (resume && config->engine != "actors") {
+  if (resume && config->engine != diloco::Engine::actors) {
     std::fprintf(stderr, "archipelago: --resume needs train.engine = \"actors\"\n");
     return 2;
   }
   // Operator surfaces of a local run (actors engine): the admin console and the metrics endpoint.
   const bool operated = arguments.admin_listen || arguments.metrics_listen;
-  if (operated && config->engine != "actors") {
+  if (operated && config->engine != diloco::Engine::actors) {
     std::fprintf(stderr, "archipelago: --admin-listen and --metrics-listen need train.engine = \"actors\"\n");
     return 2;
   }
@@ -290,7 +290,7 @@ int run_train(const TrainArguments& arguments) {
   auto blas = training::check_blas();
   if (blas.optimized) log->info("{}", blas.message); else log->warn("{}", blas.message);
   log->info("run {} in {} | engine {} | mode {} | {} learner(s) | {} compute threads", run_id, run_dir.string(),
-            config->engine, config->run.mode, config->run.learners, threads);
+            diloco::engine_name(config->engine), diloco::mode_name(config->run.mode), config->run.learners, threads);
 
   auto corpus = training::load_corpus(config->data);
   if (!corpus) {
@@ -306,7 +306,7 @@ int run_train(const TrainArguments& arguments) {
   auto shared_corpus = std::make_shared<const training::Corpus>(std::move(*corpus));
 
   std::ofstream metrics(run_dir / "metrics.jsonl", std::ios::app);
-  if (config->engine == "actors") {
+  if (config->engine == diloco::Engine::actors) {
     auto runtime = to_runtime_options(*config, run_dir.string(), resume);
     const auto transport = transport_options(config->net);
     auto board = std::make_shared<MetricsBoard>();
@@ -361,7 +361,7 @@ int run_train(const TrainArguments& arguments) {
     const auto& r = *outcome;
     const auto& ledger = r.details.at("goodput");  // to_json(r.goodput), made once by the cluster
     json summary = {
-        {"run_id", run_id}, {"run_dir", run_dir.string()}, {"engine", config->engine}, {"mode", r.mode},
+        {"run_id", run_id}, {"run_dir", run_dir.string()}, {"engine", diloco::engine_name(config->engine)}, {"mode", diloco::mode_name(r.mode)},
         {"model", config->model.preset}, {"parameters", r.parameters}, {"learners", r.learners},
         {"inner_steps", r.inner_steps}, {"rounds", r.versions_committed}, {"steps", r.steps}, {"tokens", r.tokens},
         {"initial_heldout_loss", r.initial_heldout_loss}, {"heldout_loss", r.heldout_loss},
@@ -425,8 +425,8 @@ int run_train(const TrainArguments& arguments) {
   json summary = {
       {"run_id", run_id},
       {"run_dir", run_dir.string()},
-      {"engine", config->engine},
-      {"mode", result->mode},
+      {"engine", diloco::engine_name(config->engine)},
+      {"mode", diloco::mode_name(result->mode)},
       {"model", config->model.preset},
       {"parameters", result->parameters},
       {"learners", result->learners},

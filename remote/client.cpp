@@ -15,7 +15,7 @@
 #include <kj/timer.h>
 
 #include "actors/authorization.hpp"
-#include "actors/remote_protocol.hpp"
+#include "remote/remote_protocol.hpp"
 #include "actors/wire.hpp"
 #include "common/log.hpp"
 #include "remote/bridge.hpp"

@@ -12,8 +12,8 @@
 #include <kj/timer.h>
 
 #include "actors/authorization.hpp"
-#include "actors/gateway.hpp"
-#include "actors/remote_protocol.hpp"
+#include "remote/gateway.hpp"
+#include "remote/remote_protocol.hpp"
 #include "actors/wire.hpp"
 #include "common/log.hpp"
 #include "messages/envelope.hpp"

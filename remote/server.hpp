@@ -7,7 +7,7 @@
 //                                Gateway.openAdmin(proof of the admin token)     -> Admin
 //
 // A peer reaches nothing but the Gateway of its connection until it proves a secret. A Session is
-// bound to the learner slots the gateway actor (actors/gateway.hpp) admitted: each of its methods
+// bound to the learner slots the gateway actor (remote/gateway.hpp) admitted: each of its methods
 // takes one envelope kind (remote/plane.capnp), whose sender must be a canonical learner id of
 // those slots; the bridge sends it to the session's link actor on behalf of a local proxy of the
 // learner incarnation, so the link and the role actors see what they saw across CAF before.

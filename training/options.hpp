@@ -8,6 +8,7 @@
 #include <string>
 
 #include "common/error.hpp"
+#include "diloco/mode.hpp"
 
 namespace archipelago::training {
 
@@ -74,7 +75,7 @@ struct DataOptions {
 };
 
 struct RunOptions {
-  std::string mode = "sync";     // sync | decoupled | async | ddp
+  diloco::Mode mode = diloco::Mode::sync;  // sync | decoupled | async | ddp (diloco/mode.hpp)
   int learners = 4;              // M
   int inner_steps = 50;          // H
   int64_t max_tokens = 0;        // stop after this many training tokens (all learners), 0 = unbounded

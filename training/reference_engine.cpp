@@ -67,9 +67,8 @@ Expected<ReferenceResult> run_reference(const ReferenceSetup& setup, std::shared
   if (run.max_tokens <= 0 && run.max_seconds <= 0) {
     return make_error(ErrorCode::invalid_argument, "set train.max_tokens or train.max_seconds: the run must be bounded");
   }
-  if (run.mode != "sync" && run.mode != "ddp") {
-    return make_error(ErrorCode::invalid_argument,
-                      "train.mode = \"" + run.mode + "\" needs the actor runtime; the reference engine runs sync and ddp");
+  if (Status runs = diloco::check_engine_mode(diloco::Engine::reference, run.mode); !runs) {
+    return make_error(ErrorCode::invalid_argument, "train.mode: " + runs.error().reason + " (the actor runtime runs every mode)");
   }
   auto merge_rule = parse_merge_rule(setup.outer.merge);
   if (!merge_rule) return merge_rule.error();
@@ -81,7 +80,7 @@ Expected<ReferenceResult> run_reference(const ReferenceSetup& setup, std::shared
   if (inner.total_steps == 0 && run.max_tokens > 0) inner.total_steps = run.max_tokens / (tokens_per_step * run.learners);
 
   auto log = component_logger("reference");
-  const bool ddp = run.mode == "ddp";
+  const bool ddp = diloco::data_parallel(run.mode);
   const int learner_count = ddp ? 1 : run.learners;  // ddp trains one model on M batches per step
   std::vector<std::unique_ptr<Replica>> replicas;
   for (int m = 0; m < learner_count; ++m) {
@@ -116,7 +115,7 @@ Expected<ReferenceResult> run_reference(const ReferenceSetup& setup, std::shared
   Budget budget(run);
   result.initial_heldout_loss = global_view.evaluate(data->heldout);
   result.heldout_loss = result.initial_heldout_loss;
-  log->info("{} | M={} H={} | {} parameters | held-out loss at start {:.4f}", run.mode, run.learners,
+  log->info("{} | M={} H={} | {} parameters | held-out loss at start {:.4f}", diloco::mode_name(run.mode), run.learners,
             run.inner_steps, result.parameters, result.initial_heldout_loss);
 
   double train_loss_sum = 0;

@@ -43,7 +43,7 @@ struct ProgressPoint {
 };
 
 struct ReferenceResult {
-  std::string mode;
+  diloco::Mode mode = diloco::Mode::sync;
   int learners = 0;
   int inner_steps = 0;
   int64_t parameters = 0;

@@ -20,7 +20,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "actors/cluster.hpp"
+#include "run/cluster.hpp"
 #include "actors/compute_threads.hpp"
 #include "common/log.hpp"
 #include "training/replica.hpp"
@@ -46,7 +46,7 @@ actors::RuntimeOptions base_options(const std::string& name, const std::string& 
   actors::RuntimeOptions o;
   auto& s = o.setup;
   s.model = *training::model_preset(preset);
-  s.run.mode = mode;
+  s.run.mode = *archipelago::diloco::parse_mode(mode);
   s.run.learners = learners;
   s.outer.fragments = 4;
   o.eval_every_versions = 1000000;  // final evaluation only: the benchmark measures training
@@ -95,7 +95,7 @@ json run_cluster(actors::RuntimeOptions options, const std::shared_ptr<const tra
   }
   const auto& r = *result;
   const double steady = last_s > first_tokens_s && first_tokens_s >= 0 ? (last_tokens - first_tokens) / (last_s - first_tokens_s) : 0;
-  return {{"mode", r.mode}, {"learners", r.learners}, {"inner_steps", r.inner_steps}, {"tokens", r.tokens},
+  return {{"mode", archipelago::diloco::mode_name(r.mode)}, {"learners", r.learners}, {"inner_steps", r.inner_steps}, {"tokens", r.tokens},
           {"steps", r.steps}, {"wall_s", r.wall_s}, {"tokens_per_s_wall", r.tokens / r.wall_s},
           {"tokens_per_s_steady", steady}, {"initial_heldout_loss", r.initial_heldout_loss},
           {"heldout_loss", r.heldout_loss}, {"versions_committed", r.versions_committed},

@@ -16,8 +16,8 @@
 
 #include <caf/all.hpp>
 
-#include "actors/gateway.hpp"
-#include "actors/remote_protocol.hpp"
+#include "remote/gateway.hpp"
+#include "remote/remote_protocol.hpp"
 #include "actors/wire.hpp"
 #include "bench/multisite/transfer_pair.hpp"
 #include "messages/message_types.hpp"

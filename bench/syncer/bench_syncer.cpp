@@ -44,7 +44,7 @@
 #include <nlohmann/json.hpp>
 
 #include "actors/directory.hpp"
-#include "actors/run_setup.hpp"
+#include "run/run_setup.hpp"
 #include "actors/store_actor.hpp"
 #include "actors/syncer.hpp"
 #include "actors/wire.hpp"
@@ -188,7 +188,7 @@ Expected<nlohmann::json> run(const Config& c, double copy_rate) {
   auto options = std::make_shared<RuntimeOptions>();
   auto& s = options->setup;
   s.model = *training::model_preset("small");
-  s.run.mode = "sync";
+  s.run.mode = archipelago::diloco::Mode::sync;
   s.run.learners = c.learners;
   s.run.inner_steps = 10;
   s.outer.fragments = c.fragments;

@@ -98,21 +98,22 @@ int main(int argc, char** argv) {
     nlohmann::json rows;
     double ddp_loss = 0;
     int64_t ddp_bytes = 0;
-    for (std::string mode : {"ddp", "sync"}) {
+    for (archipelago::diloco::Mode mode : {archipelago::diloco::Mode::ddp, archipelago::diloco::Mode::sync}) {
+      const std::string name = archipelago::diloco::mode_name(mode);
       setup.run.mode = mode;
       auto result = run_reference(setup, shared);
       if (!result) {
         std::fprintf(stderr, "%s\n", result.error().reason.c_str());
         return 1;
       }
-      if (mode == "ddp") {
+      if (archipelago::diloco::data_parallel(mode)) {
         ddp_loss = result->heldout_loss;
         ddp_bytes = result->bytes_sent;
       }
       std::printf("  %-5s held-out loss %.4f (vs ddp %+.2f%%)  bytes %12lld (ddp / this: %.0fx)  wall %.0f s\n",
-                  mode.c_str(), result->heldout_loss, 100.0 * (result->heldout_loss / ddp_loss - 1.0),
+                  name.c_str(), result->heldout_loss, 100.0 * (result->heldout_loss / ddp_loss - 1.0),
                   static_cast<long long>(result->bytes_sent), double(ddp_bytes) / result->bytes_sent, result->wall_s);
-      rows[mode] = {{"heldout_loss", result->heldout_loss}, {"bytes_sent", result->bytes_sent}, {"wall_s", result->wall_s},
+      rows[name] = {{"heldout_loss", result->heldout_loss}, {"bytes_sent", result->bytes_sent}, {"wall_s", result->wall_s},
                     {"initial_heldout_loss", result->initial_heldout_loss}};
     }
     report["compare"] = rows;

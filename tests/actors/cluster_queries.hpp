@@ -7,7 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "actors/cluster.hpp"
+#include "run/cluster.hpp"
 #include "actors/wire.hpp"
 
 namespace archipelago::actors::testing {

@@ -14,8 +14,8 @@
 #include <doctest/doctest.h>
 
 #include "../training/test_corpus.hpp"
-#include "actors/cluster.hpp"
-#include "actors/policy.hpp"
+#include "run/cluster.hpp"
+#include "diloco/schedule.hpp"
 #include "actors/wire.hpp"
 #include "cluster_queries.hpp"
 #include "test_support.hpp"
@@ -23,6 +23,7 @@
 using namespace archipelago;
 using namespace archipelago::actors;
 using namespace archipelago::actors::testing;
+using archipelago::diloco::fragment_offset;
 using nlohmann::json;
 
 namespace {

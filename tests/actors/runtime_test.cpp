@@ -16,7 +16,7 @@
 #include <doctest/doctest.h>
 
 #include "../training/test_corpus.hpp"
-#include "actors/cluster.hpp"
+#include "run/cluster.hpp"
 #include "actors/directory.hpp"
 #include "actors/wire.hpp"
 #include "cluster_queries.hpp"

@@ -453,7 +453,7 @@ TEST_CASE("syncer core: async mode uses Delayed Nesterov by default, counting ar
   auto o = testing::tiny_options("core-async-plain", "async", 1, 10);
   o.setup.outer.optimizer = "nesterov";
   CHECK_FALSE(SyncerCore(o, {{0.0f}}).rules().delayed_nesterov);
-  o.setup.run.mode = "decoupled";
+  o.setup.run.mode = archipelago::diloco::Mode::decoupled;
   o.setup.outer.optimizer = "auto";
   CHECK_FALSE(SyncerCore(o, {{0.0f}}).rules().delayed_nesterov);
 }
@@ -736,7 +736,7 @@ TEST_CASE("syncer core: a claim of 2^40 tokens does not outweigh an honest learn
   const std::vector<float> before = core.fragment(0).parameters;
   auto second = core.stage({0}, 2);
   REQUIRE(second.ok());
-  const double k = kMaxPeriodsPerUpdate;
+  const double k = diloco::kMaxPeriodsPerUpdate;
   for (size_t i = 0; i < 3; ++i) {
     CAPTURE(i);
     CHECK(second->find(0)->next.parameters[i] ==
@@ -811,7 +811,7 @@ TEST_CASE("syncer core: a merge that comes out non-finite is dropped, counted, a
 
 TEST_CASE("fragment state: a stage whose θ_p − B_p or B_p is not finite is refused, whatever made it so") {
   FragmentRules rules;
-  rules.mode = "decoupled";
+  rules.mode = archipelago::diloco::Mode::decoupled;
   rules.merge = archipelago::training::MergeRule::mean;
   rules.lr = 1.0;
   rules.momentum = 0.0;
@@ -837,7 +837,7 @@ TEST_CASE("fragment state: a stage whose θ_p − B_p or B_p is not finite is re
   CHECK(staged.error().code == archipelago::ErrorCode::non_finite);
   CHECK(staged.error().reason.find("θ_p − B_p") != std::string::npos);
   // Delayed Nesterov's accumulator overflowing between momentum updates, while θ_p stays finite.
-  rules.mode = "async";
+  rules.mode = archipelago::diloco::Mode::async;
   rules.delayed_nesterov = true;
   rules.delayed_every = 4;
   rules.lr = 1e-3;

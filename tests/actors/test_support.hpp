@@ -26,7 +26,7 @@ inline RuntimeOptions tiny_options(const std::string& name, const std::string& m
   s.outer.fragments = 2;
   s.data.cache_dir = (std::filesystem::temp_directory_path() / "archipelago-test-data").string();
   s.data.eval_batches = 2;
-  s.run.mode = mode;
+  s.run.mode = *archipelago::diloco::parse_mode(mode);
   s.run.learners = learners;
   s.run.inner_steps = 10;
   s.run.max_seconds = max_seconds;

@@ -2,10 +2,12 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <sstream>
 
 #include <doctest/doctest.h>
 
 #include "apps/config.hpp"
+#include "diloco/tunables.hpp"
 
 using archipelago::apps::load_config;
 
@@ -84,6 +86,25 @@ TEST_CASE("unknown keys and invalid values are rejected with the key named") {
     CAPTURE(reason);
     CHECK(reason.find(c.names) != std::string::npos);
   }
+}
+
+TEST_CASE("a runtime-tunable key is refused at start outside the bounds the console's set refuses it outside") {
+  const archipelago::diloco::Tunable* grace = archipelago::diloco::find_tunable("outer.grace_max_s");
+  REQUIRE(grace != nullptr);
+  auto text = [](double v) {
+    std::ostringstream out;
+    out << v;
+    return out.str();
+  };
+  auto at_max = load_config(std::nullopt, "", {"outer.grace_max_s=" + text(grace->max)});
+  REQUIRE_MESSAGE(at_max.ok(), (at_max.ok() ? "" : at_max.error().reason));
+  CHECK(at_max->syncer.grace_max_s == doctest::Approx(grace->max));
+  CHECK(rejection(std::nullopt, {"outer.grace_max_s=" + text(grace->max + 1)}).find("outer.grace_max_s must be in") !=
+        std::string::npos);
+  CHECK(rejection(std::nullopt, {"outer.grace_max_s=100"}) == "outer.grace_max_s must be in [0, 60], not 100");
+  // outer.quorum's bound is the run's learners (4 by default).
+  CHECK(rejection(std::nullopt, {"outer.quorum=5"}) == "outer.quorum must be a whole number in [1, 4], not 5");
+  CHECK(load_config(std::nullopt, "", {"outer.quorum=5", "train.learners=5"}).ok());
 }
 
 TEST_CASE("stragglers, the drop fault and the outer-momentum warm-up: parsed, and refused with the reason") {

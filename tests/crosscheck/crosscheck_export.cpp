@@ -47,7 +47,7 @@ ReferenceSetup crosscheck_setup(const std::string& mode) {
   setup.outer.merge = "token_weighted";
   setup.outer.fragments = 2;  // the outer step per fragment: gather/scatter are part of what is checked
   setup.outer.momentum_warmup = 2;  // momentum 0.45 in round 1, 0.9 from round 2: the warm-up is checked too
-  setup.run.mode = mode;
+  setup.run.mode = *archipelago::diloco::parse_mode(mode);
   setup.run.learners = kLearners;
   setup.run.inner_steps = kInnerSteps;
   setup.run.max_tokens = static_cast<int64_t>(kRounds) * kInnerSteps * kLearners * setup.inner.batch_size *
@@ -70,7 +70,7 @@ json setup_json(const ReferenceSetup& s) {
                  {"batch_size", s.inner.batch_size}, {"precision", s.inner.precision}}},
       {"outer", {{"optimizer", "nesterov"}, {"lr", s.outer.lr}, {"momentum", s.outer.momentum},
                  {"momentum_warmup", s.outer.momentum_warmup}, {"merge", s.outer.merge}, {"fragments", s.outer.fragments}}},
-      {"run", {{"mode", s.run.mode}, {"learners", s.run.learners}, {"inner_steps", s.run.inner_steps},
+      {"run", {{"mode", archipelago::diloco::mode_name(s.run.mode)}, {"learners", s.run.learners}, {"inner_steps", s.run.inner_steps},
                {"max_tokens", s.run.max_tokens}, {"seed", s.run.seed}}},
   };
 }

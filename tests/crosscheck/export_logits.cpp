@@ -10,7 +10,7 @@
 #include <fstream>
 #include <string>
 
-#include "actors/run_setup.hpp"
+#include "run/run_setup.hpp"
 #include "apps/config.hpp"
 
 using namespace archipelago;

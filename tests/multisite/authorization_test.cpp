@@ -12,7 +12,7 @@
 #include <doctest/doctest.h>
 #include <kj/compat/tls.h>
 
-#include "actors/remote_protocol.hpp"
+#include "remote/remote_protocol.hpp"
 #include "actors/wire.hpp"
 #include "messages/envelope.hpp"
 #include "messages/message_types.hpp"
@@ -629,7 +629,12 @@ TEST_CASE("the console: an admin session with the admin token answers status, le
   auto codec = answer("set outer.downlink_codec int8");
   CHECK(codec["old"] == "int4_uniform");  // config/default.toml
   CHECK(codec["new"] == "int8");
-  CHECK(answer("set syncer.grace_max_s 3")["new"] == "3");
+  CHECK(answer("set outer.grace_max_s 3")["new"] == "3");
+  {
+    auto [code, out, err] = console("set syncer.grace_max_s 4", admin_token);  // its name before
+    CHECK(code == 1);
+    CHECK(err.find("'syncer.grace_max_s' is called 'outer.grace_max_s'") != std::string::npos);
+  }
 
   // The learners: kill one (as abrupt as a crash), it is restarting, then alive again, one restart more.
   auto state_of = [&](const std::string& id) {

@@ -9,8 +9,8 @@
 #include <caf/all.hpp>
 #include <doctest/doctest.h>
 
-#include "actors/remote_protocol.hpp"
-#include "actors/shaped_link.hpp"
+#include "remote/remote_protocol.hpp"
+#include "remote/shaped_link.hpp"
 #include "tests/multisite/process.hpp"
 
 using namespace multisite;

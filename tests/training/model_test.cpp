@@ -23,7 +23,7 @@ ReferenceSetup tiny_setup(const std::string& mode, int learners, int inner_steps
   setup.model = tiny();
   setup.inner.batch_size = 8;
   setup.inner.warmup_steps = 5;
-  setup.run.mode = mode;
+  setup.run.mode = *archipelago::diloco::parse_mode(mode);
   setup.run.learners = learners;
   setup.run.inner_steps = inner_steps;
   setup.run.max_tokens = steps_per_learner * learners * setup.inner.batch_size * setup.model.seq_len;

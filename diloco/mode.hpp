@@ -1,0 +1,63 @@
+// The run's mode: how learners and the outer optimizer meet (DESIGN.md, "Modes of the outer
+// optimizer"), and every rule that depends on it.
+//
+//   sync       classic DiLoCo: every learner runs H steps, the round waits for all live learners
+//   decoupled  rounds per fragment on a staggered schedule; a round closes on quorum + grace window
+//   async      one outer step per arriving update (Delayed Nesterov), dynamic local steps
+//   ddp        the data-parallel baseline: gradients averaged every step
+//
+// A mode is parsed from its name once, where a configuration or a wire message is read; past that
+// point code asks these functions, never compares names. Pure; any thread.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/error.hpp"
+
+namespace archipelago::diloco {
+
+enum class Mode { sync, decoupled, async, ddp };
+
+// Every mode, in the order above (tables, help texts, error messages).
+const std::vector<Mode>& all_modes();
+// "sync", "decoupled", "async", "ddp".
+const char* mode_name(Mode mode);
+// The mode named `name`; invalid_argument naming the known ones otherwise.
+Expected<Mode> parse_mode(std::string_view name);
+
+// Which engine runs a run (train.engine).
+enum class Engine { actors, reference };
+const char* engine_name(Engine engine);
+Expected<Engine> parse_engine(std::string_view name);
+// The modes an engine runs: the actor runtime runs all four, the reference engine sync and ddp.
+bool engine_runs(Engine engine, Mode mode);
+// Ok, or invalid_argument saying which modes the engine runs.
+Status check_engine_mode(Engine engine, Mode mode);
+
+// ---- Rules that depend on the mode ----------------------------------------------------------------
+// Fragments are synchronised on the staggered schedule (offset p·H/P): decoupled and async.
+bool staggered(Mode mode);
+// A learner adapts its local steps to its speed (Liu et al.'s DyLU): async.
+bool dynamic_local_steps(Mode mode);
+// Every learner stops on a whole round (H steps), so no round is left half-run: sync and ddp.
+bool whole_rounds(Mode mode);
+// A learner stops at the round barrier until its last update merged: sync.
+bool round_barrier(Mode mode);
+// A fragment runs numbered rounds that close on the quorum and the grace window: decoupled.
+bool numbered_rounds(Mode mode);
+// Every accepted update is merged on arrival: async and ddp.
+bool merge_on_arrival(Mode mode);
+// The learners' work is one data-parallel job: ddp (one learner averages every shard's gradient).
+bool data_parallel(Mode mode);
+// The outer optimizer may be split into shards (coordinator --shards N): decoupled and async,
+// whose fragments never wait for one another.
+bool shardable(Mode mode);
+// Learners may run in node processes of other sites (coordinator + nodes): every mode but ddp,
+// whose one learner averages every shard's gradient in memory.
+bool runs_across_processes(Mode mode);
+// Ok, or invalid_argument naming the modes a coordinator runs.
+Status check_across_processes(Mode mode);
+
+}  // namespace archipelago::diloco
