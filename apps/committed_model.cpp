@@ -13,7 +13,7 @@ namespace {
 // One run directory: its configuration, tokenizer and a replica of its model.
 struct RunDirectory {
   actors::RuntimeOptions runtime;
-  actors::ModelStart start;
+  run::ModelStart start;
   training::Tokenizer tokenizer;
 };
 
@@ -28,7 +28,7 @@ std::variant<RunDirectory, LoadFailure> load_run(const std::string& run_dir) {
   runtime->setup.run.device = "cpu";  // what is loaded runs here, whatever trained it
   auto tokenizer = training::Tokenizer::load(runtime->setup.data.tokenizer);
   if (!tokenizer) return LoadFailure{2, tokenizer.error().reason};
-  auto start = actors::build_model_start(runtime->setup, /*apply_init_from=*/false);  // the version's weights follow
+  auto start = run::build_model_start(runtime->setup, /*apply_init_from=*/false);  // the version's weights follow
   if (!start) return LoadFailure{1, "model: " + start.error().reason};
   return RunDirectory{std::move(*runtime), std::move(*start), std::move(*tokenizer)};
 }
@@ -91,7 +91,7 @@ Status check_fragment_count(const storage::VersionData& data, const actors::Mode
 
 // `data`'s parameters in the layout's order, refused when one is not finite.
 Expected<std::vector<float>> finite_parameters(const actors::ModelLayout& layout, const storage::VersionData& data) {
-  auto flat = actors::flat_parameters(layout, data);
+  auto flat = run::flat_parameters(layout, data);
   if (!flat) return make_error(flat.error().code, "version " + std::to_string(data.version) + ": " + flat.error().reason);
   for (float v : *flat) {
     if (!std::isfinite(v)) return make_error(ErrorCode::corrupt, "version " + std::to_string(data.version) + " holds a non-finite parameter");
@@ -105,7 +105,7 @@ std::variant<LoadedVersion, LoadFailure> load_version(const std::string& run_dir
   auto& run = std::get<RunDirectory>(loaded);
 
   // Retention acts on commits only: a reader, which never commits, removes nothing.
-  auto store = actors::open_run_store(run.runtime);
+  auto store = run::open_run_store(run.runtime);
   if (!store) {
     return LoadFailure{1, "cannot open the store of " + run_dir + " (is a coordinator still using it? "
                               "eval --follow reads a live run): " + store.error().reason};

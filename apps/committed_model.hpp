@@ -19,7 +19,7 @@ namespace archipelago::apps {
 
 struct CommittedModel {
   actors::RuntimeOptions runtime;  // the run's configuration (config.toml)
-  actors::ModelStart start;        // a replica of the run's model (its weights are not yet the version's)
+  run::ModelStart start;        // a replica of the run's model (its weights are not yet the version's)
   training::Tokenizer tokenizer;   // the run's (its directory's tokenizer.model, or byte-level)
   uint64_t version = 0;            // of a sharded run: shard 0's
   std::vector<float> flat;         // the version's parameters, in the replica's order

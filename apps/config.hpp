@@ -16,7 +16,7 @@
 
 namespace archipelago::apps {
 
-// [net]: how coordinator and node processes connect (mapped onto actors::TransportOptions).
+// [net]: how coordinator and node processes connect (mapped onto remote::TransportOptions).
 struct NetOptions {
   double heartbeat_interval_s = 0.5;
   double connection_timeout_s = 3.0;

@@ -186,10 +186,10 @@ int run_console(const ConsoleArguments& arguments) {
   auto local = load_config(file->text, file->origin, {});
   if (!local) return fail(2, "invalid configuration: " + local.error().reason);
   // A sharded run: every syncer shard's address, shard 0's first (as a node names them).
-  std::vector<actors::HostPort> targets;
+  std::vector<remote::HostPort> targets;
   std::stringstream addresses(arguments.target);
   for (std::string address; std::getline(addresses, address, ',');) {
-    auto target = actors::parse_host_port(address);
+    auto target = remote::parse_host_port(address);
     if (!target) return fail(2, address + ": " + target.error().reason);
     targets.push_back(*target);
   }
@@ -202,11 +202,11 @@ int run_console(const ConsoleArguments& arguments) {
   if (!token) return fail(2, token.error().reason);
   const auto transport = transport_options(local->net);
 
-  if (auto status = actors::validate_transport(transport); !status) return fail(2, status.error().reason);
+  if (auto status = remote::validate_transport(transport); !status) return fail(2, status.error().reason);
   std::vector<std::unique_ptr<remote::AdminClient>> sessions;
   for (const auto& target : targets) {
-    remote::Endpoint endpoint{target.host, target.port, actors::tls_files(transport), arguments.insecure_plaintext,
-                              actors::edge_limits(transport)};
+    remote::Endpoint endpoint{target.host, target.port, remote::tls_files(transport), arguments.insecure_plaintext,
+                              remote::edge_limits(transport)};
     auto session = remote::AdminClient::open(std::move(endpoint), **token, 10);
     if (!session) {
       const std::string where = target.host + ":" + std::to_string(target.port) + ": ";
@@ -236,7 +236,7 @@ int run_console(const ConsoleArguments& arguments) {
     if (!bytes) return fail(1, bytes.error().to_string());
     // A learner's or a node's control goes through shard 0 only (the node obeys it once); everything
     // else is asked of every shard, each answering for its own fragments, versions and store.
-    const size_t asked = actors::control_action_of(command->verb) ? 1 : sessions.size();
+    const size_t asked = remote::control_action_of(command->verb) ? 1 : sessions.size();
     nlohmann::json answers = nlohmann::json::array();
     for (size_t k = 0; k < asked; ++k) {
       const std::string where = sessions.size() > 1 ? "shard " + std::to_string(k) + ": " : "";

@@ -39,8 +39,8 @@ void install_stop_signals() {
 
 bool stop_signal_received() { return stop_flag != 0; }
 
-actors::TransportOptions transport_options(const NetOptions& net) {
-  actors::TransportOptions t;
+remote::TransportOptions transport_options(const NetOptions& net) {
+  remote::TransportOptions t;
   t.heartbeat_interval_s = net.heartbeat_interval_s;
   t.connection_timeout_s = net.connection_timeout_s;
   t.join_timeout_s = net.join_timeout_s;
@@ -95,7 +95,7 @@ int run_coordinator(const CoordinatorArguments& arguments) {
   std::string site = arguments.site.value_or("");
   if (site.empty()) site = *topology && (*topology)->coordinator() ? (*topology)->coordinator()->name : "local";
   if (*topology && !(*topology)->find(site)) return fail(2, "--site " + site + " is not a site of " + origin);
-  auto listen = actors::parse_host_port(arguments.listen);
+  auto listen = remote::parse_host_port(arguments.listen);
   if (!listen) return fail(2, "--listen " + listen.error().reason);
   auto secret = net::load_token(arguments.token_file);
   if (!secret) return fail(2, secret.error().reason);
@@ -129,7 +129,7 @@ int run_coordinator(const CoordinatorArguments& arguments) {
   }
   log->info("corpus loaded in {:.3f} s", std::chrono::duration<double>(std::chrono::steady_clock::now() - corpus_began).count());
 
-  actors::CoordinatorOptions options;
+  run::CoordinatorOptions options;
   options.runtime = to_runtime_options(*config, arguments.run_dir, false);
   options.runtime.shard = {arguments.shard, arguments.shards};
   options.secret = std::make_shared<const net::Secret>(std::move(*secret));
@@ -151,9 +151,9 @@ int run_coordinator(const CoordinatorArguments& arguments) {
     options.topology_toml = out.str();
   }
   options.topology = *topology;
-  std::optional<actors::HostPort> metrics_at;
+  std::optional<remote::HostPort> metrics_at;
   if (arguments.metrics_listen) {
-    auto parsed = actors::parse_host_port(*arguments.metrics_listen);
+    auto parsed = remote::parse_host_port(*arguments.metrics_listen);
     if (!parsed) return fail(2, "--metrics-listen " + parsed.error().reason);
     metrics_at = *parsed;
   }
@@ -168,7 +168,7 @@ int run_coordinator(const CoordinatorArguments& arguments) {
     metrics = std::move(*started);
   }
   install_stop_signals();
-  auto coordinator = actors::Coordinator::start(std::move(options), std::make_shared<const training::Corpus>(std::move(*corpus)));
+  auto coordinator = run::Coordinator::start(std::move(options), std::make_shared<const training::Corpus>(std::move(*corpus)));
   if (!coordinator) {
     const auto code = coordinator.error().code;
     return fail(code == ErrorCode::invalid_argument || code == ErrorCode::not_found ? 2 : 1, coordinator.error().reason);

@@ -35,7 +35,7 @@ int run_coordinator(const CoordinatorArguments& arguments);
 void install_stop_signals();
 bool stop_signal_received();
 
-actors::TransportOptions transport_options(const NetOptions& net);
+remote::TransportOptions transport_options(const NetOptions& net);
 
 // The [sites]/[links] topology of a configuration file's text: nullptr when it has no [sites].
 Expected<std::shared_ptr<const net::SiteTopology>> topology_of(const std::string& text, const std::string& origin);

@@ -76,10 +76,10 @@ int run_node(const NodeArguments& arguments) {
   if (arguments.device) overrides.push_back("train.device=" + *arguments.device);
   auto local = load_config(file->text, file->origin, overrides);
   if (!local) return fail(2, "invalid configuration: " + local.error().reason);
-  std::vector<actors::HostPort> coordinators;
+  std::vector<remote::HostPort> coordinators;
   std::stringstream addresses(arguments.coordinator);
   for (std::string address; std::getline(addresses, address, ',');) {
-    auto coordinator = actors::parse_host_port(address);
+    auto coordinator = remote::parse_host_port(address);
     if (!coordinator) return fail(2, "--coordinator " + coordinator.error().reason);
     coordinators.push_back(*coordinator);
   }
@@ -93,7 +93,7 @@ int run_node(const NodeArguments& arguments) {
     log->warn("drill hooks on: the coordinator's operator may corrupt this node's updates (recovery drills only)");
   }
 
-  actors::NodeOptions options;
+  run::NodeOptions options;
   options.coordinators = std::move(coordinators);
   options.name = arguments.name.value_or("");
   options.site = arguments.site;
@@ -107,7 +107,7 @@ int run_node(const NodeArguments& arguments) {
   const std::string state_dir = arguments.state_dir;
   const Config node_local = *local;
   options.configure = [overrides, state_dir, node_local](const std::string& config_toml,
-                                                         const std::string& tokenizer_model) -> Expected<actors::NodeConfig> {
+                                                         const std::string& tokenizer_model) -> Expected<run::NodeConfig> {
     auto training = training_keys(config_toml, node_local);
     if (!training) return training.error();
     auto own = overrides;  // this node's files, before its --set (which wins)
@@ -121,11 +121,11 @@ int run_node(const NodeArguments& arguments) {
     if (!config) return config.error();
     auto corpus = training::load_corpus(config->data);
     if (!corpus) return make_error(corpus.error().code, "corpus: " + corpus.error().reason);
-    return actors::NodeConfig{to_runtime_options(*config, state_dir, false),
+    return run::NodeConfig{to_runtime_options(*config, state_dir, false),
                               std::make_shared<const training::Corpus>(std::move(*corpus))};
   };
   install_stop_signals();
-  auto node = actors::Node::start(std::move(options));
+  auto node = run::Node::start(std::move(options));
   if (!node) return fail(2, node.error().reason);
   auto summary = (*node)->run(stop_signal_received, [](const nlohmann::json& p) {
     std::printf("progress elapsed_s=%.1f connected=%s steps=%lld restarts=%d\n", p.value("elapsed_s", 0.0),

@@ -91,7 +91,7 @@ class ProgressPrinter {
   bool header_printed_ = false;
 };
 
-json to_json(const actors::ProgressSample& p) {
+json to_json(const run::ProgressSample& p) {
   auto number = [](double v) { return std::isnan(v) ? json(nullptr) : json(v); };
   return {{"elapsed_s", p.elapsed_s}, {"version", p.version}, {"tokens", p.tokens}, {"tokens_per_s", p.tokens_per_s},
           {"train_loss", number(p.train_loss)}, {"heldout_loss", number(p.heldout_loss)},
@@ -105,7 +105,7 @@ class ClusterProgressPrinter {
  public:
   ClusterProgressPrinter() : tty_(isatty(STDOUT_FILENO)) {}
 
-  void print(const actors::ProgressSample& p) {
+  void print(const run::ProgressSample& p) {
     if (tty_) {
       if (rows_ % 20 == 0) {
         std::printf("%8s %8s %9s %10s %9s %6s %9s %7s %8s %16s\n", "elapsed", "version", "tok/s", "train", "held-out",
@@ -253,11 +253,11 @@ int run_train(const TrainArguments& arguments) {
     std::fprintf(stderr, "archipelago: --admin-listen and --metrics-listen need train.engine = \"actors\"\n");
     return 2;
   }
-  std::optional<actors::HostPort> admin_at, metrics_at;
+  std::optional<remote::HostPort> admin_at, metrics_at;
   for (auto [flag, text, into] : {std::tuple{"--admin-listen", &arguments.admin_listen, &admin_at},
                                   std::tuple{"--metrics-listen", &arguments.metrics_listen, &metrics_at}}) {
     if (!*text) continue;
-    auto parsed = actors::parse_host_port(**text);
+    auto parsed = remote::parse_host_port(**text);
     if (!parsed) {
       std::fprintf(stderr, "archipelago: %s %s\n", flag, parsed.error().reason.c_str());
       return 2;
@@ -326,7 +326,7 @@ int run_train(const TrainArguments& arguments) {
       metrics_server = std::move(*started);
       std::printf("metrics and status page on http://%s:%u/\n", metrics_at->host.c_str(), metrics_server->port());
     }
-    auto cluster = actors::LocalCluster::start(std::move(runtime), shared_corpus);
+    auto cluster = run::LocalCluster::start(std::move(runtime), shared_corpus);
     if (!cluster) {
       log->error("{}", cluster.error().reason);
       return cluster.error().code == ErrorCode::invalid_argument || cluster.error().code == ErrorCode::conflict ||
@@ -334,9 +334,9 @@ int run_train(const TrainArguments& arguments) {
                  ? 2
                  : 1;
     }
-    std::unique_ptr<actors::OperatorEndpoint> console;  // declared after the cluster: it goes first
+    std::unique_ptr<run::OperatorEndpoint> console;  // declared after the cluster: it goes first
     if (admin_at) {
-      auto started = actors::OperatorEndpoint::start(**cluster, *admin_at, admin_secret, transport);
+      auto started = run::OperatorEndpoint::start(**cluster, *admin_at, admin_secret, transport);
       if (!started) {
         log->error("--admin-listen: {}", started.error().reason);
         return 2;
@@ -347,7 +347,7 @@ int run_train(const TrainArguments& arguments) {
     }
     std::fflush(stdout);
     ClusterProgressPrinter cluster_printer;
-    auto outcome = (*cluster)->run([&](const actors::ProgressSample& p) {
+    auto outcome = (*cluster)->run([&](const run::ProgressSample& p) {
       cluster_printer.print(p);
       board->update(p.operator_view);
       metrics << to_json(p).dump() << "\n" << std::flush;

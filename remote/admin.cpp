@@ -16,7 +16,10 @@
 #include "common/log.hpp"
 #include "messages/envelope.hpp"
 
-namespace archipelago::actors {
+namespace archipelago::remote {
+
+using namespace archipelago::actors;  // wire bytes, atoms, registry names and refusals of the actors (actors/)
+
 namespace {
 
 using namespace archipelago::messages;
@@ -418,4 +421,4 @@ std::optional<ControlAction> control_action_of(AdminVerb verb) {
   }
 }
 
-}  // namespace archipelago::actors
+}  // namespace archipelago::remote

@@ -27,7 +27,7 @@
 #include "remote/gateway.hpp"
 #include "messages/message_types.hpp"
 
-namespace archipelago::actors {
+namespace archipelago::remote {
 
 // Session keys the gateway issued to authenticated consoles. Any thread.
 class AdminSessions {
@@ -61,7 +61,7 @@ struct AdminSpec {
   double started_s = 0;  // monotonic seconds when the coordinator started
   int learner_slots = 0;
   LearnerControlFn control;
-  std::shared_ptr<EventLog> events;
+  std::shared_ptr<actors::EventLog> events;
   nlohmann::json accounting_at_start = nlohmann::json::object();  // a resumed version's (goodput ledger)
   double ledger_offset_s = 0;  // the run's time before started_s that the ledger covers (a carried ledger)
   std::function<void()> drain;  // the console's `drain` (a coordinator: counters->drain_requested)
@@ -73,4 +73,4 @@ caf::actor spawn_admin(caf::actor_system& system, AdminSpec spec);
 // verb acts on the coordinator itself).
 std::optional<messages::ControlAction> control_action_of(messages::AdminVerb verb);
 
-}  // namespace archipelago::actors
+}  // namespace archipelago::remote

@@ -299,7 +299,7 @@ class NodeSinkImpl final : public wire::NodeSink::Server {
     auto envelope = p.getEnvelope();
     c->counters->bytes_received += static_cast<int64_t>(envelope.size());
     WireBytes bytes(reinterpret_cast<const char*>(envelope.begin()), reinterpret_cast<const char*>(envelope.end()));
-    caf::anon_send(c->watcher, actors::deliver_atom::value, c->key, role_of(p.getRole()), it->second, std::move(bytes));
+    caf::anon_send(c->watcher, remote::deliver_atom::value, c->key, role_of(p.getRole()), it->second, std::move(bytes));
     return kj::READY_NOW;
   }
   kj::Promise<void> control(ControlContext context) override {
@@ -350,7 +350,7 @@ caf::behavior link_proxy(caf::stateful_actor<LinkState>* self, EventLoop* loop, 
   });
   actors::refuse_unmatched(self, "node plane link", refusals, log);
   return {
-      [=](actors::up_atom, const std::string& presented, caf::atom_value role, caf::actor& learner, WireBytes& bytes) {
+      [=](remote::up_atom, const std::string& presented, caf::atom_value role, caf::actor& learner, WireBytes& bytes) {
         if (!actors::keys_equal(presented, key)) {
           refusals->refuse("node plane link", "up", actors::Refusal::wrong_key, *log);
           return;

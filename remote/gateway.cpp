@@ -15,7 +15,10 @@
 #include "common/log.hpp"
 #include "messages/envelope.hpp"
 
-namespace archipelago::actors {
+namespace archipelago::remote {
+
+using namespace archipelago::actors;  // wire bytes, atoms, registry names and refusals of the actors (actors/)
+
 namespace {
 
 using namespace archipelago::messages;
@@ -449,4 +452,4 @@ caf::actor spawn_gateway(caf::actor_system& system, GatewaySpec spec) {
   return system.spawn(gateway_behavior, std::move(spec));
 }
 
-}  // namespace archipelago::actors
+}  // namespace archipelago::remote

@@ -43,7 +43,7 @@
 #include "net/sites.hpp"
 #include "remote/edge.hpp"
 
-namespace archipelago::actors {
+namespace archipelago::remote {
 
 class AdminSessions;
 
@@ -71,7 +71,7 @@ struct RemoteCounters {
   std::set<std::string> learners_joined;     // learner ids that joined the syncer (guarded by mutex)
   nlohmann::json nodes = nlohmann::json::array();  // the admitted sessions (guarded by mutex)
   int learner_slots = 0;
-  Refusals refusals;                         // messages refused at the gateway and the links
+  actors::Refusals refusals;                         // messages refused at the gateway and the links
   std::shared_ptr<const remote::EdgeCounters> edge;  // the plane's limits hit (null: no plane yet)
 
   nlohmann::json to_json();
@@ -93,10 +93,10 @@ struct GatewaySpec {
 };
 
 // The counters' refusals as a handle that keeps the counters alive (for refuse_unmatched).
-inline std::shared_ptr<Refusals> refusals_of(const std::shared_ptr<RemoteCounters>& counters) {
-  return std::shared_ptr<Refusals>(counters, &counters->refusals);
+inline std::shared_ptr<actors::Refusals> refusals_of(const std::shared_ptr<RemoteCounters>& counters) {
+  return std::shared_ptr<actors::Refusals>(counters, &counters->refusals);
 }
 
 caf::actor spawn_gateway(caf::actor_system& system, GatewaySpec spec);
 
-}  // namespace archipelago::actors
+}  // namespace archipelago::remote

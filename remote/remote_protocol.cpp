@@ -4,7 +4,7 @@
 #include <filesystem>
 
 
-namespace archipelago::actors {
+namespace archipelago::remote {
 
 Status validate_transport(const TransportOptions& options) {
   if (!options.tls) return {};
@@ -48,4 +48,4 @@ Expected<HostPort> parse_host_port(const std::string& text) {
   return out;
 }
 
-}  // namespace archipelago::actors
+}  // namespace archipelago::remote

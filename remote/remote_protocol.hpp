@@ -34,7 +34,7 @@
 #include "common/error.hpp"
 #include "remote/edge.hpp"
 
-namespace archipelago::actors {
+namespace archipelago::remote {
 
 using nodejoin_atom = caf::atom_constant<caf::atom("nodejoin")>;
 using adminjoin_atom = caf::atom_constant<caf::atom("adminjoin")>;
@@ -75,4 +75,4 @@ struct HostPort {
 };
 Expected<HostPort> parse_host_port(const std::string& text);
 
-}  // namespace archipelago::actors
+}  // namespace archipelago::remote

@@ -194,7 +194,7 @@ struct Connection : std::enable_shared_from_this<Connection> {
 // What the link and its downlinks send "to the node's watcher": forwarded to the loop.
 caf::behavior sink_proxy(caf::event_based_actor* self, EventLoop* loop, std::weak_ptr<Connection> weak) {
   return {
-      [=](actors::deliver_atom, const std::string&, caf::atom_value role, caf::actor& learner, WireBytes& bytes) {
+      [=](remote::deliver_atom, const std::string&, caf::atom_value role, caf::actor& learner, WireBytes& bytes) {
         loop->post([weak, role, learner, bytes = std::move(bytes)](EventLoop::Context&) mutable {
           if (auto connection = weak.lock()) connection->deliver(role, learner, std::move(bytes));
         });
@@ -287,7 +287,7 @@ class SessionImpl final : public wire::Session::Server {
     auto proxy = c->proxy_for(handle);
     if (!proxy) return refuse(Refusal::malformed, header->name, "too many learner handles on one session");
     WireBytes bytes(reinterpret_cast<const char*>(envelope.begin()), reinterpret_cast<const char*>(envelope.end()));
-    caf::anon_send(c->link, actors::up_atom::value, c->key, role, proxy, std::move(bytes));
+    caf::anon_send(c->link, remote::up_atom::value, c->key, role, proxy, std::move(bytes));
   }
 
   std::weak_ptr<Connection> connection_;
@@ -391,7 +391,7 @@ class GatewayImpl final : public wire::Gateway::Server {
     return ask<std::optional<JoinReply>>(
                *server.loop, *server.spec.system,
                [gateway, join_bytes, learners, preferred, proxy](caf::event_based_actor* self, auto done) {
-                 self->request(gateway, std::chrono::seconds(10), actors::nodejoin_atom::value, actors::process_key(),
+                 self->request(gateway, std::chrono::seconds(10), remote::nodejoin_atom::value, actors::process_key(),
                                join_bytes, learners, preferred, proxy)
                      .then(
                          [done](WireBytes& welcome, std::string& config, std::string& topology, std::string& site,
@@ -463,7 +463,7 @@ class GatewayImpl final : public wire::Gateway::Server {
     std::weak_ptr<Connection> weak = c;
     return ask<std::optional<AdminOpen>>(*server.loop, *server.spec.system,
                                          [gateway, peer](caf::event_based_actor* self, auto done) {
-                                           self->request(gateway, std::chrono::seconds(10), actors::adminjoin_atom::value,
+                                           self->request(gateway, std::chrono::seconds(10), remote::adminjoin_atom::value,
                                                          actors::process_key(), peer)
                                                .then([done](bool ok, std::string& reason, std::string& key, caf::actor& admin) {
                                                        done(AdminOpen{ok, std::move(reason), std::move(key), std::move(admin)});

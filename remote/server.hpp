@@ -30,18 +30,16 @@
 #include "net/auth.hpp"
 #include "remote/edge.hpp"
 
-namespace archipelago::actors {
-struct RemoteCounters;
-}
-
 namespace archipelago::remote {
+
+struct RemoteCounters;  // remote/gateway.hpp
 
 struct ServerSpec {
   caf::actor_system* system = nullptr;
   caf::actor gateway;                                 // the gateway actor (nodejoin, adminjoin)
   std::shared_ptr<const net::Secret> join_secret;     // null: every join is refused
   std::shared_ptr<const net::Secret> admin_secret;    // null: every admin session is refused
-  std::shared_ptr<actors::RemoteCounters> counters;   // joins and refusals, shared with the gateway
+  std::shared_ptr<RemoteCounters> counters;           // joins and refusals, shared with the gateway
   std::string host = "127.0.0.1";
   uint16_t port = 0;                                  // 0: any free port
   std::optional<TlsFiles> tls;                        // none: plaintext (loopback only, or insecure)

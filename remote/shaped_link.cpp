@@ -1,6 +1,9 @@
 #include "remote/shaped_link.hpp"
 
-namespace archipelago::actors {
+namespace archipelago::remote {
+
+using namespace archipelago::actors;  // wire bytes, atoms, registry names and refusals of the actors (actors/)
+
 
 ShapedLink::ShapedLink(net::LinkSpec spec) : spec_(spec) {
   if (spec_.pass_through()) return;
@@ -45,4 +48,4 @@ void ShapedLink::stop() {
   closures_.clear();
 }
 
-}  // namespace archipelago::actors
+}  // namespace archipelago::remote

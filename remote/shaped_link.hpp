@@ -20,11 +20,11 @@
 #include "actors/wire.hpp"
 #include "net/link_shaper.hpp"
 
-namespace archipelago::actors {
+namespace archipelago::remote {
 
 class ShapedLink {
  public:
-  using Deliver = std::function<void(WireBytes&&)>;
+  using Deliver = std::function<void(actors::WireBytes&&)>;
 
   explicit ShapedLink(net::LinkSpec spec);
   ~ShapedLink();
@@ -32,7 +32,7 @@ class ShapedLink {
   ShapedLink& operator=(const ShapedLink&) = delete;
 
   // Hands `bytes` to `deliver` at the link's release time for them.
-  void send(WireBytes bytes, Deliver deliver);
+  void send(actors::WireBytes bytes, Deliver deliver);
   // Drops queued messages and stops the worker; later sends are dropped. Idempotent.
   void stop();
 
@@ -48,4 +48,4 @@ class ShapedLink {
   std::unique_ptr<net::ShapedSender> sender_;  // null on a pass-through link
 };
 
-}  // namespace archipelago::actors
+}  // namespace archipelago::remote

@@ -10,7 +10,10 @@
 #include "actors/runtime_options.hpp"
 #include "actors/wire.hpp"
 
-namespace archipelago::actors {
+namespace archipelago::remote {
+
+using namespace archipelago::actors;  // wire bytes, atoms, registry names and refusals of the actors (actors/)
+
 namespace {
 
 using namespace archipelago::messages;
@@ -173,4 +176,4 @@ caf::actor spawn_shard_router(caf::actor_system& system, caf::atom_value role, i
   return system.spawn(router_behavior, role, shards, std::move(counters));
 }
 
-}  // namespace archipelago::actors
+}  // namespace archipelago::remote

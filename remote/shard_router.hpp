@@ -29,7 +29,7 @@
 #include <caf/actor_system.hpp>
 #include <caf/atom.hpp>
 
-namespace archipelago::actors {
+namespace archipelago::remote {
 
 // What the routers of a node did, for its summary. Any thread.
 struct ShardRouterCounters {
@@ -48,4 +48,4 @@ using shardmsg_atom = caf::atom_constant<caf::atom("shardmsg")>;
 caf::actor spawn_shard_router(caf::actor_system& system, caf::atom_value role, int shards,
                               std::shared_ptr<ShardRouterCounters> counters);
 
-}  // namespace archipelago::actors
+}  // namespace archipelago::remote

@@ -28,7 +28,9 @@
 #include "training/outer.hpp"
 #include "training/replica.hpp"
 
-namespace archipelago::actors {
+namespace archipelago::run {
+
+using namespace archipelago::actors;  // the actors a process is assembled from
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -493,4 +495,4 @@ Expected<ClusterResult> LocalCluster::run(const std::function<void(const Progres
   return result;
 }
 
-}  // namespace archipelago::actors
+}  // namespace archipelago::run

@@ -31,7 +31,7 @@
 #include "common/error.hpp"
 #include "training/corpus.hpp"
 
-namespace archipelago::actors {
+namespace archipelago::run {
 
 struct ProgressSample {
   double elapsed_s = 0;
@@ -72,7 +72,7 @@ struct ClusterResult {
   int64_t bytes_ddp_equivalent = 0; // computed: 2 x fp32 model per data-parallel worker-step, same tokens
   int64_t fragment_commits = 0;     // Σ over fragments of the commits that changed it, this run
   double versions_per_fragment_round = 0;  // fragment_commits ÷ (P × the leading learner's inner steps ÷ H)
-  Ledger goodput;                   // the goodput ledger (actors/accounting.hpp)
+  actors::Ledger goodput;                   // the goodput ledger (actors/accounting.hpp)
   int64_t restarts = 0;             // learner restarts
   int64_t infrastructure_restarts = 0;  // syncer / store / monitor / evaluator restarts
   int64_t rejected_updates = 0;
@@ -84,7 +84,7 @@ struct ClusterResult {
 
 class LocalCluster {
  public:
-  static Expected<std::unique_ptr<LocalCluster>> start(RuntimeOptions options,
+  static Expected<std::unique_ptr<LocalCluster>> start(actors::RuntimeOptions options,
                                                        std::shared_ptr<const training::Corpus> corpus);
   ~LocalCluster();
   LocalCluster(const LocalCluster&) = delete;
@@ -111,7 +111,7 @@ class LocalCluster {
   const nlohmann::json& accounting_at_start() const;  // a resumed version's (goodput ledger)
   int64_t parameter_count() const;
   caf::actor_system& system();  // for tests that talk to actors directly
-  const RuntimeOptions& options() const;
+  const actors::RuntimeOptions& options() const;
 
   struct Impl;
 
@@ -120,4 +120,4 @@ class LocalCluster {
   std::unique_ptr<Impl> impl_;
 };
 
-}  // namespace archipelago::actors
+}  // namespace archipelago::run

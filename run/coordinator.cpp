@@ -27,7 +27,10 @@
 #include "remote/server.hpp"
 #include "storage/checkpoint_store.hpp"
 
-namespace archipelago::actors {
+namespace archipelago::run {
+
+using namespace archipelago::actors;  // the actors a process is assembled from
+using namespace archipelago::remote;  // and the plane between processes
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -439,4 +442,4 @@ Expected<nlohmann::json> Coordinator::run(const std::function<bool()>& stop_requ
   return summary;
 }
 
-}  // namespace archipelago::actors
+}  // namespace archipelago::run

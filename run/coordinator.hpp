@@ -27,15 +27,15 @@
 #include "net/sites.hpp"
 #include "training/corpus.hpp"
 
-namespace archipelago::actors {
+namespace archipelago::run {
 
 struct CoordinatorOptions {
-  RuntimeOptions runtime;                      // run_dir must be set; resume is decided by the store
+  actors::RuntimeOptions runtime;                      // run_dir must be set; resume is decided by the store
   std::shared_ptr<const net::Secret> secret;   // the join secret (net::load_token)
   std::shared_ptr<const net::Secret> admin_secret;  // the admin console's secret (null: no admin sessions)
-  HostPort listen{"127.0.0.1", 0};
+  remote::HostPort listen{"127.0.0.1", 0};
   std::string site = "local";                  // this process's site (cross-site accounting, links)
-  TransportOptions transport;
+  remote::TransportOptions transport;
   std::string config_toml;                     // the effective configuration, sent to nodes
   std::string tokenizer_model;                 // data.tokenizer's SentencePiece model, sent to nodes ("" bytes)
   std::string topology_toml;                   // [sites] / [links] text, sent to nodes ("" when none)
@@ -61,4 +61,4 @@ class Coordinator {
   std::unique_ptr<Impl> impl_;
 };
 
-}  // namespace archipelago::actors
+}  // namespace archipelago::run

@@ -31,7 +31,10 @@
 #include "net/sites.hpp"
 #include "remote/client.hpp"
 
-namespace archipelago::actors {
+namespace archipelago::run {
+
+using namespace archipelago::actors;  // the actors a process is assembled from
+using namespace archipelago::remote;  // and the plane between processes
 namespace {
 
 using namespace archipelago::messages;
@@ -725,4 +728,4 @@ Expected<nlohmann::json> Node::run(const std::function<bool()>& stop_requested,
   return summary;
 }
 
-}  // namespace archipelago::actors
+}  // namespace archipelago::run

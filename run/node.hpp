@@ -34,24 +34,24 @@
 #include "net/auth.hpp"
 #include "training/corpus.hpp"
 
-namespace archipelago::actors {
+namespace archipelago::run {
 
 // What a node trains with, derived by the application from the coordinator's configuration.
 struct NodeConfig {
-  RuntimeOptions runtime;
+  actors::RuntimeOptions runtime;
   std::shared_ptr<const training::Corpus> corpus;
 };
 
 struct NodeOptions {
   // The coordinator; of a sharded run, every syncer shard's, shard 0's first (it gives the learner
   // slots). Learners then see one syncer, store and monitor (remote/shard_router.hpp).
-  std::vector<HostPort> coordinators;
+  std::vector<remote::HostPort> coordinators;
   std::string name;                            // for logs and link accounting (default: host:pid)
   std::string site = "local";
   std::string device = "cpu";                  // reported in the join (train.device)
   int learners = 1;
   std::shared_ptr<const net::Secret> secret;
-  TransportOptions transport;
+  remote::TransportOptions transport;
   double give_up_after_s = 0;                  // fail when disconnected this long (0: never)
   // The run's configuration and SentencePiece model ("" for byte-level), as the coordinator sent them.
   std::function<Expected<NodeConfig>(const std::string& config_toml, const std::string& tokenizer_model)> configure;
@@ -76,4 +76,4 @@ class Node {
   std::unique_ptr<Impl> impl_;
 };
 
-}  // namespace archipelago::actors
+}  // namespace archipelago::run

@@ -9,7 +9,10 @@
 #include "common/log.hpp"
 #include "remote/server.hpp"
 
-namespace archipelago::actors {
+namespace archipelago::run {
+
+using namespace archipelago::actors;  // the actors a process is assembled from
+using namespace archipelago::remote;  // and the plane between processes
 
 struct OperatorEndpoint::Impl {
   caf::actor_system* system = nullptr;
@@ -92,4 +95,4 @@ Expected<std::unique_ptr<OperatorEndpoint>> OperatorEndpoint::start(LocalCluster
   return std::unique_ptr<OperatorEndpoint>(new OperatorEndpoint(std::move(impl)));
 }
 
-}  // namespace archipelago::actors
+}  // namespace archipelago::run

@@ -19,16 +19,16 @@
 #include "common/error.hpp"
 #include "net/auth.hpp"
 
-namespace archipelago::actors {
+namespace archipelago::run {
 
 class LocalCluster;
 
 class OperatorEndpoint {
  public:
   // `admin_secret` is required: without it no console session could ever be opened.
-  static Expected<std::unique_ptr<OperatorEndpoint>> start(LocalCluster& cluster, const HostPort& listen,
+  static Expected<std::unique_ptr<OperatorEndpoint>> start(LocalCluster& cluster, const remote::HostPort& listen,
                                                            std::shared_ptr<const net::Secret> admin_secret,
-                                                           const TransportOptions& transport);
+                                                           const remote::TransportOptions& transport);
   ~OperatorEndpoint();
   OperatorEndpoint(const OperatorEndpoint&) = delete;
   OperatorEndpoint& operator=(const OperatorEndpoint&) = delete;
@@ -43,4 +43,4 @@ class OperatorEndpoint {
   std::unique_ptr<Impl> impl_;
 };
 
-}  // namespace archipelago::actors
+}  // namespace archipelago::run

@@ -11,7 +11,9 @@
 #include "training/exported_model.hpp"
 #include "training/replica.hpp"
 
-namespace archipelago::actors {
+namespace archipelago::run {
+
+using namespace archipelago::actors;  // the actors a process is assembled from
 namespace {
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -164,4 +166,4 @@ SupervisorSpec learner_supervisor_spec(std::shared_ptr<const RuntimeOptions> opt
   return spec;
 }
 
-}  // namespace archipelago::actors
+}  // namespace archipelago::run

@@ -21,11 +21,11 @@
 #include "training/corpus.hpp"
 #include "training/replica.hpp"
 
-namespace archipelago::actors {
+namespace archipelago::run {
 
 struct RunSetup {
-  std::shared_ptr<const ModelLayout> layout;
-  std::shared_ptr<InitialFragments> initial_fragments;  // θ0, per fragment (released by the syncer)
+  std::shared_ptr<const actors::ModelLayout> layout;
+  std::shared_ptr<actors::InitialFragments> initial_fragments;  // θ0, per fragment (released by the syncer)
   std::shared_ptr<const std::vector<std::vector<training::Span>>> shards;    // one per learner slot
   std::shared_ptr<const std::vector<training::Batch>> heldout;
   int64_t tokens_per_learner_step = 0;
@@ -39,34 +39,34 @@ struct RunSetup {
 // replica comes along for a first evaluation.
 struct ModelStart {
   std::unique_ptr<training::Replica> replica;
-  std::shared_ptr<const ModelLayout> layout;
-  std::shared_ptr<InitialFragments> initial_fragments;
+  std::shared_ptr<const actors::ModelLayout> layout;
+  std::shared_ptr<actors::InitialFragments> initial_fragments;
 };
 Expected<ModelStart> build_model_start(const training::ReferenceSetup& setup, bool apply_init_from = true);
 
 // A stored version's fragments as one flat parameter vector in `layout`'s order. inconsistent:
 // a fragment this layout does not have, or one of another size.
-Expected<std::vector<float>> flat_parameters(const ModelLayout& layout, const storage::VersionData& version);
+Expected<std::vector<float>> flat_parameters(const actors::ModelLayout& layout, const storage::VersionData& version);
 
 // Opens (creating if needed) the run's RocksDB store, <run_dir>/store, with the run's sync and
 // retention settings.
-Expected<std::shared_ptr<storage::CheckpointStore>> open_run_store(const RuntimeOptions& options);
+Expected<std::shared_ptr<storage::CheckpointStore>> open_run_store(const actors::RuntimeOptions& options);
 
 // Validates the mode and the budget, fills inner.total_steps from max_tokens like a local run.
-Expected<RunSetup> prepare_run(RuntimeOptions& options, const training::Corpus& corpus);
+Expected<RunSetup> prepare_run(actors::RuntimeOptions& options, const training::Corpus& corpus);
 
 // Held-out loss of the parameters of `version` (or of θ0 when `version` is null).
-Expected<double> heldout_loss(const RuntimeOptions& options, const RunSetup& setup,
+Expected<double> heldout_loss(const actors::RuntimeOptions& options, const RunSetup& setup,
                               const storage::VersionData* version);
 
 // Adds the coordinator-side children to a root supervisor, in start order: checkpoint store,
 // failure monitor, syncer (starting from `initial_fragments` when the store is empty), evaluator.
 // Shared by the local cluster and the coordinator process.
-void add_infrastructure_children(SupervisorSpec& root, std::shared_ptr<storage::CheckpointStore> store,
-                                 std::shared_ptr<const RuntimeOptions> options,
-                                 std::shared_ptr<InitialFragments> initial_fragments,
+void add_infrastructure_children(actors::SupervisorSpec& root, std::shared_ptr<storage::CheckpointStore> store,
+                                 std::shared_ptr<const actors::RuntimeOptions> options,
+                                 std::shared_ptr<actors::InitialFragments> initial_fragments,
                                  std::shared_ptr<const std::vector<training::Batch>> heldout,
-                                 std::shared_ptr<const ModelLayout> layout);
+                                 std::shared_ptr<const actors::ModelLayout> layout);
 
 // A learner supervisor spec for learner slots [first, first + count), like a local cluster's.
 struct LearnerSlots {
@@ -75,8 +75,8 @@ struct LearnerSlots {
   std::vector<int64_t> start_steps;  // per slot in the range; empty: 0
   std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
 };
-SupervisorSpec learner_supervisor_spec(std::shared_ptr<const RuntimeOptions> options,
+actors::SupervisorSpec learner_supervisor_spec(std::shared_ptr<const actors::RuntimeOptions> options,
                                        std::shared_ptr<const training::Corpus> corpus, const RunSetup& setup,
                                        const LearnerSlots& slots);
 
-}  // namespace archipelago::actors
+}  // namespace archipelago::run

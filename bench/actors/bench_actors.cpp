@@ -71,14 +71,14 @@ void apply_variant(actors::RuntimeOptions& o, const std::string& variant) {
 }
 
 json run_cluster(actors::RuntimeOptions options, const std::shared_ptr<const training::Corpus>& text) {
-  auto cluster = actors::LocalCluster::start(options, text);
+  auto cluster = run::LocalCluster::start(options, text);
   if (!cluster) {
     std::fprintf(stderr, "start: %s\n", cluster.error().to_string().c_str());
     std::exit(1);
   }
   double first_tokens_s = -1, last_s = 0;
   int64_t first_tokens = 0, last_tokens = 0;
-  auto result = (*cluster)->run([&](const actors::ProgressSample& p) {
+  auto result = (*cluster)->run([&](const run::ProgressSample& p) {
     std::fprintf(stderr, "  %.0fs version %llu tokens %lld alive %d/%d goodput %.3f\n", p.elapsed_s,
                  static_cast<unsigned long long>(p.version), static_cast<long long>(p.tokens), p.alive, p.total,
                  p.goodput);

@@ -49,14 +49,14 @@ struct Received {
 
 caf::behavior counting_link(caf::event_based_actor* self, std::shared_ptr<Received> received) {
   self->set_default_handler(caf::drop);
-  return {[=](actors::up_atom, const std::string&, caf::atom_value, caf::actor&, WireBytes& bytes) { received->add(bytes.size()); }};
+  return {[=](remote::up_atom, const std::string&, caf::atom_value, caf::actor&, WireBytes& bytes) { received->add(bytes.size()); }};
 }
 
 using JoinReply = std::tuple<WireBytes, std::string, std::string, std::string, int32_t, caf::actor, std::string>;
 
 caf::behavior admitting_gateway(caf::event_based_actor* self, caf::actor link) {
   self->set_default_handler(caf::drop);
-  return {[=](actors::nodejoin_atom, const std::string&, WireBytes&, int32_t, int32_t, caf::actor&) -> JoinReply {
+  return {[=](remote::nodejoin_atom, const std::string&, WireBytes&, int32_t, int32_t, caf::actor&) -> JoinReply {
     messages::Welcome welcome;
     welcome.accepted = true;
     auto bytes = actors::Outbox("gateway").wrap(welcome);
@@ -146,7 +146,7 @@ TransferResult product_copy(const TransferSpec& spec) {
     server_spec.system = &coordinator_system;
     server_spec.gateway = gateway;
     server_spec.join_secret = std::make_shared<const archipelago::net::Secret>(*secret);
-    server_spec.counters = std::make_shared<actors::RemoteCounters>();
+    server_spec.counters = std::make_shared<remote::RemoteCounters>();
     server_spec.tls = spec.tls;
     server_spec.limits = spec.limits;
     const auto before_server = task_ids();
@@ -193,7 +193,7 @@ TransferResult product_copy(const TransferSpec& spec) {
     uint64_t sent = 0;
     for (uint64_t i = 0; i < chunks; ++i) {
       while (sent - received->bytes > kAheadBytes) std::this_thread::sleep_for(std::chrono::microseconds(50));
-      caf::anon_send(session->link, actors::up_atom::value, session->key, actors::syncer_name(), learner, WireBytes(*envelope));
+      caf::anon_send(session->link, remote::up_atom::value, session->key, actors::syncer_name(), learner, WireBytes(*envelope));
       sent += envelope->size();
     }
     // The learner's own copy of each envelope (this thread) is not the plane's: taken out below.

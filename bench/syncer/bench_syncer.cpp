@@ -55,6 +55,7 @@
 
 using namespace archipelago;
 using namespace archipelago::actors;
+using archipelago::run::open_run_store;
 using Clock = std::chrono::steady_clock;
 
 namespace {
@@ -181,7 +182,7 @@ Expected<nlohmann::json> ask_admin_of(caf::actor_system& system, const caf::acto
   return out;
 }
 
-Expected<nlohmann::json> run(const Config& c, double copy_rate) {
+Expected<nlohmann::json> run_case(const Config& c, double copy_rate) {
   std::error_code ec;
   std::filesystem::remove_all(c.dir, ec);
   std::filesystem::create_directories(c.dir, ec);
@@ -437,7 +438,7 @@ int main(int argc, char** argv) {
         c.params = n;
         c.learners = static_cast<int>(m);
         c.shards = static_cast<int>(shards);
-        auto result = run(c, rate);
+        auto result = run_case(c, rate);
         if (!result) {
           std::fprintf(stderr, "params %lld, %lld learners, %lld shards: %s\n", static_cast<long long>(n),
                        static_cast<long long>(m), static_cast<long long>(shards), result.error().to_string().c_str());

@@ -13,6 +13,7 @@
 namespace archipelago::actors::testing {
 
 using nlohmann::json;
+using run::LocalCluster;
 
 inline json status(LocalCluster& cluster, caf::atom_value name) {
   auto reply = cluster.query(name, "status", {}, 5);

@@ -22,6 +22,7 @@
 
 using namespace archipelago;
 using namespace archipelago::actors;
+using namespace archipelago::run;
 using namespace archipelago::actors::testing;
 using archipelago::diloco::fragment_offset;
 using nlohmann::json;

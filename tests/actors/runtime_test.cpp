@@ -26,6 +26,7 @@
 
 using namespace archipelago;
 using namespace archipelago::actors;
+using namespace archipelago::run;
 using nlohmann::json;
 using namespace archipelago::actors::testing;
 

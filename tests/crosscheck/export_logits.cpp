@@ -41,13 +41,13 @@ int main(int argc, char** argv) {
   if (!runtime) return fail(runtime.error().reason);
   runtime->setup.run.device = "cpu";
   training::set_compute_threads(1);
-  auto start = actors::build_model_start(runtime->setup, /*apply_init_from=*/false);
+  auto start = run::build_model_start(runtime->setup, /*apply_init_from=*/false);
   if (!start) return fail(start.error().reason);
-  auto store = actors::open_run_store(*runtime);
+  auto store = run::open_run_store(*runtime);
   if (!store) return fail(store.error().reason);
   auto data = (*store)->get(static_cast<uint64_t>(version));
   if (!data) return fail(data.error().reason);
-  auto flat = actors::flat_parameters(*start->layout, *data);
+  auto flat = run::flat_parameters(*start->layout, *data);
   if (!flat) return fail(flat.error().reason);
   start->replica->write_parameters(*flat);
 

@@ -14,7 +14,7 @@
 #include "tests/multisite/process.hpp"
 
 using namespace multisite;
-using archipelago::actors::ShapedLink;
+using archipelago::remote::ShapedLink;
 using archipelago::actors::WireBytes;
 
 namespace {
