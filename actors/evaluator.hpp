@@ -9,6 +9,13 @@
 // (admin_atom, "evaluate" [version]) answers once a version >= the requested one is scored
 // (fetching from the store if needed); "status" returns the curve. Runs detached: an evaluation
 // is LibTorch compute on its own thread, never on the scheduler the syncer uses.
+//
+// Contract:
+//   accepts  WireBytes{GlobalFragment}          the syncer's broadcasts and the store's fetch (others ignored)
+//            (admin, WireBytes{AdminRequest})    -> WireBytes{AdminReply}: "status", "evaluate" [v]
+//            init, tick, eval                    self-sent only
+//   sends    Join{heldDigests}                   to the store (its start, and a requested version)
+// Guarantees: it scores only committed versions, and never blocks the syncer's scheduler.
 #pragma once
 
 #include <memory>

@@ -19,6 +19,20 @@
 // and a restarted incarnation continues from it.
 // Heartbeats (every detector.heartbeat_s, or after each step when steps are slower) go to the
 // failure monitor and to the learner's supervisor (which restarts it at that data position).
+//
+// Contract (every message shape it accepts; CAF 0.17's typed_actor cannot say which Envelope kind
+// a WireBytes holds, so this table is the interface):
+//   accepts  WireBytes{GlobalFragment}          a committed fragment (syncer broadcast or store fetch)
+//            WireBytes{Welcome}                 the syncer's or the store's answer to Join
+//            (admin, WireBytes{AdminRequest})   -> WireBytes{AdminReply}: "status"
+//            (stop, key)                        finish the in-flight work, leave, exit normally
+//            (pause, key, bool) -> bool; (throttle, key, factor); (corrupt, key); (restart, key)
+//                                               local only, with the process key (actors/authorization.hpp)
+//            init, step, beat                   self-sent only
+//   sends    Join, FragmentUpdate*, Leave       to the syncer; Join{heldDigests} to the store
+//            Heartbeat                          to the failure monitor and its supervisor
+// Guarantees: an update leaves only for work done since the last one sent for its fragment
+// (Δ = θ_ref − θ_local, diloco/install.hpp); an installed fragment is never older than the one held.
 #pragma once
 
 #include <chrono>

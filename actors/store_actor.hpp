@@ -26,6 +26,11 @@
 // A version is announced by the syncer only after Persisted{ok}: only committed versions are ever
 // served. Runs detached (synced RocksDB writes take milliseconds); the store handle is shared so a
 // restarted store actor reuses the open database.
+//
+// Contract, the local shapes besides the Envelopes above (admin actor and its own worker only):
+//   accepts  (pin, v) | (unpin, v) -> (ok, reason); (audit, entry JSON) -> (ok, reason);
+//            (audit, count) -> (ok, the newest entries as JSON); (prepared, ticket) from its worker;
+//            (taken) -> an empty answer once the chunks sent before it are taken
 #pragma once
 
 #include "actors/runtime_options.hpp"

@@ -13,6 +13,16 @@
 // monitor, syncer, evaluator, learner supervisor). Every child is (re)registered in the actor
 // registry under its name, so peers always reach the current incarnation. When the supervisor
 // itself terminates it takes its children down with the same reason.
+//
+// Contract:
+//   accepts  WireBytes{Heartbeat}                a child learner's data position (learner supervisor)
+//            WireBytes{Leave}                    the monitor's "dead: ..." (kills a frozen child)
+//            (admin, WireBytes{AdminRequest})    -> WireBytes{AdminReply}: "status"
+//            (restart, child index)              self-sent after the backoff
+//            down / exit                         CAF's signals of its children
+//   sends    WireBytes{SlotReport}               to the failure monitor (learner supervisor)
+// Guarantees: a child is restarted at most R times within T seconds; every incarnation is
+// registered under the child's name before it can be reached.
 #pragma once
 
 #include <functional>

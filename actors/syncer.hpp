@@ -25,6 +25,17 @@
 // Messages other than the restore stream are deferred while restoring/initializing. Every reject
 // is counted by class and logged; nothing a learner sends can stop the syncer. Runs on the
 // cooperative scheduler (merges of a small model take milliseconds).
+//
+// Contract (the table above is the Envelope protocol; the other shapes, all local to the process):
+//   accepts  WireBytes{Join | FragmentUpdate | Leave | Persisted | Persist | CommitEnd}
+//            (ledger, carry JSON)               the failure monitor's goodput ledger carry
+//            (tune, key, value) -> (ok, old, new)  the admin actor's `set` (diloco/tunables.hpp)
+//            checkpoint -> (ok, reason, version)   commit what is pending now, quorum or not
+//            (admin, WireBytes{AdminRequest})   -> WireBytes{AdminReply}: "status"
+//            tick                               self-sent only
+//   sends    Persist*, CommitEnd, (taken)       to the store; GlobalFragment* to learners and evaluator
+// Guarantees: a version is announced only after the store says it is durable; a learner's update
+// is merged at most once; nothing a learner sends can stop the syncer.
 #pragma once
 
 #include <memory>

@@ -10,6 +10,13 @@
 // versions, audit (read-only); pin, unpin, kill_syncer, set, drain (mutating: each is appended to the store's
 // audit log in RocksDB — time, peer, command — before it acts, and its result after; a command whose
 // audit entry cannot be written is not carried out). Detached: it asks the local actors synchronously.
+//
+// Contract:
+//   accepts  (admin, session key, WireBytes{AdminCommand}) -> WireBytes{AdminReply}
+//   sends    (admin, WireBytes{AdminRequest}) to the local actors; (tune, ...), checkpoint to the
+//            syncer; (pin | unpin | audit, ...) to the store; learner controls through `control`
+// Guarantees: a mutating command is audited before it acts; a command whose audit entry cannot be
+// written is not carried out.
 #pragma once
 
 #include <functional>

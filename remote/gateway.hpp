@@ -24,6 +24,15 @@
 // (adminjoin, process key, peer) -> (accepted, reason, session key, admin actor): an operator's
 // console session (remote/admin.hpp). (stop, process key) -> every link tells its node the run is
 // over. Status: RemoteCounters (nodes, slots, joins, refusals), read directly by the coordinator.
+//
+// Contract (all three actors are reached only by this process's plane and by their own children):
+//   gateway  (nodejoin, process key, WireBytes{NodeJoin}, learners, preferred, sink) -> JoinReply
+//            (adminjoin, process key, peer) -> (accepted, reason, session key, admin actor)
+//            (stop, process key); (control, process key, WireBytes{LearnerControl}) -> (ok, reason)
+//   link     (up, session key, role, learner, WireBytes) ; (stop, key) ; (control, key, WireBytes)
+//   downlink WireBytes from the role actor -> the node's sink, through the link's ShapedLink
+// Guarantees: an envelope reaches an actor only from a session the plane authenticated, and only
+// about that session's own learners; every refusal is counted (RemoteCounters::refusals).
 #pragma once
 
 #include <atomic>

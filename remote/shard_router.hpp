@@ -19,6 +19,13 @@
 //   anything else passes as it is.
 // So a learner never sees a shard: it sees one syncer that does not go down while any shard is
 // reachable, whose fragments commit on their own shards.
+//
+// Contract:
+//   accepts  WireBytes from a learner of this node (sent to the facade it sees as the one syncer)
+//            (shardmsg, shard, learner, WireBytes) an envelope from shard `shard` for `learner`
+//            (attach, shard, facade)             a shard's session came (back)
+// Guarantees: an update goes to its fragment's owner only; a shard that comes back gets the Joins
+// of the learners it missed.
 #pragma once
 
 #include <atomic>
