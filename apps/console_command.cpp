@@ -242,13 +242,9 @@ int run_console(const ConsoleArguments& arguments) {
       const std::string where = sessions.size() > 1 ? "shard " + std::to_string(k) + ": " : "";
       auto answered = sessions[k]->request(*bytes, 30);
       if (!answered) return fail(1, where + name + ": " + answered.error().reason);
-      auto envelope = actors::unwrap(std::move(*answered));
-      const auto* reply = envelope ? std::get_if<messages::AdminReply>(&envelope->body) : nullptr;
-      if (!reply) return fail(1, where + "malformed answer from the coordinator");
-      if (!reply->ok) return fail(1, where + name + ": " + reply->text);
-      auto json = nlohmann::json::parse(reply->json, nullptr, false);
-      if (json.is_discarded()) return fail(1, where + name + ": the answer is not JSON");
-      answers.push_back(std::move(json));
+      auto answer = actors::read_admin_reply(std::move(*answered));
+      if (!answer) return fail(1, where + name + ": " + answer.error().reason);
+      answers.push_back(std::move(*answer));
     }
     nlohmann::json shown = answers.front();
     if (sessions.size() > 1) {

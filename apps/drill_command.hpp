@@ -4,6 +4,10 @@
 // console's commands, SIGKILLs nodes and the coordinator (and restarts them), freezes and slows
 // nodes with SIGSTOP/SIGCONT. The same schedule runs against the DiLoCo run and a ddp-like stall
 // baseline; invariants are checked on the processes' answers and the RocksDB store afterwards.
+//
+// run_drill is the command; its parts are in apps/drill/: schedule (the drill file and its seeded
+// faults), cluster and site_network (the processes and their network), observer and faults (what
+// the drill sees and does during a run), runner (one run), invariants (the checks, pure), report.
 #pragma once
 
 #include <cstdint>

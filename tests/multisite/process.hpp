@@ -1,52 +1,34 @@
-// Real processes for multi-process tests: fork + exec of the archipelago binary with its output in
-// files, bounded waits, and a registry that kills whatever a test started, even when it fails.
+// Real processes for multi-process tests: the archipelago binary as a child process
+// (common/child_process.hpp: output in files, bounded waits, killed when dropped, even when a check
+// fails), the helpers the tests poll it with, and a scratch directory per test.
 #pragma once
 
-#include <arpa/inet.h>
-#include <fcntl.h>
-#include <netinet/in.h>
-#include <signal.h>
-#include <sys/prctl.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <functional>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "common/child_process.hpp"
+#include "common/files.hpp"
+
 namespace multisite {
 
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
+using archipelago::free_port;
 
+// The file's bytes, "" when it cannot be read.
 inline std::string read_file(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream out;
-  out << in.rdbuf();
-  return out.str();
-}
-
-// A port that was free a moment ago on 127.0.0.1 (the kernel picks it).
-inline int free_port() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  address.sin_port = 0;
-  bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address);
-  socklen_t length = sizeof address;
-  getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
-  close(fd);
-  return ntohs(address.sin_port);
+  auto text = archipelago::read_whole_file(path.string());
+  return text ? *text : std::string();
 }
 
 // Polls `condition` every 50 ms until it holds (true) or `timeout_s` passes (false).
@@ -65,69 +47,31 @@ inline size_t count_of(const std::string& text, const std::string& needle) {
   return count;
 }
 
+// `archipelago ARGUMENTS...`, its output appended to DIR/NAME.out and DIR/NAME.err, in a process
+// group of its own.
 class Process {
  public:
-  Process(std::string name, const std::vector<std::string>& arguments, const fs::path& dir,
-          const std::vector<std::string>& environment = {})
-      : name_(std::move(name)), out_(dir / (name_ + ".out")), err_(dir / (name_ + ".err")) {
-    const pid_t parent = getpid();
-    pid_ = fork();
-    if (pid_ == 0) {
-      // A test that crashes (no destructor runs) takes its processes with it.
-      prctl(PR_SET_PDEATHSIG, SIGKILL);
-      if (getppid() != parent) _exit(127);
-      setpgid(0, 0);
-      int out = open(out_.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-      int err = open(err_.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-      dup2(out, 1);
-      dup2(err, 2);
-      for (const auto& e : environment) putenv(const_cast<char*>(e.c_str()));
-      std::vector<char*> argv;
-      argv.push_back(const_cast<char*>(ARCHIPELAGO_BINARY));
-      for (const auto& a : arguments) argv.push_back(const_cast<char*>(a.c_str()));
-      argv.push_back(nullptr);
-      execv(ARCHIPELAGO_BINARY, argv.data());
-      _exit(127);
-    }
-  }
-  ~Process() { kill(SIGKILL); }
-  Process(const Process&) = delete;
-  Process& operator=(const Process&) = delete;
+  Process(std::string name, const std::vector<std::string>& arguments, const fs::path& dir)
+      : name_(std::move(name)),
+        child_({ARCHIPELAGO_BINARY, arguments, dir / (name_ + ".out"), dir / (name_ + ".err"), true, true}) {}
 
+  // Sends `signal`; after SIGKILL, returns once the process is gone.
   void kill(int signal) {
-    if (pid_ > 0 && running()) ::kill(pid_, signal);
-    if (signal == SIGKILL) wait(10);
+    child_.signal(signal);
+    if (signal == SIGKILL) child_.wait(10);
   }
-  bool running() {
-    if (pid_ <= 0 || exited_) return false;
-    int status = 0;
-    if (waitpid(pid_, &status, WNOHANG) == pid_) {
-      exited_ = true;
-      exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    }
-    return !exited_;
-  }
+  bool running() { return child_.running(); }
   // The exit code, or -1 when it did not exit within `timeout_s` (then it is killed).
-  int wait(double timeout_s) {
-    if (!wait_until([&] { return !running(); }, timeout_s)) {
-      ::kill(pid_, SIGKILL);
-      wait_until([&] { return !running(); }, 10);
-      return -1;
-    }
-    return exit_code_;
-  }
-  pid_t pid() const { return pid_; }
-  std::string out() const { return read_file(out_); }
-  std::string err() const { return read_file(err_); }
+  int wait(double timeout_s) { return child_.wait(timeout_s); }
+  pid_t pid() const { return child_.pid(); }
+  std::string out() const { return child_.out(); }
+  std::string err() const { return child_.err(); }
   std::string all() const { return "--- " + name_ + " stdout:\n" + out() + "--- " + name_ + " stderr:\n" + err(); }
-  // The last line of stdout as JSON (null when it is not JSON).
+  // The last line of stdout as JSON (null when there is none, discarded when it is not JSON).
   nlohmann::json summary() const {
-    auto text = out();
-    auto end = text.find_last_not_of('\n');
-    if (end == std::string::npos) return nullptr;
-    auto begin = text.rfind('\n', end);
-    begin = begin == std::string::npos ? 0 : begin + 1;
-    return nlohmann::json::parse(text.substr(begin, end - begin + 1), nullptr, false);
+    const std::string line = child_.last_out_line();
+    if (line.empty()) return nullptr;
+    return nlohmann::json::parse(line, nullptr, false);
   }
   // `key=<integer>` of the last stdout line that has it (progress lines), or -1.
   int64_t last_value(const std::string& key) const {
@@ -139,10 +83,7 @@ class Process {
 
  private:
   std::string name_;
-  fs::path out_, err_;
-  pid_t pid_ = -1;
-  bool exited_ = false;
-  int exit_code_ = -1;
+  archipelago::ChildProcess child_;
 };
 
 // `archipelago console TARGET -c COMMAND --json --admin-token-file TOKEN`: exit code, stdout, stderr.
