@@ -24,6 +24,7 @@
 #include "training/blas_check.hpp"
 #include "training/text_score.hpp"
 #include "training/reference_engine.hpp"
+#include "training/run_data.hpp"
 #include "training/replica.hpp"
 
 namespace archipelago::apps {
@@ -138,10 +139,9 @@ class ClusterProgressPrinter {
 // The bytes of text per predicted token of the held-out batches both engines score (the same
 // split and windows as theirs): what turns their loss into bits per byte.
 double heldout_bytes_per_token(const training::Corpus& corpus, const Config& c) {
-  auto split = training::split_corpus(corpus, c.data.split, c.data.heldout_fraction);
-  if (!split) return 1.0;
-  return training::bytes_per_predicted_token(
-      training::heldout_batches(corpus, split->heldout, c.data.eval_batches, c.inner.batch_size, c.model.seq_len));
+  auto heldout = training::heldout_of(corpus, training::ReferenceSetup{c.model, c.inner, c.outer, c.data, c.run});
+  if (!heldout) return 1.0;
+  return training::bytes_per_predicted_token(*heldout);
 }
 
 // The held-out figures in bits per byte too, the unit that compares tokenizers: loss ÷ (ln 2 ×

@@ -27,10 +27,12 @@
 #include "storage/checkpoint_store.hpp"
 #include "training/outer.hpp"
 #include "training/replica.hpp"
+#include "training/run_data.hpp"
 
 namespace archipelago::run {
 
 using namespace archipelago::actors;  // the actors a process is assembled from
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -44,7 +46,6 @@ caf::actor_system_config make_config() {
   return config;
 }
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // j[key] when j is an object holding it, else an empty object: status replies may be partial.
 nlohmann::json field(const nlohmann::json& j, const std::string& key) {
@@ -117,28 +118,16 @@ Expected<std::unique_ptr<LocalCluster>> LocalCluster::start(RuntimeOptions optio
   auto codec = messages::parse_codec(setup.outer.codec);
   if (!codec) return codec.error();
 
-  // Data: the same split, shards and cursors as the reference engine.
-  auto split = training::split_corpus(*corpus, setup.data.split, setup.data.heldout_fraction);
-  if (!split) return split.error();
-  auto shards = training::make_shards(*corpus, *split, setup.data.sharding, run.learners, setup.data.chunk_bytes, run.seed);
-  if (!shards) return shards.error();
-  auto heldout = std::make_shared<const std::vector<training::Batch>>(training::heldout_batches(
-      *corpus, split->heldout, setup.data.eval_batches, setup.inner.batch_size, setup.model.seq_len));
-  if (heldout->empty()) return make_error(ErrorCode::invalid_argument, "the held-out split is too small to evaluate");
+  // Data: the same split, shards and cursors as the reference engine (training/run_data.hpp).
+  auto data = training::prepare_run_data(*corpus, setup);
+  if (!data) return data.error();
+  auto heldout = std::make_shared<const std::vector<training::Batch>>(std::move(data->heldout));
 
   auto impl = std::make_unique<Impl>();
   const bool ddp = diloco::data_parallel(run.mode);
   impl->learner_slots = ddp ? 1 : run.learners;
-  const int64_t tokens_per_step = static_cast<int64_t>(setup.inner.batch_size) * setup.model.seq_len;
-  impl->tokens_per_learner_step = tokens_per_step * (ddp ? run.learners : 1);
-  if (setup.inner.total_steps == 0 && run.max_tokens > 0) {
-    setup.inner.total_steps = run.max_tokens / (tokens_per_step * run.learners);
-  }
-  int64_t step_limit = 0;
-  if (run.max_tokens > 0) {
-    step_limit = ceil_div(run.max_tokens, tokens_per_step * run.learners);
-    if (diloco::whole_rounds(run.mode)) step_limit = ceil_div(step_limit, run.inner_steps) * run.inner_steps;
-  }
+  impl->tokens_per_learner_step = training::tokens_per_learner_step(setup) * (ddp ? run.learners : 1);
+  const int64_t step_limit = training::plan_step_budget(setup);
 
   // LibTorch and OpenBLAS threads are process-wide: give each learner its share of the cores.
   const int threads = configure_compute_threads(run.threads, impl->learner_slots);
@@ -202,7 +191,7 @@ Expected<std::unique_ptr<LocalCluster>> LocalCluster::start(RuntimeOptions optio
 
   // Learners, under their own supervisor.
   SupervisorSpec learners{"learner_supervisor", learner_supervisor_name(), impl->options, {}, true};
-  auto shared_shards = std::make_shared<std::vector<std::vector<training::Span>>>(std::move(*shards));
+  auto shared_shards = std::make_shared<std::vector<std::vector<training::Span>>>(std::move(data->shards));
   for (int m = 0; m < impl->learner_slots; ++m) {
     ChildSpec child;
     child.name = learner_name(m);

@@ -31,6 +31,7 @@ namespace archipelago::run {
 
 using namespace archipelago::actors;  // the actors a process is assembled from
 using namespace archipelago::remote;  // and the plane between processes
+
 namespace {
 
 using Clock = std::chrono::steady_clock;

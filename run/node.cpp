@@ -35,6 +35,7 @@ namespace archipelago::run {
 
 using namespace archipelago::actors;  // the actors a process is assembled from
 using namespace archipelago::remote;  // and the plane between processes
+
 namespace {
 
 using namespace archipelago::messages;

@@ -10,15 +10,11 @@
 #include "actors/wire.hpp"
 #include "training/exported_model.hpp"
 #include "training/replica.hpp"
+#include "training/run_data.hpp"
 
 namespace archipelago::run {
 
 using namespace archipelago::actors;  // the actors a process is assembled from
-namespace {
-
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
-}  // namespace
 
 Expected<ModelStart> build_model_start(const training::ReferenceSetup& setup, bool apply_init_from) {
   const auto& run = setup.run;
@@ -84,23 +80,13 @@ Expected<RunSetup> prepare_run(RuntimeOptions& options, const training::Corpus& 
   if (run.learners < 1) return make_error(ErrorCode::invalid_argument, "train.learners must be at least 1");
   auto codec = messages::parse_codec(setup.outer.codec);
   if (!codec) return codec.error();
-  auto split = training::split_corpus(corpus, setup.data.split, setup.data.heldout_fraction);
-  if (!split) return split.error();
-  auto shards = training::make_shards(corpus, *split, setup.data.sharding, run.learners, setup.data.chunk_bytes, run.seed);
-  if (!shards) return shards.error();
+  auto data = training::prepare_run_data(corpus, setup);
+  if (!data) return data.error();
   RunSetup out;
-  out.heldout = std::make_shared<const std::vector<training::Batch>>(training::heldout_batches(
-      corpus, split->heldout, setup.data.eval_batches, setup.inner.batch_size, setup.model.seq_len));
-  if (out.heldout->empty()) return make_error(ErrorCode::invalid_argument, "the held-out split is too small to evaluate");
-  out.shards = std::make_shared<const std::vector<std::vector<training::Span>>>(std::move(*shards));
-  out.tokens_per_learner_step = static_cast<int64_t>(setup.inner.batch_size) * setup.model.seq_len;
-  if (setup.inner.total_steps == 0 && run.max_tokens > 0) {
-    setup.inner.total_steps = run.max_tokens / (out.tokens_per_learner_step * run.learners);
-  }
-  if (run.max_tokens > 0) {
-    out.step_limit = ceil_div(run.max_tokens, out.tokens_per_learner_step * run.learners);
-    if (diloco::whole_rounds(run.mode)) out.step_limit = ceil_div(out.step_limit, run.inner_steps) * run.inner_steps;
-  }
+  out.heldout = std::make_shared<const std::vector<training::Batch>>(std::move(data->heldout));
+  out.shards = std::make_shared<const std::vector<std::vector<training::Span>>>(std::move(data->shards));
+  out.tokens_per_learner_step = training::tokens_per_learner_step(setup);
+  out.step_limit = training::plan_step_budget(setup);
   auto start = build_model_start(setup);
   if (!start) return start.error();
   out.layout = start->layout;

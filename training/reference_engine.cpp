@@ -9,6 +9,7 @@
 #include "training/fragments.hpp"
 #include "training/outer.hpp"
 #include "training/replica.hpp"
+#include "training/run_data.hpp"
 
 namespace archipelago::training {
 namespace {
@@ -21,23 +22,18 @@ struct Data {
 };
 
 Expected<Data> prepare_data(const ReferenceSetup& setup, const std::shared_ptr<const Corpus>& corpus) {
-  auto split = split_corpus(*corpus, setup.data.split, setup.data.heldout_fraction);
-  if (!split) return split.error();
-  auto shards = make_shards(*corpus, *split, setup.data.sharding, setup.run.learners, setup.data.chunk_bytes,
-                            setup.run.seed);
-  if (!shards) return shards.error();
+  auto prepared = prepare_run_data(*corpus, setup);
+  if (!prepared) return prepared.error();
   auto text = std::shared_ptr<const std::vector<training::Token>>(corpus, &corpus->tokens);
   Data data;
   for (int m = 0; m < setup.run.learners; ++m) {
-    data.cursors.emplace_back(text, (*shards)[m], setup.inner.batch_size, setup.model.seq_len, setup.run.seed, m);
+    data.cursors.emplace_back(text, prepared->shards[m], setup.inner.batch_size, setup.model.seq_len, setup.run.seed, m);
     if (data.cursors.back().empty()) {
       return make_error(ErrorCode::invalid_argument,
                         "learner " + std::to_string(m) + "'s shard has no window of model.seq_len + 1 bytes");
     }
   }
-  data.heldout = heldout_batches(*corpus, split->heldout, setup.data.eval_batches, setup.inner.batch_size,
-                                 setup.model.seq_len);
-  if (data.heldout.empty()) return make_error(ErrorCode::invalid_argument, "the held-out split is too small to evaluate");
+  data.heldout = std::move(prepared->heldout);
   return data;
 }
 
@@ -75,9 +71,10 @@ Expected<ReferenceResult> run_reference(const ReferenceSetup& setup, std::shared
   auto data = prepare_data(setup, corpus);
   if (!data) return data.error();
 
-  InnerOptions inner = setup.inner;
-  const int64_t tokens_per_step = static_cast<int64_t>(inner.batch_size) * setup.model.seq_len;
-  if (inner.total_steps == 0 && run.max_tokens > 0) inner.total_steps = run.max_tokens / (tokens_per_step * run.learners);
+  ReferenceSetup planned = setup;
+  plan_step_budget(planned);  // inner.total_steps from train.max_tokens; the budget itself is counted in tokens
+  InnerOptions inner = planned.inner;
+  const int64_t tokens_per_step = tokens_per_learner_step(setup);
 
   auto log = component_logger("reference");
   const bool ddp = diloco::data_parallel(run.mode);
