@@ -22,4 +22,4 @@ if [ "$command" = run ]; then
 fi
 
 ninja -C build -j"$jobs"
-ctest --test-dir build --output-on-failure --timeout 900
+ctest --test-dir build --output-on-failure --timeout 900 -j2  # tests/CMakeLists.txt: what may run side by side

@@ -12,7 +12,8 @@ build="${ARCHIPELAGO_FUZZ_BUILD:-$repo/build-fuzz}"
 targets=(envelope_fuzz reassembler_fuzz tensor_codec_fuzz)
 
 CC=clang CXX=clang++ cmake -S "$repo" -B "$build" -G Ninja -DARCHIPELAGO_FUZZ=ON >/dev/null
-ninja -C "$build" -j2 "${targets[@]}"
+# One job: under `./dev.sh test` this runs beside a test that holds the machine's cores.
+ninja -C "$build" -j1 "${targets[@]}"
 
 for target in "${targets[@]}"; do
   # New inputs go to a scratch folder so the committed seeds stay exactly as generated.
