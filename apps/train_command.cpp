@@ -160,6 +160,24 @@ void add_bits_per_byte(json& s, const training::Corpus& corpus, const Config& c)
                     {"corpus_bytes_per_token", corpus.bytes_per_token()}};
 }
 
+// The figures both engines report (training/run_summary.hpp), under the keys summary.json has
+// always had; each engine adds its own.
+json summary_json(const training::RunSummary& r, const std::string& run_id, const std::string& run_dir,
+                  const Config& config, const training::BlasReport& blas) {
+  return {
+      {"run_id", run_id}, {"run_dir", run_dir}, {"engine", diloco::engine_name(config.engine)},
+      {"mode", diloco::mode_name(r.mode)}, {"model", config.model.preset}, {"parameters", r.parameters},
+      {"learners", r.learners}, {"inner_steps", r.inner_steps}, {"rounds", r.rounds}, {"steps", r.steps},
+      {"tokens", r.tokens}, {"initial_heldout_loss", r.initial_heldout_loss}, {"heldout_loss", r.heldout_loss},
+      {"train_loss", std::isnan(r.train_loss) ? json(nullptr) : json(r.train_loss)}, {"wall_s", r.wall_s},
+      {"tokens_per_s", r.tokens_per_s()}, {"bytes_sent", r.bytes_sent}, {"bytes_measured", r.bytes_measured},
+      {"bytes_ddp_equivalent", r.bytes_ddp_equivalent}, {"blas", blas.library}, {"blas_gflops", blas.gflops},
+      {"device", config.run.device},
+      {"precision", training::resolve_precision(config.inner.precision, config.run.device)},
+      {"precision_setting", config.inner.precision},
+  };
+}
+
 void print_summary_table(const json& s) {
   std::printf("\nrun %s finished\n", s["run_id"].get<std::string>().c_str());
   auto row = [](const char* name, const std::string& value) { std::printf("  %-24s %s\n", name, value.c_str()); };
@@ -360,23 +378,13 @@ int run_train(const TrainArguments& arguments) {
     }
     const auto& r = *outcome;
     const auto& ledger = r.details.at("goodput");  // to_json(r.goodput), made once by the cluster
-    json summary = {
-        {"run_id", run_id}, {"run_dir", run_dir.string()}, {"engine", diloco::engine_name(config->engine)}, {"mode", diloco::mode_name(r.mode)},
-        {"model", config->model.preset}, {"parameters", r.parameters}, {"learners", r.learners},
-        {"inner_steps", r.inner_steps}, {"rounds", r.versions_committed}, {"steps", r.steps}, {"tokens", r.tokens},
-        {"initial_heldout_loss", r.initial_heldout_loss}, {"heldout_loss", r.heldout_loss},
-        {"train_loss", r.train_loss}, {"wall_s", r.wall_s},
-        {"tokens_per_s", r.wall_s > 0 ? r.tokens / r.wall_s : 0.0}, {"bytes_sent", r.bytes_sent},
-        {"bytes_up", r.bytes_up}, {"bytes_down", r.bytes_down}, {"bytes_measured", true},
-        {"bytes_ddp_equivalent", r.bytes_ddp_equivalent},
+    json summary = summary_json(r, run_id, run_dir.string(), *config, blas);
+    summary.update({
+        {"bytes_up", r.bytes_up}, {"bytes_down", r.bytes_down},
         {"ddp_bytes_ratio", r.bytes_sent > 0 ? static_cast<double>(r.bytes_ddp_equivalent) / r.bytes_sent : 0.0},
         {"versions_per_fragment_round", r.versions_per_fragment_round}, {"fragment_commits", r.fragment_commits},
         {"uplink_codec", config->outer.codec}, {"downlink_codec", config->outer.downlink_codec},
         {"learner_nonfinite_recoveries", r.learner_nonfinite_recoveries},
-        {"blas", blas.library}, {"blas_gflops", blas.gflops},
-        {"device", config->run.device},
-        {"precision", training::resolve_precision(config->inner.precision, config->run.device)},
-        {"precision_setting", config->inner.precision},
         {"versions_committed", r.versions_committed}, {"start_version", r.start_version},
         {"final_version", r.final_version}, {"goodput", r.goodput.goodput()},
         {"badput", ledger["badput"]}, {"goodput_seconds", ledger["seconds"]},
@@ -384,7 +392,7 @@ int run_train(const TrainArguments& arguments) {
         {"infrastructure_restarts", r.infrastructure_restarts}, {"rejected_updates", r.rejected_updates},
         {"rejected_by_reason", r.details["syncer"].value("rejected", json::object())},
         {"kill_to_merge_s", r.kill_to_merge_s}, {"links_bytes", r.details["links_bytes"]},
-    };
+    });
     if (arguments.sample && r.final_version > 0) {
       // What the model learned, in its own words: a short seeded sample of the final version.
       auto sample = sample_final_version(run_dir.string(), r.final_version, "The ", 160);
@@ -422,34 +430,9 @@ int run_train(const TrainArguments& arguments) {
     return result.error().code == ErrorCode::invalid_argument ? 2 : 1;
   }
 
-  json summary = {
-      {"run_id", run_id},
-      {"run_dir", run_dir.string()},
-      {"engine", diloco::engine_name(config->engine)},
-      {"mode", diloco::mode_name(result->mode)},
-      {"model", config->model.preset},
-      {"parameters", result->parameters},
-      {"learners", result->learners},
-      {"inner_steps", result->inner_steps},
-      {"rounds", result->rounds},
-      {"steps", result->steps},
-      {"tokens", result->tokens},
-      {"initial_heldout_loss", result->initial_heldout_loss},
-      {"heldout_loss", result->heldout_loss},
-      {"train_loss", std::isnan(result->train_loss) ? json(nullptr) : json(result->train_loss)},
-      {"wall_s", result->wall_s},
-      {"tokens_per_s", result->wall_s > 0 ? result->tokens / result->wall_s : 0.0},
-      {"bytes_sent", result->bytes_sent},
-      {"bytes_measured", false},  // no links: the model's fp32 bytes up and down per learner and sync, computed
-      {"bytes_ddp_equivalent", result->bytes_ddp_equivalent},
-      {"blas", blas.library},
-      {"blas_gflops", blas.gflops},
-      {"device", config->run.device},
-      {"precision", training::resolve_precision(config->inner.precision, config->run.device)},
-      {"precision_setting", config->inner.precision},
-      {"dropped_outer_gradients", result->dropped_outer_gradients},
-      {"rounds_without_outer_step", result->rounds_without_outer_step},
-  };
+  json summary = summary_json(*result, run_id, run_dir.string(), *config, blas);
+  summary["dropped_outer_gradients"] = result->dropped_outer_gradients;
+  summary["rounds_without_outer_step"] = result->rounds_without_outer_step;
   add_bits_per_byte(summary, *shared_corpus, *config);
   std::ofstream(run_dir / "summary.json") << summary.dump(2) << "\n";
   print_summary_table(summary);

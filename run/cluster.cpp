@@ -442,6 +442,7 @@ Expected<ClusterResult> LocalCluster::run(const std::function<void(const Progres
   }
   result.wall_s = elapsed_s();
   result.versions_committed = static_cast<int64_t>(result.final_version) - static_cast<int64_t>(result.start_version);
+  result.rounds = result.versions_committed;
   result.tokens = tokens_of(last);
   result.steps = impl.learner_slots > 0 ? last.learners.value("steps_computed", int64_t{0}) / impl.learner_slots : 0;
   if (diloco::data_parallel(run.mode)) result.steps = last.learners.value("steps_computed", int64_t{0});
@@ -449,6 +450,7 @@ Expected<ClusterResult> LocalCluster::run(const std::function<void(const Progres
   result.bytes_up = bytes_up_of(last);
   result.bytes_down = bytes_down_of(last);
   result.bytes_sent = result.bytes_up + result.bytes_down;
+  result.bytes_measured = true;
   for (const auto& n : last.syncer.value("fragment_commits", nlohmann::json::array())) {
     result.fragment_commits += n.get<int64_t>();
   }

@@ -30,6 +30,7 @@
 #include "actors/runtime_options.hpp"
 #include "common/error.hpp"
 #include "training/corpus.hpp"
+#include "training/run_summary.hpp"
 
 namespace archipelago::run {
 
@@ -52,27 +53,17 @@ struct ProgressSample {
   nlohmann::json operator_view;  // the metrics endpoint's and status page's figures (operator_sample)
 };
 
-struct ClusterResult {
-  diloco::Mode mode = diloco::Mode::sync;
-  int learners = 0;
-  int inner_steps = 0;
-  int64_t parameters = 0;
+// The run's summary (training/run_summary.hpp: rounds = versions committed in this run, bytes
+// measured on the links), and what only the actor runtime reports.
+struct ClusterResult : training::RunSummary {
   uint64_t start_version = 0;
   uint64_t final_version = 0;
   int64_t versions_committed = 0;   // in this run
-  int64_t steps = 0;                // inner steps per learner (mean over learner slots)
-  int64_t tokens = 0;               // training tokens consumed in this run, all learners
-  double initial_heldout_loss = 0;  // of the version the run started from
-  double heldout_loss = 0;          // of the final committed version
-  double train_loss = 0;
-  double wall_s = 0;
-  int64_t bytes_sent = 0;           // bytes_up + bytes_down, counted where they crossed the links
   int64_t bytes_up = 0;             // learners -> syncer (pseudo-gradients)
   int64_t bytes_down = 0;           // syncer -> learners (broadcasts) + store -> learners (state fetches)
-  int64_t bytes_ddp_equivalent = 0; // computed: 2 x fp32 model per data-parallel worker-step, same tokens
   int64_t fragment_commits = 0;     // Σ over fragments of the commits that changed it, this run
   double versions_per_fragment_round = 0;  // fragment_commits ÷ (P × the leading learner's inner steps ÷ H)
-  actors::Ledger goodput;                   // the goodput ledger (actors/accounting.hpp)
+  actors::Ledger goodput;           // the goodput ledger (diloco/ledger.hpp)
   int64_t restarts = 0;             // learner restarts
   int64_t infrastructure_restarts = 0;  // syncer / store / monitor / evaluator restarts
   int64_t rejected_updates = 0;

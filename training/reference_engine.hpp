@@ -17,6 +17,7 @@
 #include "training/corpus.hpp"
 #include "training/options.hpp"
 #include "training/replica.hpp"
+#include "training/run_summary.hpp"
 
 namespace archipelago::training {
 
@@ -42,21 +43,10 @@ struct ProgressPoint {
   int64_t bytes_sent = 0;
 };
 
-struct ReferenceResult {
-  diloco::Mode mode = diloco::Mode::sync;
-  int learners = 0;
-  int inner_steps = 0;
-  int64_t parameters = 0;
-  int64_t rounds = 0;
-  int64_t steps = 0;
-  int64_t tokens = 0;
-  double initial_heldout_loss = 0;
-  double heldout_loss = 0;
-  double train_loss = 0;
-  double wall_s = 0;
-  int64_t bytes_sent = 0;
-  int64_t bytes_ddp_equivalent = 0;
-  int64_t dropped_outer_gradients = 0;  // learner-rounds lost to drop_outer_gradient
+// The run's summary (bytes computed: a model in fp32 up and down per learner and sync), and what only
+// this engine reports.
+struct ReferenceResult : RunSummary {
+  int64_t dropped_outer_gradients = 0;    // learner-rounds lost to drop_outer_gradient
   int64_t rounds_without_outer_step = 0;  // rounds that lost every learner's
   std::vector<float> final_parameters;
   std::vector<ProgressPoint> curve;
