@@ -19,13 +19,11 @@
 
 #include "actors/broadcast.hpp"
 #include "actors/learner_checkpoint.hpp"
-#include "diloco/install.hpp"
-#include "diloco/merge_rules.hpp"
+#include "diloco/fragment_slot.hpp"
 #include "diloco/schedule.hpp"
 #include "actors/wire.hpp"
 #include "common/log.hpp"
 #include "messages/error_feedback.hpp"
-#include "training/outer.hpp"
 #include "training/replica.hpp"
 
 namespace archipelago::actors {
@@ -34,10 +32,7 @@ using diloco::FragmentSchedule;
 using diloco::InstallMode;
 using diloco::ScheduleEpoch;
 using diloco::dynamic_inner_steps;
-using diloco::install_global;
 using diloco::install_mode;
-using diloco::kMaxPeriodsPerUpdate;
-using diloco::kResendAfterPeriods;
 namespace {
 
 // The calling thread's nice value (Linux: PRIO_PROCESS with a thread id names one thread).
@@ -66,23 +61,73 @@ const char* phase_name(Phase p) {
   return names[static_cast<int>(p)];
 }
 
-struct FragmentSlot {
-  BroadcastCopy global;           // B_p: the broadcast state of the latest global received (broadcast.hpp)
-  std::vector<float> ref;         // θ_ref,p: the update is θ_ref − θ_local (diloco/install.hpp)
-  uint64_t version = 0;           // version of the last global installed (0: none yet)
-  bool outstanding = false;       // an update is in flight and no newer global arrived since
-  uint64_t outstanding_base = 0;
-  int64_t outstanding_step = 0;
-  int64_t next_due = 0;           // async: the step at which this fragment is sent next
-  int period = 0;                 // async: inner steps of its current period (dynamic local steps)
-  bool restored = false;          // holds work restored from a checkpoint: sent after the first step
-  int64_t steps_since = 0;        // inner steps since the last update of this fragment
-  int64_t since_step = 0;         // the step this unsent work began at (its last update or install)
-  int64_t tokens_since = 0;
-  double loss_sum = 0;
-  double compute_since = 0;       // compute time of those steps × this fragment's share (the ledger)
-  double share = 0;               // numel_p / numel
-  ErrorFeedback feedback;
+// One fragment as this learner holds it: the θ_ref algebra and its bookkeeping are the slot's
+// (diloco/fragment_slot.hpp); the broadcast copy, the codec's residual and the schedule are the actor's.
+struct HeldFragment {
+  BroadcastCopy global;        // B_p: the broadcast state of the latest global received (broadcast.hpp)
+  diloco::FragmentSlot slot;   // θ_ref,p, the version installed, the update in flight, the unsent work
+  ErrorFeedback feedback;      // the uplink codec's residual of this fragment
+  int64_t next_due = 0;        // async: the step at which this fragment is sent next
+  int period = 0;              // async: inner steps of its current period (dynamic local steps)
+  double share = 0;            // numel_p / numel: its part of each step's compute time
+};
+
+// How updates are made and globals installed: from the configuration, changed by broadcasts.
+struct UpdateRules {
+  Codec codec = Codec::fp32;
+  bool staggered = true;
+  FragmentSchedule schedule;       // train.inner_steps, and the operator's changes the broadcasts carry
+  bool dynamic = false;            // async mode: periods of round(H · own speed / fastest speed) steps
+  double fastest_tokens_per_s = 0; // as the syncer last reported it
+  InstallMode install = InstallMode::replace;
+};
+
+// The syncer and the store, as this learner sees them.
+struct Link {
+  TensorInbox inbox;
+  Outbox outbox{""};
+  caf::actor syncer;               // the syncer that welcomed us (empty: not joined)
+  bool connected = false;
+  uint64_t welcome_version = 0;
+  std::vector<uint64_t> received_until;  // the syncer's Welcome: per fragment, how far it has our work
+  Clock::time_point join_sent{};
+  Clock::time_point fetch_sent{};
+};
+
+// The learner's own checkpoint (learner_checkpoint.hpp): saving it, and what this incarnation restored.
+struct Checkpointing {
+  std::string path;                 // empty: no learner checkpoints
+  std::future<Status> write;        // the file write in flight (one at a time)
+  int64_t written = 0;
+  int64_t skipped = 0;              // due while the previous one was still being written
+  double seconds = 0;               // time the learner's thread spent on them (the file is written aside)
+  std::string error;                // why the last load or save failed (empty: none)
+  std::unique_ptr<LearnerCheckpoint> loaded;  // loaded at start, applied once the globals arrived
+  int64_t restored_from_step = -1;  // step of the checkpoint this incarnation continued (-1: none)
+  int64_t restored_steps = 0;       // unsent inner steps it brought back
+  int64_t restored_dropped = 0;     // checkpointed fragments whose work an update had already carried
+  int64_t steps_skipped = 0;        // data positions skipped at start: the syncer had work up to there
+};
+
+// Where this incarnation's time went (heartbeats carry it to the goodput ledger).
+struct Times {
+  Clock::time_point started = Clock::now();
+  Clock::time_point last_beat{};
+  Clock::time_point wait_started{};
+  Clock::time_point drain_started{};
+  double compute_s = 0, wait_s = 0, recovery_s = 0, paused_s = 0;
+  int64_t steps = 0;                // inner steps this incarnation
+  int64_t tokens = 0;               // tokens this incarnation
+  double tokens_per_s = 0;          // tokens per compute second, this incarnation
+};
+
+// What an operator, a drill or fault injection did to this learner.
+struct Controls {
+  bool paused = false;              // by an operator: no inner steps until resumed
+  Clock::time_point paused_since{};
+  double throttle = 1;              // by an operator: each inner step takes this many times its compute time
+  bool corrupt_next = false;        // drill hook: flip a payload bit of the next update (checksum unchanged)
+  bool poisoned = false;            // fault injection: the non-finite step was injected already
 };
 
 struct LearnerState {
@@ -91,49 +136,16 @@ struct LearnerState {
   Phase phase = Phase::init;
   std::unique_ptr<training::Replica> replica;
   std::vector<training::DataCursor> cursors;
-  Codec codec = Codec::fp32;
-  bool staggered = true;
-  FragmentSchedule schedule;       // train.inner_steps, and the operator's changes the broadcasts carry
-  bool dynamic = false;            // async mode: periods of round(H · own speed / fastest speed) steps
-  double fastest_tokens_per_s = 0; // as the syncer last reported it
-  std::vector<FragmentSlot> fragments;
-  InstallMode install = InstallMode::replace;
-  std::string checkpoint_path;     // empty: no learner checkpoints
-  std::unique_ptr<LearnerCheckpoint> restored;  // loaded at start, applied once the globals arrived
-  int64_t restored_from_step = -1;  // step of the checkpoint this incarnation continued (-1: none)
-  int64_t restored_steps = 0;       // unsent inner steps it brought back
-  int64_t restored_dropped = 0;     // checkpointed fragments whose work an update had already carried
-  int64_t steps_skipped = 0;        // data positions skipped at start: the syncer had work up to there
-  std::vector<uint64_t> received_until;  // the syncer's Welcome: per fragment, how far it has our work
-  int64_t checkpoints_written = 0;
-  int64_t checkpoints_skipped = 0;  // due while the previous one was still being written
-  double checkpoint_s = 0;          // time the learner's thread spent on them (the file is written aside)
-  std::future<Status> checkpoint_write;  // the file write in flight (one at a time)
-  std::string checkpoint_error;     // why the last load or save failed (empty: none)
+  int64_t step = 0;
+  std::vector<HeldFragment> fragments;
+  UpdateRules rules;
+  Link link;
+  Checkpointing checkpoint;
+  Times times;
+  Controls controls;
   int64_t nonfinite_recoveries = 0; // steps that went NaN/Inf and were undone from the globals
   int64_t broadcast_gaps = 0;       // deltas that did not apply to the held B_p (a store fetch followed)
   int64_t refused_remote = 0;       // messages from outside this process, refused
-  bool poisoned = false;            // fault injection: the non-finite step was injected already
-  TensorInbox inbox;
-  Outbox outbox{""};
-  caf::actor syncer;               // the syncer that welcomed us (empty: not joined)
-  bool connected = false;
-  uint64_t welcome_version = 0;
-  Clock::time_point join_sent{};
-  Clock::time_point fetch_sent{};
-  int64_t step = 0;
-  int64_t steps_this_incarnation = 0;
-  double compute_s = 0, wait_s = 0, recovery_s = 0, paused_s = 0;
-  bool paused = false;             // by an operator: no inner steps until resumed
-  double throttle = 1;             // by an operator: each inner step takes this many times its compute time
-  bool corrupt_next = false;       // drill hook: flip a payload bit of the next update (checksum unchanged)
-  Clock::time_point paused_since{};
-  double tokens_per_s = 0;         // tokens per compute second, this incarnation
-  int64_t tokens_this_incarnation = 0;
-  Clock::time_point started = Clock::now();
-  Clock::time_point last_beat{};
-  Clock::time_point wait_started{};
-  Clock::time_point drain_started{};
   std::shared_ptr<spdlog::logger> log = component_logger("learner");
   const char* name = "learner";
 };
@@ -148,21 +160,23 @@ caf::actor lookup(LearnerActor* self, caf::atom_value name) { return Directory::
 
 void send_to(LearnerActor* self, const caf::actor& to, Message body) {
   if (!to) return;
-  auto bytes = self->state.outbox.wrap(std::move(body));
+  auto bytes = self->state.link.outbox.wrap(std::move(body));
   if (bytes) self->send(to, std::move(*bytes));
 }
 
 void send_heartbeat(LearnerActor* self) {
   auto& st = self->state;
-  st.last_beat = Clock::now();
-  const double alive = seconds(st.last_beat - st.started);
-  const double paused = st.paused_s + (st.paused ? seconds(st.last_beat - st.paused_since) : 0);
-  const double waiting = st.wait_s + (st.phase == Phase::waiting ? seconds(st.last_beat - st.wait_started) : 0);
-  Heartbeat beat{st.id, static_cast<uint64_t>(st.step), st.tokens_per_s,
+  st.times.last_beat = Clock::now();
+  const double alive = seconds(st.times.last_beat - st.times.started);
+  const double paused =
+      st.times.paused_s + (st.controls.paused ? seconds(st.times.last_beat - st.controls.paused_since) : 0);
+  const double waiting =
+      st.times.wait_s + (st.phase == Phase::waiting ? seconds(st.times.last_beat - st.times.wait_started) : 0);
+  Heartbeat beat{st.id, static_cast<uint64_t>(st.step), st.times.tokens_per_s,
                  static_cast<uint64_t>(st.nonfinite_recoveries), static_cast<uint32_t>(st.spec.incarnation), alive,
                  // before its first step an incarnation is recovering all along (minus a pause)
-                 st.steps_this_incarnation > 0 ? st.recovery_s : alive - paused, st.compute_s, waiting, paused,
-                 st.paused};
+                 st.times.steps > 0 ? st.times.recovery_s : alive - paused, st.times.compute_s, waiting, paused,
+                 st.controls.paused};
   send_to(self, lookup(self, monitor_name()), beat);
   send_to(self, st.spec.supervisor, beat);
 }
@@ -170,8 +184,8 @@ void send_heartbeat(LearnerActor* self) {
 void send_join(LearnerActor* self) {
   auto& st = self->state;
   auto syncer = lookup(self, syncer_name());
-  st.join_sent = Clock::now();
-  send_to(self, syncer, Join{st.id, "local", "local", opts(self).setup.run.device, st.tokens_per_s,
+  st.link.join_sent = Clock::now();
+  send_to(self, syncer, Join{st.id, "local", "local", opts(self).setup.run.device, st.times.tokens_per_s,
                              opts(self).syncer.auth_token});
 }
 
@@ -182,13 +196,13 @@ std::vector<float> read_fragment(LearnerActor* self, int p);
 // same θ0, so a fresh run's learners fetch nothing but the digests' answer).
 void send_fetch(LearnerActor* self) {
   auto& st = self->state;
-  st.fetch_sent = Clock::now();
+  st.link.fetch_sent = Clock::now();
   Fetch fetch{st.id, {}};
   for (int p = 0; p < static_cast<int>(st.fragments.size()); ++p) {
     const auto& held = st.fragments[p].global;
     if (!held.values.empty()) {
       fetch.held_digests.push_back(broadcast_digest(held.values));
-    } else if (st.steps_this_incarnation == 0 && st.replica) {
+    } else if (st.times.steps == 0 && st.replica) {
       fetch.held_digests.push_back(broadcast_digest(read_fragment(self, p)));
     } else {
       fetch.held_digests.push_back(0);
@@ -219,12 +233,12 @@ void write_fragment(LearnerActor* self, int p, const std::vector<float>& values)
   }
 }
 
-// Installs the received global of fragment p (diloco/install.hpp: replace, mix or carry); θ_ref ← θ_G.
+// Installs the received global of fragment p (replace, mix or carry; θ_ref ← θ_G: FragmentSlot::install).
 void install_fragment(LearnerActor* self, int p) {
-  auto& slot = self->state.fragments[p];
+  auto& held = self->state.fragments[p];
   auto local = read_fragment(self, p);
-  install_global(self->state.install, opts(self).syncer.alpha, local.data(), slot.ref.data(),
-                 slot.global.values.data(), static_cast<int64_t>(local.size()));
+  held.slot.install(self->state.rules.install, opts(self).syncer.alpha, local, held.global.values,
+                    held.global.version);
   write_fragment(self, p, local);
 }
 
@@ -238,7 +252,7 @@ void start_training(LearnerActor* self) {
 // counts an update towards its open round only when it is not behind it.
 uint64_t schedule_slot(LearnerActor* self, int p) {
   auto& st = self->state;
-  return st.schedule.slot(st.step, p);
+  return st.rules.schedule.slot(st.step, p);
 }
 
 // The local model went NaN/Inf: every fragment goes back to the latest global received (B_p), the
@@ -247,16 +261,11 @@ void recover_from_nonfinite(LearnerActor* self, const std::string& why) {
   auto& st = self->state;
   st.nonfinite_recoveries += 1;
   for (int p = 0; p < static_cast<int>(st.fragments.size()); ++p) {
-    auto& slot = st.fragments[p];
-    if (slot.global.values.empty()) continue;
-    slot.ref = slot.global.values;
-    write_fragment(self, p, slot.ref);
-    slot.feedback.reset();
-    slot.steps_since = slot.tokens_since = 0;
-    slot.since_step = st.step;
-    slot.loss_sum = 0;
-    slot.compute_since = 0;
-    slot.restored = false;
+    auto& held = st.fragments[p];
+    if (held.global.values.empty()) continue;
+    held.slot.recover(held.global.values, st.step);
+    write_fragment(self, p, held.slot.ref());
+    held.feedback.reset();
   }
   training::OptimizerState fresh;
   fresh.schedule_steps = st.replica->steps_taken();
@@ -269,14 +278,14 @@ void recover_from_nonfinite(LearnerActor* self, const std::string& why) {
 
 void send_update(LearnerActor* self, int p, const std::vector<float>& flat) {
   auto& st = self->state;
-  auto& slot = st.fragments[p];
-  if (!st.connected || slot.steps_since == 0) return;
+  auto& held = st.fragments[p];
+  auto& slot = held.slot;
+  if (!st.link.connected || !slot.holds_work()) return;
   const auto& layout = *st.spec.layout;
   auto local = training::gather_fragment(layout.plan, layout.parameters, p, flat.data());
-  std::vector<float> delta(local.size());
-  training::pseudo_gradient(slot.ref.data(), local.data(), static_cast<int64_t>(local.size()), delta.data());
+  const std::vector<float> delta = slot.pseudo_gradient(local);  // Δ_p = θ_ref − θ_local
   std::vector<uint8_t> encoded;
-  Status status = slot.feedback.encode(st.codec, delta.data(), delta.size(), encoded);
+  Status status = held.feedback.encode(st.rules.codec, delta.data(), delta.size(), encoded);
   if (!status) {
     // A NaN/Inf local model: nothing is sent (the syncer would refuse it); the learner starts again
     // from the globals instead of keeping a slot that sends nothing.
@@ -284,43 +293,36 @@ void send_update(LearnerActor* self, int p, const std::vector<float>& flat) {
     recover_from_nonfinite(self, status.error().to_string());
     return;
   }
-  const float loss = static_cast<float>(slot.loss_sum / std::max<int64_t>(1, slot.steps_since));
+  const auto& work = slot.work();
+  const float loss = static_cast<float>(work.mean_loss());
   const uint64_t round = schedule_slot(self, p);
   std::vector<uint8_t> corrupted;  // drill hook: the first chunk's bytes with one bit flipped
-  auto messages = st.outbox.wrap_tensor(st.codec, delta.size(), encoded, [&](TensorChunk chunk) -> Message {
-    if (st.corrupt_next && chunk.chunk_index == 0 && chunk.payload.size > 0) {
+  auto messages = st.link.outbox.wrap_tensor(st.rules.codec, delta.size(), encoded, [&](TensorChunk chunk) -> Message {
+    if (st.controls.corrupt_next && chunk.chunk_index == 0 && chunk.payload.size > 0) {
       corrupted = chunk.payload.to_vector();
       corrupted[corrupted.size() / 2] ^= 0x10;
       chunk.payload = ByteView{corrupted.data(), corrupted.size(), nullptr};  // the checksum is the original's
-      st.corrupt_next = false;
+      st.controls.corrupt_next = false;
       st.log->warn("{}: update of fragment {} sent with a flipped payload bit (drill hook)", st.id, p);
     }
-    return FragmentUpdate{st.id, static_cast<uint32_t>(p), slot.version, static_cast<uint32_t>(slot.steps_since),
-                          static_cast<uint64_t>(slot.tokens_since), std::isfinite(loss) ? loss : 0.0f,
-                          std::move(chunk), st.tokens_per_s, round, static_cast<uint64_t>(slot.since_step),
-                          static_cast<uint64_t>(st.step), slot.compute_since};
+    return FragmentUpdate{st.id, static_cast<uint32_t>(p), slot.version(), static_cast<uint32_t>(work.steps),
+                          static_cast<uint64_t>(work.tokens), std::isfinite(loss) ? loss : 0.0f,
+                          std::move(chunk), st.times.tokens_per_s, round, static_cast<uint64_t>(work.since_step),
+                          static_cast<uint64_t>(st.step), work.compute_s};
   });
   if (!messages) return;
-  for (auto& m : *messages) self->send(st.syncer, std::move(m));
-  slot.ref = std::move(local);  // what is sent is no longer unsent work
-  slot.restored = false;
-  if (st.dynamic) {
-    slot.period = dynamic_inner_steps(st.schedule.period_at(st.step), st.tokens_per_s, st.fastest_tokens_per_s);
-    slot.next_due = st.step + slot.period;
+  for (auto& m : *messages) self->send(st.link.syncer, std::move(m));
+  slot.sent(std::move(local), st.step);  // what is sent is no longer unsent work: θ_ref ← θ_local
+  if (st.rules.dynamic) {
+    held.period = dynamic_inner_steps(st.rules.schedule.period_at(st.step), st.times.tokens_per_s,
+                                      st.rules.fastest_tokens_per_s);
+    held.next_due = st.step + held.period;
   }
-  slot.outstanding = true;
-  slot.outstanding_base = slot.version;
-  slot.outstanding_step = st.step;
-  slot.steps_since = 0;
-  slot.since_step = st.step;
-  slot.tokens_since = 0;
-  slot.loss_sum = 0;
-  slot.compute_since = 0;
 }
 
 bool any_outstanding(LearnerActor* self) {
   for (const auto& f : self->state.fragments) {
-    if (f.outstanding) return true;
+    if (f.slot.outstanding()) return true;
   }
   return false;
 }
@@ -328,15 +330,40 @@ bool any_outstanding(LearnerActor* self) {
 // Collects the result of the checkpoint write in flight, if it is done (or `wait`).
 void collect_checkpoint_write(LearnerActor* self, bool wait) {
   auto& st = self->state;
-  if (!st.checkpoint_write.valid()) return;
-  if (!wait && st.checkpoint_write.wait_for(std::chrono::seconds(0)) != std::future_status::ready) return;
-  Status saved = st.checkpoint_write.get();
+  if (!st.checkpoint.write.valid()) return;
+  if (!wait && st.checkpoint.write.wait_for(std::chrono::seconds(0)) != std::future_status::ready) return;
+  Status saved = st.checkpoint.write.get();
   if (saved) {
-    ++st.checkpoints_written;
+    ++st.checkpoint.written;
   } else {
-    st.checkpoint_error = saved.error().to_string();
-    st.log->warn("{}: cannot save its checkpoint: {}", st.id, st.checkpoint_error);
+    st.checkpoint.error = saved.error().to_string();
+    st.log->warn("{}: cannot save its checkpoint: {}", st.id, st.checkpoint.error);
   }
+}
+
+// A slot's unsent work as the learner checkpoint stores it, and back.
+LearnerCheckpoint::Fragment to_checkpoint(diloco::SavedWork saved) {
+  LearnerCheckpoint::Fragment f;
+  f.version = saved.version;
+  f.since_step = saved.work.since_step;
+  f.steps = saved.work.steps;
+  f.tokens = saved.work.tokens;
+  f.loss_sum = saved.work.loss_sum;
+  f.compute_s = saved.work.compute_s;
+  f.unsent = std::move(saved.unsent);
+  return f;
+}
+
+diloco::SavedWork saved_work(LearnerCheckpoint::Fragment f) {
+  diloco::SavedWork saved;
+  saved.version = f.version;
+  saved.work.since_step = f.since_step;
+  saved.work.steps = f.steps;
+  saved.work.tokens = f.tokens;
+  saved.work.loss_sum = f.loss_sum;
+  saved.work.compute_s = f.compute_s;
+  saved.unsent = std::move(f.unsent);
+  return saved;
 }
 
 // Saves the unsent work of every fragment and the AdamW state (learner_checkpoint.hpp). The copy is
@@ -344,8 +371,8 @@ void collect_checkpoint_write(LearnerActor* self, bool wait) {
 void save_checkpoint(LearnerActor* self) {
   auto& st = self->state;
   collect_checkpoint_write(self, false);
-  if (st.checkpoint_write.valid()) {
-    ++st.checkpoints_skipped;  // the disk is slower than two steps: the next one is due soon anyway
+  if (st.checkpoint.write.valid()) {
+    ++st.checkpoint.skipped;  // the disk is slower than two steps: the next one is due soon anyway
     return;
   }
   const auto begin = Clock::now();
@@ -354,23 +381,15 @@ void save_checkpoint(LearnerActor* self) {
   checkpoint.incarnation = st.spec.incarnation;
   checkpoint.optimizer = st.replica->export_optimizer_state();
   for (size_t p = 0; p < st.fragments.size(); ++p) {
-    const auto& slot = st.fragments[p];
-    LearnerCheckpoint::Fragment f;
-    f.version = slot.version;
-    f.since_step = slot.since_step;
-    f.steps = slot.steps_since;
-    f.tokens = slot.tokens_since;
-    f.loss_sum = slot.loss_sum;
-    f.compute_s = slot.compute_since;
-    f.unsent = read_fragment(self, static_cast<int>(p));
-    for (size_t i = 0; i < f.unsent.size(); ++i) f.unsent[i] -= slot.ref[i];
-    checkpoint.fragments.push_back(std::move(f));
+    checkpoint.fragments.push_back(
+        to_checkpoint(st.fragments[p].slot.snapshot(read_fragment(self, static_cast<int>(p)))));
   }
-  st.checkpoint_write = std::async(std::launch::async, [path = st.checkpoint_path, sync = opts(self).learner_checkpoint_sync,
+  st.checkpoint.write = std::async(std::launch::async, [path = st.checkpoint.path,
+                                                        sync = opts(self).learner_checkpoint_sync,
                                                         checkpoint = std::move(checkpoint)] {
     return save_learner_checkpoint(path, checkpoint, sync);
   });
-  st.checkpoint_s += seconds(Clock::now() - begin);
+  st.checkpoint.seconds += seconds(Clock::now() - begin);
 }
 
 void finish(LearnerActor* self, const std::string& why) {
@@ -378,12 +397,13 @@ void finish(LearnerActor* self, const std::string& why) {
   st.phase = Phase::finished;
   // Its work went out while draining (or the drain timed out): a later start must not redo it.
   collect_checkpoint_write(self, true);
-  if (!st.checkpoint_path.empty()) std::remove(st.checkpoint_path.c_str());
+  if (!st.checkpoint.path.empty()) std::remove(st.checkpoint.path.c_str());
   send_heartbeat(self);
-  send_to(self, st.syncer, Leave{st.id, "finished", LeaveCode::finished});
+  send_to(self, st.link.syncer, Leave{st.id, "finished", LeaveCode::finished});
   send_to(self, lookup(self, monitor_name()), Leave{st.id, "finished", LeaveCode::finished});
-  st.log->info("{} finished at step {} ({}); compute {:.1f} s, waiting {:.1f} s", st.id, st.step, why, st.compute_s,
-               st.wait_s);
+  st.log->info("{} finished at step {} ({}); compute {:.1f} s, waiting {:.1f} s", st.id, st.step, why,
+               st.times.compute_s,
+               st.times.wait_s);
   self->quit();
 }
 
@@ -392,25 +412,25 @@ void drain(LearnerActor* self) {
   auto& st = self->state;
   std::vector<float> flat;
   for (size_t p = 0; p < st.fragments.size(); ++p) {
-    auto& slot = st.fragments[p];
-    if (slot.steps_since == 0 || slot.outstanding || !st.connected) continue;
+    const auto& slot = st.fragments[p].slot;
+    if (!slot.holds_work() || slot.outstanding() || !st.link.connected) continue;
     if (flat.empty()) flat = st.replica->read_parameters();
     send_update(self, static_cast<int>(p), flat);
   }
   const bool pending_work = std::any_of(st.fragments.begin(), st.fragments.end(),
-                                        [](const auto& f) { return f.steps_since > 0; });
+                                        [](const auto& f) { return f.slot.holds_work(); });
   // Once every fragment's last work is handed off the learner leaves: the syncer merges updates of
   // learners that left, and a broadcast of those merges to a learner that will not train on it
   // would only cost downlink bytes. A fragment still in flight is waited for (its next update
   // needs the base its merge brings).
-  const bool timed_out = seconds(Clock::now() - st.drain_started) > opts(self).drain_timeout_s;
+  const bool timed_out = seconds(Clock::now() - st.times.drain_started) > opts(self).drain_timeout_s;
   if (!pending_work || timed_out) finish(self, timed_out ? "drain timeout" : "budget spent");
 }
 
 void begin_drain(LearnerActor* self) {
   auto& st = self->state;
   st.phase = Phase::draining;
-  st.drain_started = Clock::now();
+  st.times.drain_started = Clock::now();
   drain(self);
 }
 
@@ -421,16 +441,16 @@ bool budget_spent(LearnerActor* self) {
 
 void run_step(LearnerActor* self) {
   auto& st = self->state;
-  if (st.phase != Phase::training || st.paused) return;
+  if (st.phase != Phase::training || st.controls.paused) return;
   if (budget_spent(self)) {
     begin_drain(self);
     return;
   }
   const auto begin = Clock::now();
   const auto& faults = opts(self).faults;
-  if (faults.nonfinite_learner == st.spec.index && !st.poisoned && st.step >= faults.nonfinite_at_step) {
+  if (faults.nonfinite_learner == st.spec.index && !st.controls.poisoned && st.step >= faults.nonfinite_at_step) {
     // Fault injection: a NaN in the weights, as a bad batch or a hardware fault would leave them.
-    st.poisoned = true;
+    st.controls.poisoned = true;
     const float nan = std::numeric_limits<float>::quiet_NaN();
     st.replica->write_range(0, 1, &nan);
   }
@@ -445,22 +465,17 @@ void run_step(LearnerActor* self) {
   // Slower hardware: the configured straggler (fault injection) and the operator's throttle. The
   // learner's thread is busy for (factor − 1) × its step time more.
   const auto slow = faults.slowdowns.find(st.spec.index);
-  const double slowdown = (slow != faults.slowdowns.end() ? std::max(1.0, slow->second) : 1.0) * st.throttle;
+  const double slowdown = (slow != faults.slowdowns.end() ? std::max(1.0, slow->second) : 1.0) * st.controls.throttle;
   if (slowdown > 1) std::this_thread::sleep_for((Clock::now() - begin) * (slowdown - 1));
   const double elapsed = seconds(Clock::now() - begin);
-  st.compute_s += elapsed;
-  st.tokens_this_incarnation += stats.tokens;
-  if (st.compute_s > 0) st.tokens_per_s = st.tokens_this_incarnation / st.compute_s;  // per compute second
+  st.times.compute_s += elapsed;
+  st.times.tokens += stats.tokens;
+  if (st.times.compute_s > 0) st.times.tokens_per_s = st.times.tokens / st.times.compute_s;  // per compute second
   st.step += 1;
-  st.steps_this_incarnation += 1;
-  if (st.steps_this_incarnation == 1) st.recovery_s = seconds(begin - st.started) - st.paused_s;
-  for (auto& slot : st.fragments) {
-    slot.steps_since += 1;
-    slot.compute_since += elapsed * slot.share;
-    slot.tokens_since += stats.tokens;
-    slot.loss_sum += stats.cross_entropy;
-  }
-  if (seconds(Clock::now() - st.last_beat) >= opts(self).detector.heartbeat_s) send_heartbeat(self);
+  st.times.steps += 1;
+  if (st.times.steps == 1) st.times.recovery_s = seconds(begin - st.times.started) - st.times.paused_s;
+  for (auto& held : st.fragments) held.slot.record_step(elapsed * held.share, stats.tokens, stats.cross_entropy);
+  if (seconds(Clock::now() - st.times.last_beat) >= opts(self).detector.heartbeat_s) send_heartbeat(self);
   if (!std::isfinite(stats.loss)) {
     recover_from_nonfinite(self, "loss " + std::to_string(stats.loss));
     self->send(self, step_atom::value);
@@ -471,23 +486,22 @@ void run_step(LearnerActor* self) {
   const int P = static_cast<int>(st.fragments.size());
   std::vector<float> flat;
   for (int p = 0; p < P; ++p) {
-    auto& slot = st.fragments[p];
-    const bool due = slot.restored || (st.dynamic ? st.step >= slot.next_due : st.schedule.due(st.step, p));
+    auto& held = st.fragments[p];
+    const bool due = held.slot.restored() ||
+                     (st.rules.dynamic ? st.step >= held.next_due : st.rules.schedule.due(st.step, p));
     if (!due) continue;
     // An update unanswered for kResendAfterPeriods periods was lost (e.g. the syncer restarted):
     // send again (the syncer credits an update with at most kMaxPeriodsPerUpdate periods).
-    if (slot.outstanding && st.step - slot.outstanding_step >= kResendAfterPeriods * st.schedule.period_at(st.step)) {
-      slot.outstanding = false;
-    }
-    if (slot.outstanding || !st.connected) continue;
+    held.slot.expire_outstanding(st.step, st.rules.schedule.period_at(st.step));
+    if (held.slot.outstanding() || !st.link.connected) continue;
     if (flat.empty()) flat = st.replica->read_parameters();
     send_update(self, p, flat);
   }
   const int every = opts(self).learner_checkpoint_every;
-  if (!st.checkpoint_path.empty() && every > 0 && st.steps_this_incarnation % every == 0) save_checkpoint(self);
+  if (!st.checkpoint.path.empty() && every > 0 && st.times.steps % every == 0) save_checkpoint(self);
   if (diloco::round_barrier(mode(self)) && st.step % run.inner_steps == 0 && any_outstanding(self)) {
     st.phase = Phase::waiting;
-    st.wait_started = Clock::now();
+    st.times.wait_started = Clock::now();
     return;
   }
   self->send(self, step_atom::value);
@@ -512,11 +526,11 @@ Status open_cursors(LearnerActor* self) {
 // Every fragment's global arrived: install them (θ ← θ_G, or θ_G + the restored unsent work) and train.
 void start_from_globals(LearnerActor* self) {
   auto& st = self->state;
-  std::unique_ptr<LearnerCheckpoint> restored = std::move(st.restored);
+  std::unique_ptr<LearnerCheckpoint> restored = std::move(st.checkpoint.loaded);
   auto received_until = [&](int q) -> int64_t {
-    return q < static_cast<int>(st.received_until.size()) ? static_cast<int64_t>(st.received_until[q]) : 0;
+    return q < static_cast<int>(st.link.received_until.size()) ? static_cast<int64_t>(st.link.received_until[q]) : 0;
   };
-  if (st.staggered) {
+  if (st.rules.staggered) {
     // The syncer already has this learner's work up to some step (a previous incarnation sent it after
     // the position it restarts from): the data moves on past it rather than training on it twice.
     int64_t until = 0;
@@ -524,7 +538,7 @@ void start_from_globals(LearnerActor* self) {
     if (until > st.step) {
       st.log->info("{}: the syncer has its work up to step {}: its data continues there, not at step {}", st.id,
                    until, st.step);
-      st.steps_skipped += until - st.step;
+      st.checkpoint.steps_skipped += until - st.step;
       st.step = until;
       Status opened = open_cursors(self);
       if (!opened) {
@@ -535,35 +549,21 @@ void start_from_globals(LearnerActor* self) {
     }
   }
   for (int q = 0; q < static_cast<int>(st.fragments.size()); ++q) {
-    auto& slot = st.fragments[q];
-    slot.feedback.reset();
-    slot.steps_since = slot.tokens_since = 0;
-    slot.since_step = st.step;
-    slot.loss_sum = 0;
-    slot.compute_since = 0;
-    slot.restored = false;
-    slot.next_due = st.schedule.next_due(st.step, q);
-    slot.period = st.schedule.period_at(st.step);
-    // θ_ref = θ_G, and θ = θ_G (+ the restored unsent work u, which the next update of q carries).
-    slot.ref = slot.global.values;
-    slot.version = slot.global.version;
-    std::vector<float> local = slot.ref;
-    if (restored && restored->fragments[q].steps > 0 && restored->fragments[q].since_step < received_until(q)) {
-      // An update of the previous incarnation, sent after this checkpoint, carried this work already.
-      st.restored_dropped += 1;
-      st.log->info("{}: fragment {}: its checkpointed work since step {} was sent before the restart (the syncer "
-                   "has it up to step {}): not sent again", st.id, q, restored->fragments[q].since_step,
-                   received_until(q));
-    } else if (restored) {
-      const auto& saved = restored->fragments[q];
-      for (size_t i = 0; i < local.size(); ++i) local[i] += saved.unsent[i];
-      slot.since_step = saved.since_step;
-      slot.steps_since = saved.steps;
-      slot.tokens_since = saved.tokens;
-      slot.loss_sum = saved.loss_sum;
-      slot.compute_since = saved.compute_s;
-      // Restored work is already a period old: it goes out after the first step, not a period later.
-      slot.restored = saved.steps > 0;
+    auto& held = st.fragments[q];
+    held.feedback.reset();
+    held.next_due = st.rules.schedule.next_due(st.step, q);
+    held.period = st.rules.schedule.period_at(st.step);
+    // θ_ref = θ_G, and θ = θ_G (+ the restored unsent work u, which the next update of q carries;
+    // restored work is already a period old: it goes out after the first step, not a period later).
+    std::vector<float> local = held.slot.start(held.global.values, held.global.version, st.step);
+    if (restored) {
+      const auto saved = saved_work(std::move(restored->fragments[q]));
+      if (!held.slot.restore(saved, received_until(q), local)) {
+        // An update of the previous incarnation, sent after this checkpoint, carried this work already.
+        st.checkpoint.restored_dropped += 1;
+        st.log->info("{}: fragment {}: its checkpointed work since step {} was sent before the restart (the syncer "
+                     "has it up to step {}): not sent again", st.id, q, saved.work.since_step, received_until(q));
+      }
     }
     write_fragment(self, q, local);
   }
@@ -572,14 +572,16 @@ void start_from_globals(LearnerActor* self) {
     optimizer.schedule_steps = st.step;  // the schedule follows the data position
     Status imported = st.replica->import_optimizer_state(optimizer);
     if (!imported) st.log->warn("{}: AdamW state not restored: {}", st.id, imported.error().to_string());
-    st.restored_from_step = restored->step;
-    for (const auto& f : st.fragments) st.restored_steps = std::max(st.restored_steps, f.steps_since);
+    st.checkpoint.restored_from_step = restored->step;
+    for (const auto& f : st.fragments) {
+      st.checkpoint.restored_steps = std::max(st.checkpoint.restored_steps, f.slot.work().steps);
+    }
     st.log->info("{} (incarnation {}) starts at step {} from version {} with its checkpoint of step {} ({} unsent "
-                 "step(s) restored)", st.id, st.spec.incarnation, st.step, st.welcome_version, restored->step,
-                 st.restored_steps);
+                 "step(s) restored)", st.id, st.spec.incarnation, st.step, st.link.welcome_version, restored->step,
+                 st.checkpoint.restored_steps);
   } else {
     st.log->info("{} (incarnation {}) starts at step {} from version {}", st.id, st.spec.incarnation, st.step,
-                 st.welcome_version);
+                 st.link.welcome_version);
   }
   start_training(self);
 }
@@ -589,47 +591,49 @@ void on_global(LearnerActor* self, const std::string& from, const GlobalFragment
   const int p = static_cast<int>(fragment.fragment_id);
   if (p >= static_cast<int>(st.fragments.size())) return;
   if (st.phase == Phase::init || st.phase == Phase::joining) return;  // the fetch brings the state
-  auto added = st.inbox.add(from + "/" + std::to_string(p) + "/" + std::to_string(fragment.version), fragment.chunk);
+  auto added =
+      st.link.inbox.add(from + "/" + std::to_string(p) + "/" + std::to_string(fragment.version), fragment.chunk);
   if (!added) {
     st.log->warn("{}: dropped a bad global fragment {}: {}", st.id, p, added.error().to_string());
     return;
   }
   if (!added->complete) return;
-  if (fragment.uplink_codec && *fragment.uplink_codec != st.codec) {
+  if (fragment.uplink_codec && *fragment.uplink_codec != st.rules.codec) {
     // An operator's `set outer.codec`: the next updates go out in it (the residual carries over).
     st.log->info("{}: encoding updates with {} from now on (was {})", st.id, codec_name(*fragment.uplink_codec),
-                 codec_name(st.codec));
-    st.codec = *fragment.uplink_codec;
+                 codec_name(st.rules.codec));
+    st.rules.codec = *fragment.uplink_codec;
   }
   std::vector<ScheduleEpoch> epochs;
   for (const auto& e : fragment.schedule) epochs.push_back({static_cast<int64_t>(e.from_step), static_cast<int>(e.inner_steps)});
-  if (!epochs.empty() && epochs != st.schedule.epochs()) {
+  if (!epochs.empty() && epochs != st.rules.schedule.epochs()) {
     // An operator's `set train.inner_steps`: the same schedule as every other learner, from its step on.
-    auto schedule = FragmentSchedule::from_epochs(std::move(epochs), static_cast<int>(st.fragments.size()), st.staggered);
+    auto schedule =
+        FragmentSchedule::from_epochs(std::move(epochs), static_cast<int>(st.fragments.size()), st.rules.staggered);
     if (schedule) {
-      st.schedule = std::move(*schedule);
-      const auto& last = st.schedule.epochs().back();
+      st.rules.schedule = std::move(*schedule);
+      const auto& last = st.rules.schedule.epochs().back();
       st.log->info("{}: H = {} from step {} on (now at step {})", st.id, last.inner_steps, last.from_step, st.step);
     } else {
       st.log->warn("{}: ignored a broadcast schedule: {}", st.id, schedule.error().reason);
     }
   }
-  auto& slot = st.fragments[p];
+  auto& held = st.fragments[p];
   if (static_cast<int64_t>(added->values.size()) != st.spec.layout->plan.fragments[p].numel) return;
-  const auto applied = apply_broadcast(slot.global, fragment.version, fragment.delta_base, std::move(added->values));
+  const auto applied = apply_broadcast(held.global, fragment.version, fragment.delta_base, std::move(added->values));
   if (applied == ApplyResult::old) return;
   if (applied == ApplyResult::gap) {
     // A delta against a B_p this learner does not hold (it missed a broadcast): B_p comes from the store.
     st.broadcast_gaps += 1;
-    if (st.phase != Phase::fetching && seconds(Clock::now() - st.fetch_sent) > 1.0) {
+    if (st.phase != Phase::fetching && seconds(Clock::now() - st.link.fetch_sent) > 1.0) {
       st.log->info("{}: fragment {} version {} is a delta against version {}, it holds {}: fetching the state", st.id,
-                   p, fragment.version, fragment.delta_base, slot.global.version);
+                   p, fragment.version, fragment.delta_base, held.global.version);
       send_fetch(self);
     }
     return;
   }
-  if (fragment.fastest_tokens_per_sec > 0) st.fastest_tokens_per_s = fragment.fastest_tokens_per_sec;
-  if (slot.outstanding && fragment.version > slot.outstanding_base) slot.outstanding = false;
+  if (fragment.fastest_tokens_per_sec > 0) st.rules.fastest_tokens_per_s = fragment.fastest_tokens_per_sec;
+  held.slot.answered(fragment.version);
 
   if (st.phase == Phase::fetching) {
     const bool complete = std::all_of(st.fragments.begin(), st.fragments.end(),
@@ -638,16 +642,15 @@ void on_global(LearnerActor* self, const std::string& from, const GlobalFragment
     start_from_globals(self);
     return;
   }
-  slot.version = slot.global.version;
   if (diloco::data_parallel(mode(self))) {
     // ddp: the global model is this learner's own model of a moment ago; installing it would undo
     // the steps taken since, so only the base of the next update moves.
-    slot.ref = slot.global.values;
+    held.slot.rebase(held.global.values, held.global.version);
   } else {
     install_fragment(self, p);
   }
   if (st.phase == Phase::waiting && !any_outstanding(self)) {
-    st.wait_s += seconds(Clock::now() - st.wait_started);
+    st.times.wait_s += seconds(Clock::now() - st.times.wait_started);
     start_training(self);
   } else if (st.phase == Phase::draining) {
     drain(self);
@@ -661,15 +664,15 @@ void on_welcome(LearnerActor* self, const std::string& from, const Welcome& welc
     // Fragments it already holds are not sent: its copy (or its initial weights) is that version.
     for (uint32_t p : welcome.held_fragments) {
       if (p >= st.fragments.size() || p >= welcome.fragment_versions.size()) continue;
-      auto& held = st.fragments[p].global;
-      if (held.values.empty()) {
+      auto& copy = st.fragments[p].global;
+      if (copy.values.empty()) {
         if (st.phase != Phase::fetching) continue;
-        held.values = read_fragment(self, static_cast<int>(p));
+        copy.values = read_fragment(self, static_cast<int>(p));
       }
-      held.version = std::max(held.version, welcome.fragment_versions[p]);
+      copy.version = std::max(copy.version, welcome.fragment_versions[p]);
     }
     if (st.phase != Phase::fetching) return;
-    st.welcome_version = std::max(st.welcome_version, welcome.version);
+    st.link.welcome_version = std::max(st.link.welcome_version, welcome.version);
     const bool complete = std::all_of(st.fragments.begin(), st.fragments.end(),
                                       [](const auto& f) { return f.global.version > 0; });
     if (complete) start_from_globals(self);
@@ -681,16 +684,16 @@ void on_welcome(LearnerActor* self, const std::string& from, const Welcome& welc
       self->quit(caf::exit_reason::unhandled_exception);
       return;
     }
-    st.connected = false;  // rejoin on the next beat
+    st.link.connected = false;  // rejoin on the next beat
     return;
   }
   auto sender = caf::actor_cast<caf::actor>(self->current_sender());
   if (!sender) return;
-  if (st.syncer != sender) self->monitor(sender);
-  st.syncer = sender;
-  st.connected = true;
-  st.received_until = welcome.received_until;
-  for (auto& slot : st.fragments) slot.outstanding = false;  // a new syncer knows nothing in flight
+  if (st.link.syncer != sender) self->monitor(sender);
+  st.link.syncer = sender;
+  st.link.connected = true;
+  st.link.received_until = welcome.received_until;
+  for (auto& f : st.fragments) f.slot.forget_outstanding();  // a new syncer knows nothing in flight
   if (st.phase == Phase::training || st.phase == Phase::waiting) {
     // A rejoin: broadcasts it missed while away would only show at the next delta against a B_p it
     // does not hold (and its updates meanwhile are stale). The syncer's versions tell it now.
@@ -703,7 +706,7 @@ void on_welcome(LearnerActor* self, const std::string& from, const Welcome& welc
     }
   }
   if (st.phase == Phase::joining) {
-    st.welcome_version = welcome.version;
+    st.link.welcome_version = welcome.version;
     st.phase = Phase::fetching;
     send_fetch(self);
   } else if (st.phase == Phase::waiting) {
@@ -717,13 +720,14 @@ void on_beat(LearnerActor* self) {
   auto& st = self->state;
   const auto now = Clock::now();
   const double retry = std::max(1.0, 5 * opts(self).detector.heartbeat_s);
-  if ((st.phase == Phase::joining || !st.connected) && st.phase != Phase::init && seconds(now - st.join_sent) > retry) {
+  if ((st.phase == Phase::joining || !st.link.connected) && st.phase != Phase::init &&
+      seconds(now - st.link.join_sent) > retry) {
     send_join(self);
   }
-  if (st.phase == Phase::fetching && seconds(now - st.fetch_sent) > retry) send_fetch(self);
+  if (st.phase == Phase::fetching && seconds(now - st.link.fetch_sent) > retry) send_fetch(self);
   if (st.phase == Phase::draining) drain(self);
   if (st.phase == Phase::finished) return;
-  if (seconds(now - st.last_beat) >= opts(self).detector.heartbeat_s) send_heartbeat(self);
+  if (seconds(now - st.times.last_beat) >= opts(self).detector.heartbeat_s) send_heartbeat(self);
   self->delayed_send(self, millis(opts(self).detector.heartbeat_s), beat_atom::value);
 }
 
@@ -732,9 +736,9 @@ Status initialize(LearnerActor* self) {
   const auto& setup = opts(self).setup;
   auto codec = parse_codec(setup.outer.codec);
   if (!codec) return codec.error();
-  st.codec = *codec;
-  st.staggered = diloco::staggered(setup.run.mode);
-  st.dynamic = diloco::dynamic_local_steps(setup.run.mode);
+  st.rules.codec = *codec;
+  st.rules.staggered = diloco::staggered(setup.run.mode);
+  st.rules.dynamic = diloco::dynamic_local_steps(setup.run.mode);
   auto replica = training::Replica::create(setup.model, setup.inner, setup.run.device, setup.run.seed);
   if (!replica) return replica.error();
   st.replica = std::move(*replica);
@@ -743,36 +747,38 @@ Status initialize(LearnerActor* self) {
     st.spec.start_step -= st.spec.start_step % setup.run.inner_steps;
   }
   st.fragments.resize(st.spec.layout->plan.fragments.size());
-  st.schedule = FragmentSchedule(setup.run.inner_steps, static_cast<int>(st.fragments.size()), st.staggered);
+  st.rules.schedule =
+      FragmentSchedule(setup.run.inner_steps, static_cast<int>(st.fragments.size()), st.rules.staggered);
   for (size_t p = 0; p < st.fragments.size(); ++p) {
     st.fragments[p].share = static_cast<double>(st.spec.layout->plan.fragments[p].numel) /
                             static_cast<double>(std::max<int64_t>(1, st.spec.layout->parameter_count));
   }
   st.step = st.spec.start_step;
   // Sync mode is classic DiLoCo: every learner starts the next round from the global model.
-  st.install = st.staggered ? install_mode(opts(self).syncer.carry_unsent, opts(self).syncer.alpha)
+  st.rules.install = st.rules.staggered ? install_mode(opts(self).syncer.carry_unsent, opts(self).syncer.alpha)
                             : InstallMode::replace;
   // Sync and ddp redo an interrupted round from its start, so unsent work is never carried over there.
-  if (st.staggered && opts(self).learner_checkpoint_every > 0 && !opts(self).run_dir.empty()) {
+  if (st.rules.staggered && opts(self).learner_checkpoint_every > 0 && !opts(self).run_dir.empty()) {
     const std::string directory = opts(self).run_dir + "/learners";
     std::error_code ec;
     std::filesystem::create_directories(directory, ec);
-    st.checkpoint_path = learner_checkpoint_path(directory, st.id);
-    if (std::filesystem::exists(st.checkpoint_path)) {
+    st.checkpoint.path = learner_checkpoint_path(directory, st.id);
+    if (std::filesystem::exists(st.checkpoint.path)) {
       std::vector<int64_t> sizes;
       for (const auto& f : st.spec.layout->plan.fragments) sizes.push_back(f.numel);
-      auto loaded = load_learner_checkpoint(st.checkpoint_path, st.spec.layout->parameter_count, sizes);
+      auto loaded = load_learner_checkpoint(st.checkpoint.path, st.spec.layout->parameter_count, sizes);
       if (loaded) {
-        st.restored = std::make_unique<LearnerCheckpoint>(std::move(*loaded));
+        st.checkpoint.loaded = std::make_unique<LearnerCheckpoint>(std::move(*loaded));
       } else {
-        st.checkpoint_error = loaded.error().to_string();
-        st.log->warn("{}: ignoring its checkpoint, starting from the global model alone: {}", st.id, st.checkpoint_error);
+        st.checkpoint.error = loaded.error().to_string();
+        st.log->warn("{}: ignoring its checkpoint, starting from the global model alone: {}", st.id,
+                     st.checkpoint.error);
       }
     }
   }
-  if (st.restored && st.restored->step > st.step) {
+  if (st.checkpoint.loaded && st.checkpoint.loaded->step > st.step) {
     // Its data position ran ahead of what the supervisor last heard: do not train on those batches again.
-    st.step = st.restored->step;
+    st.step = st.checkpoint.loaded->step;
   }
   return open_cursors(self);
 }
@@ -791,13 +797,13 @@ caf::behavior learner_behavior(LearnerActor* self, LearnerSpec spec) {
   auto& st = self->state;
   st.spec = std::move(spec);
   st.id = learner_id(st.spec.index);
-  st.outbox = Outbox(st.id);
+  st.link.outbox = Outbox(st.id);
   self->set_down_handler([=](caf::down_msg& down) {
     auto& st = self->state;
-    if (st.syncer && down.source == st.syncer.address()) {
+    if (st.link.syncer && down.source == st.link.syncer.address()) {
       st.log->warn("{}: the syncer is down; training on, rejoining when a syncer is back", st.id);
-      st.syncer = caf::actor{};
-      st.connected = false;
+      st.link.syncer = caf::actor{};
+      st.link.connected = false;
     }
   });
   self->send(self, init_atom::value);
@@ -849,13 +855,13 @@ caf::behavior learner_behavior(LearnerActor* self, LearnerSpec spec) {
           st.refused_remote += 1;
           return false;
         }
-        if (pause == st.paused) return true;
-        st.paused = pause;
+        if (pause == st.controls.paused) return true;
+        st.controls.paused = pause;
         if (pause) {
-          st.paused_since = Clock::now();
+          st.controls.paused_since = Clock::now();
           st.log->info("{}: paused at step {}", st.id, st.step);
         } else {
-          st.paused_s += seconds(Clock::now() - st.paused_since);
+          st.times.paused_s += seconds(Clock::now() - st.controls.paused_since);
           st.log->info("{}: resumed at step {}", st.id, st.step);
           if (st.phase == Phase::training) self->send(self, step_atom::value);
         }
@@ -868,7 +874,7 @@ caf::behavior learner_behavior(LearnerActor* self, LearnerSpec spec) {
           st.refused_remote += 1;
           return;
         }
-        st.throttle = factor;
+        st.controls.throttle = factor;
         st.log->info("{}: throttled to {:.3g}x its step time at step {}", st.id, factor, st.step);
       },
       [=](corrupt_atom, const std::string& key) {
@@ -877,7 +883,7 @@ caf::behavior learner_behavior(LearnerActor* self, LearnerSpec spec) {
           st.refused_remote += 1;
           return;
         }
-        st.corrupt_next = true;
+        st.controls.corrupt_next = true;
       },
       [=](restart_atom, const std::string& key) {
         // An operator's restart: its unsent work is saved first, so the next incarnation continues it.
@@ -886,7 +892,7 @@ caf::behavior learner_behavior(LearnerActor* self, LearnerSpec spec) {
           st.refused_remote += 1;
           return;
         }
-        if (!st.checkpoint_path.empty() && st.replica && st.steps_this_incarnation > 0) {
+        if (!st.checkpoint.path.empty() && st.replica && st.times.steps > 0) {
           collect_checkpoint_write(self, true);
           save_checkpoint(self);
           collect_checkpoint_write(self, true);
@@ -922,19 +928,22 @@ caf::behavior learner_behavior(LearnerActor* self, LearnerSpec spec) {
         std::vector<uint64_t> versions;
         std::vector<int> periods;
         for (const auto& f : st.fragments) {
-          versions.push_back(f.version);
+          versions.push_back(f.slot.version());
           periods.push_back(f.period);
         }
         nlohmann::json j = {{"id", st.id}, {"incarnation", st.spec.incarnation}, {"phase", phase_name(st.phase)},
-                            {"step", st.step}, {"connected", st.connected}, {"welcome_version", st.welcome_version},
-                            {"fragment_versions", versions}, {"compute_s", st.compute_s}, {"wait_s", st.wait_s},
-                            {"recovery_s", st.recovery_s}, {"tokens_per_s", st.tokens_per_s},
-                            {"restored_from_step", st.restored_from_step}, {"restored_steps", st.restored_steps},
-                            {"restored_dropped", st.restored_dropped}, {"steps_skipped", st.steps_skipped},
-                            {"checkpoints_written", st.checkpoints_written},
-                            {"checkpoints_skipped", st.checkpoints_skipped}, {"checkpoint_s", st.checkpoint_s},
-                            {"checkpoint_error", st.checkpoint_error}, {"periods", periods},
-                            {"fastest_tokens_per_s", st.fastest_tokens_per_s},
+                            {"step", st.step}, {"connected", st.link.connected},
+                            {"welcome_version", st.link.welcome_version}, {"fragment_versions", versions},
+                            {"compute_s", st.times.compute_s}, {"wait_s", st.times.wait_s},
+                            {"recovery_s", st.times.recovery_s}, {"tokens_per_s", st.times.tokens_per_s},
+                            {"restored_from_step", st.checkpoint.restored_from_step},
+                            {"restored_steps", st.checkpoint.restored_steps},
+                            {"restored_dropped", st.checkpoint.restored_dropped},
+                            {"steps_skipped", st.checkpoint.steps_skipped},
+                            {"checkpoints_written", st.checkpoint.written},
+                            {"checkpoints_skipped", st.checkpoint.skipped}, {"checkpoint_s", st.checkpoint.seconds},
+                            {"checkpoint_error", st.checkpoint.error}, {"periods", periods},
+                            {"fastest_tokens_per_s", st.rules.fastest_tokens_per_s},
                             {"learner_nonfinite_recoveries", st.nonfinite_recoveries},
                             {"broadcast_gaps", st.broadcast_gaps}, {"refused_remote", st.refused_remote},
                             {"thread_nice", thread_nice()}};

@@ -14,7 +14,9 @@
 // fastest speed) steps); its update is Δ_p = θ_ref,p − θ_local,p (θ_ref: the global last installed,
 // or θ_local at the last send), encoded with the configured codec and per-fragment error feedback,
 // sent as FragmentUpdate chunks. A received GlobalFragment newer than the local copy is installed
-// by diloco/install.hpp's install_global (mix α·local + (1−α)·global, or carry; sync mode replaces).
+// (mix α·local + (1−α)·global, or carry; sync mode replaces). That θ_ref algebra and each fragment's
+// bookkeeping (version held, update in flight, unsent work) is one value per fragment,
+// diloco/fragment_slot.hpp; the actor reads θ_p from its replica, hands it over and writes back.
 // Decoupled/async learners checkpoint their unsent work and AdamW state (learner_checkpoint.hpp)
 // and a restarted incarnation continues from it.
 // Heartbeats (every detector.heartbeat_s, or after each step when steps are slower) go to the
@@ -32,7 +34,7 @@
 //   sends    Join, FragmentUpdate*, Leave       to the syncer; Join{heldDigests} to the store
 //            Heartbeat                          to the failure monitor and its supervisor
 // Guarantees: an update leaves only for work done since the last one sent for its fragment
-// (Δ = θ_ref − θ_local, diloco/install.hpp); an installed fragment is never older than the one held.
+// (Δ = θ_ref − θ_local, diloco/fragment_slot.hpp); an installed fragment is never older than the one held.
 #pragma once
 
 #include <chrono>

@@ -1,7 +1,7 @@
-// The learner's side of a fragment: installing a received global fragment against the point its
-// unsent work is measured from (θ_ref). This is the one place the θ_ref algebra is spelled:
-// an update is Δ = θ_ref − θ_local, sending one sets θ_ref ← θ_local, and installing θ_G sets
-// θ_ref ← θ_G in every mode. Pure; any thread.
+// Installing a received global fragment on a learner against the point its unsent work is measured
+// from (θ_ref): the install step of the θ_ref algebra, whose other steps (send, recover, restore)
+// and bookkeeping are diloco/fragment_slot.hpp's, its one caller. Installing θ_G sets θ_ref ← θ_G
+// in every mode. Pure; any thread.
 #pragma once
 
 #include <cstdint>
