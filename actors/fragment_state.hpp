@@ -9,10 +9,11 @@
 // downlink encoding) without touching the current one, or non_finite if that value would hold
 // NaN/Inf anywhere (the caller then drops the stage); once the checkpoint store committed it,
 // commit_fragment() swaps it in, keeping the contributions that arrived meanwhile. Meanwhile the
-// syncer lends the current value's θ_p, B_p and outer state (drop_values: SyncerCore keeps their
-// digests and stored entry), and sends a failed commit again as it is. to_stored()/from_stored() are what a committed version
-// persists, so a restarted syncer resumes with the same value. This value is the unit a syncer
-// shard owns. Pure functions over values: any thread; a value has one owner.
+// syncer lends the current value's θ_p, B_p and outer state (drop_values: its CommitBook,
+// actors/syncer_commits.hpp, keeps their digests and stored entry), and sends a failed commit
+// again as it is. to_stored()/from_stored() are what a committed version persists, so a restarted
+// syncer resumes with the same value. This value is the unit a syncer shard owns. Pure functions
+// over values: any thread; a value has one owner.
 #pragma once
 
 #include <cstdint>
@@ -43,9 +44,9 @@ struct PendingContribution {
   int64_t staleness = 0;
   double arrived_s = 0;
   double norm = 0;           // ‖Δ‖ as received (rda)
-  double screen_norm = 0;    // ‖Δ‖ / Σ inner lr over its steps (screening, SyncerCore)
+  double screen_norm = 0;    // ‖Δ‖ / Σ inner lr over its steps (screening: actors/syncer_screen.hpp)
   float scale = 1;           // < 1: clipped by screening to this fraction of Δ
-  bool screened = true;      // false: held until enough norms are known to screen it (SyncerCore)
+  bool screened = true;      // false: held until enough norms are known to screen it (syncer_screen.hpp)
   // Δ = θ_p(base) − θ_local,p: held only until it is folded into the running sum, and kept for
   // Delayed Nesterov's per-arrival steps (a merge that is not a sum).
   std::vector<float> delta;

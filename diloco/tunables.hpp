@@ -7,7 +7,7 @@
 // config/default.toml; a value the table accepts is one the configuration accepts at start. Names
 // a key had before (`syncer.grace_max_s`) are refused with the one name.
 //
-// Who calls it: the syncer's `set` (actors/syncer_core.cpp) looks a key up and checks its value
+// Who calls it: the syncer's `set` (actors/syncer_settings.cpp) looks a key up and checks its value
 // before applying it; the configuration (apps/config.cpp) checks the same keys' bounds; the console
 // lists the names in its help. Pure; any thread.
 #pragma once

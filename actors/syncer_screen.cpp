@@ -1,0 +1,132 @@
+#include "actors/syncer_screen.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <utility>
+
+#include "actors/events.hpp"
+#include "actors/syncer_merge.hpp"
+#include "common/log.hpp"
+#include "training/replica.hpp"
+
+namespace archipelago::actors {
+
+using diloco::Screening;
+
+NormScreen::NormScreen(Screening rule, int fragment_count, std::shared_ptr<EventLog> events)
+    : rule_(rule),
+      events_(std::move(events)),
+      honest_(static_cast<size_t>(fragment_count)),
+      largest_passed_ratio_(static_cast<size_t>(fragment_count), 0.0) {}
+
+double NormScreen::figure(double norm, uint64_t from_step, uint64_t to_step, int64_t credited_steps,
+                          const training::InnerOptions& inner) {
+  const auto steps = diloco::screened_steps(from_step, to_step, credited_steps);
+  double sum = 0;
+  for (int64_t t = steps.first; t < steps.first + steps.count; ++t) sum += training::scheduled_learning_rate(inner, t);
+  return norm / (sum > 0 ? sum : 1.0);  // an inner lr of 0 trains nothing: plain norms
+}
+
+Screening::Verdict NormScreen::judge(int p, double figure) const { return rule_.judge(figure, known(p)); }
+
+bool NormScreen::apply(int p, PendingContribution& c, const Screening::Verdict& verdict, std::vector<float>& delta) {
+  c.screened = true;
+  if (verdict.action == Screening::Action::refuse) {
+    component_logger("syncer")->warn("refused the update of fragment {} from {} as an outlier: its norm ({:.4g}) per "
+                                     "unit of inner lr is {:.3g} times the median of the learners' latest honest ones "
+                                     "(outer.screen_refuse = {})", p, c.learner_id, c.norm, verdict.ratio, rule_.refuse);
+    return false;
+  }
+  if (verdict.action == Screening::Action::clip) {
+    c.scale = verdict.scale;
+    for (auto& v : delta) v *= verdict.scale;
+    clipped_ += 1;
+    if (events_) {
+      events_->add("clipped", c.learner_id,
+                   "fragment " + std::to_string(p) + ": norm " + std::to_string(verdict.ratio) + " medians");
+    }
+    component_logger("syncer")->warn("clipped the update of fragment {} from {}: its norm ({:.4g}) per unit of inner lr "
+                                     "is {:.3g} times the median of the learners' latest honest ones (outer.screen_clip = {})",
+                                     p, c.learner_id, c.norm, verdict.ratio, rule_.clip);
+    honest_[p][c.learner_id] = c.screen_norm * verdict.scale;
+    return true;
+  }
+  largest_passed_ratio_[p] = std::max(largest_passed_ratio_[p], verdict.ratio);
+  honest_[p][c.learner_id] = c.screen_norm;
+  return true;
+}
+
+bool NormScreen::can_settle(int p, const FragmentState& f) const {
+  return with_held(p, f).size() >= Screening::kMinKnown;
+}
+
+void NormScreen::settle(int p, FragmentState& f, const FragmentRules& rules,
+                        const std::function<void(const PendingContribution&)>& refused) {
+  const std::vector<double> figures = with_held(p, f);
+  std::vector<PendingContribution> kept;
+  for (auto& c : f.pending) {
+    if (c.screened) {
+      kept.push_back(std::move(c));
+      continue;
+    }
+    auto verdict = rule_.judge(c.screen_norm, figures);
+    if (verdict.action == Screening::Action::hold) {  // too few figures even with the round's: merged unscreened
+      verdict = {};
+      unscreened_ += 1;
+    }
+    std::vector<float> delta = std::move(c.delta);
+    std::vector<uint8_t> encoded = std::move(c.encoded);
+    c.delta = {};
+    c.encoded = {};
+    if (!apply(p, c, verdict, delta)) {
+      refused(c);
+      continue;
+    }
+    if (!encoded.empty()) fold_encoded(f, c, c.codec, encoded, rules);
+    else fold(f, c, std::move(delta), rules);
+    kept.push_back(std::move(c));
+  }
+  f.pending = std::move(kept);
+}
+
+nlohmann::json NormScreen::status(int64_t refused) const {
+  std::vector<double> medians;
+  for (size_t p = 0; p < honest_.size(); ++p) medians.push_back(Screening::median(known(static_cast<int>(p))));
+  return {{"mode", diloco::screen_mode_name(rule_.mode)}, {"clip", rule_.clip},
+          {"refuse", rule_.refuse},
+          {"clipped", clipped_}, {"refused", refused},
+          {"held", held_}, {"unscreened", unscreened_},
+          {"median_norm_per_lr", medians}, {"largest_passed_ratio", largest_passed_ratio_}};
+}
+
+nlohmann::json NormScreen::known_json() const {
+  nlohmann::json norms = nlohmann::json::array();
+  for (const auto& known : honest_) norms.push_back(known);
+  return norms;
+}
+
+void NormScreen::restore_known(const nlohmann::json& norms) {
+  for (size_t p = 0; p < honest_.size() && p < norms.size(); ++p) {
+    if (!norms[p].is_object()) continue;
+    honest_[p].clear();
+    for (const auto& [learner, v] : norms[p].items()) {
+      if (v.is_number() && std::isfinite(v.get<double>()) && v.get<double>() >= 0) honest_[p][learner] = v.get<double>();
+    }
+  }
+}
+
+std::vector<double> NormScreen::known(int p) const {
+  std::vector<double> figures;
+  for (const auto& [_, figure] : honest_[p]) figures.push_back(figure);
+  return figures;
+}
+
+std::vector<double> NormScreen::with_held(int p, const FragmentState& f) const {
+  std::vector<double> figures = known(p);
+  for (const auto& c : f.pending) {
+    if (!c.screened) figures.push_back(c.screen_norm);
+  }
+  return figures;
+}
+
+}  // namespace archipelago::actors
