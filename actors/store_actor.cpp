@@ -10,6 +10,7 @@
 
 #include "actors/wire.hpp"
 #include "common/log.hpp"
+#include "diloco/version_manifest.hpp"
 
 namespace archipelago::actors {
 namespace {
@@ -183,7 +184,7 @@ void drop_ticket(StoreActor* self, std::map<uint64_t, TicketCommit>::iterator it
 
 // Records a prepared ticket as `end.version`, carrying the fragments its manifest names.
 void record_ticket(StoreActor* self, const caf::actor& sender, const CommitEnd& end,
-                   const nlohmann::json& manifest) {
+                   const diloco::VersionManifest& manifest) {
   auto& st = self->state;
   auto it = st.tickets.find(end.ticket);
   if (it == st.tickets.end() || !it->second.prepared) {
@@ -194,8 +195,7 @@ void record_ticket(StoreActor* self, const caf::actor& sender, const CommitEnd& 
   }
   auto prepared = std::move(*it->second.prepared);
   st.tickets.erase(it);
-  std::vector<uint32_t> carried;
-  for (const auto& p : manifest.value("carried", nlohmann::json::array())) carried.push_back(p.get<uint32_t>());
+  std::vector<uint32_t> carried(manifest.carried.begin(), manifest.carried.end());
   auto stats = st.store->commit_prepared(std::move(prepared), end.version, end.manifest_json, std::move(carried));
   if (!stats) {
     st.failed_commits += 1;
@@ -230,14 +230,14 @@ void on_commit_end(StoreActor* self, const caf::actor& sender, const CommitEnd& 
     prepare_ticket(self, sender, persist.ticket);
     return;
   }
-  auto manifest = nlohmann::json::parse(persist.manifest_json, nullptr, false);
-  if (manifest.is_discarded()) {
+  auto manifest = diloco::VersionManifest::decode(persist.manifest_json);
+  if (!manifest) {
     if (auto it = st.tickets.find(persist.ticket); it != st.tickets.end()) drop_ticket(self, it);
     st.failed_commits += 1;
-    reply_persisted(self, sender, persist.version, false, "manifest is not JSON", persist.ticket);
+    reply_persisted(self, sender, persist.version, false, manifest.error().reason, persist.ticket);
     return;
   }
-  record_ticket(self, sender, persist, manifest);
+  record_ticket(self, sender, persist, *manifest);
 }
 
 // Sends a stored version as GlobalFragments (to a learner or the evaluator), each labelled with the
@@ -261,13 +261,10 @@ void serve_latest(StoreActor* self, const caf::actor& to, bool as_persist, const
   st.serves += 1;
   const uint64_t version = latest->version;
   const bool to_learner = learner_index(requester) >= 0;
-  auto manifest = nlohmann::json::parse(latest->manifest_json, nullptr, false);
-  std::vector<uint64_t> fragment_versions;
-  if (manifest.is_object() && manifest.contains("fragment_versions")) {
-    fragment_versions = manifest["fragment_versions"].get<std::vector<uint64_t>>();
-  }
+  // A manifest that does not read (none is committed unread) labels every fragment with the version.
+  auto manifest = diloco::VersionManifest::decode(latest->manifest_json);
   auto version_of = [&](uint32_t fragment) {
-    return fragment < fragment_versions.size() ? fragment_versions[fragment] : version;
+    return manifest && fragment < manifest->fragment_versions.size() ? manifest->fragment_versions[fragment] : version;
   };
   std::set<uint32_t> skip;
   if (!as_persist) {

@@ -210,15 +210,13 @@ void record_next(SyncerActor* self) {
     st.to_record.pop_front();
     StagedCommit& commit = it->second;
     st.core->seal(commit, st.now());
-    nlohmann::json manifest = commit.manifest;
-  manifest["bytes_from_learners"] = st.core->bytes_from_learners;
-  manifest["bytes_to_learners"] = st.core->bytes_to_learners;
-  if (manifest.contains("accounting")) {
-    manifest["accounting"]["bytes_from_learners"] = st.core->bytes_from_learners;
-    manifest["accounting"]["bytes_to_learners"] = st.core->bytes_to_learners;
-    if (!st.ledger_carry.is_null()) manifest["accounting"]["ledger"] = st.ledger_carry;
-  }
-    auto end = st.outbox.wrap(CommitEnd{commit.version, manifest.dump(), ticket});
+    diloco::VersionManifest manifest = commit.manifest;
+    manifest.bytes_from_learners = st.core->bytes_from_learners;
+    manifest.bytes_to_learners = st.core->bytes_to_learners;
+    manifest.accounting["bytes_from_learners"] = st.core->bytes_from_learners;
+    manifest.accounting["bytes_to_learners"] = st.core->bytes_to_learners;
+    if (!st.ledger_carry.is_null()) manifest.accounting["ledger"] = st.ledger_carry;
+    auto end = st.outbox.wrap(CommitEnd{commit.version, manifest.encode(), ticket});
     if (!end) return;
     st.recording = ticket;
     self->send(store, std::move(*end));
@@ -328,8 +326,12 @@ void try_merge(SyncerActor* self) {
 
 void finish_restore(SyncerActor* self, const CommitEnd& marker) {
   auto& st = self->state;
-  auto manifest = nlohmann::json::parse(marker.manifest_json, nullptr, false);
-  if (manifest.is_discarded()) manifest = nlohmann::json::object();
+  auto decoded = diloco::VersionManifest::decode(marker.manifest_json);
+  if (!decoded) {
+    // The store took it as JSON when it was committed: restore its blobs, with the manifest's defaults.
+    st.log->warn("version {}: {}; restoring its blobs without it", marker.version, decoded.error().to_string());
+  }
+  const diloco::VersionManifest manifest = decoded ? std::move(*decoded) : diloco::VersionManifest{};
   Status restored = st.core->restore(marker.version, std::move(st.restore_broadcast), std::move(st.restore_outer),
                                      manifest);
   if (!restored) {
@@ -337,9 +339,8 @@ void finish_restore(SyncerActor* self, const CommitEnd& marker) {
     request_restore(self);
     return;
   }
-  if (st.ledger_carry.is_null() && manifest.contains("accounting") && manifest["accounting"].is_object() &&
-      manifest["accounting"].contains("ledger")) {
-    st.ledger_carry = manifest["accounting"]["ledger"];  // until the monitor's next, kept as committed
+  if (st.ledger_carry.is_null() && manifest.accounting.contains("ledger")) {
+    st.ledger_carry = manifest.accounting["ledger"];  // until the monitor's next, kept as committed
   }
   st.spec.initial_fragments->release();  // every later start restores from the store
   st.log->info("restored committed version {} from the checkpoint store", marker.version);

@@ -62,39 +62,31 @@ void CommitBook::open(StagedCommit& commit, std::vector<FragmentState>& fragment
 }
 
 void CommitBook::seal(StagedCommit& commit, const std::vector<FragmentState>& fragments, diloco::Mode mode,
-                      nlohmann::json accounting, nlohmann::json known_norms) {
+                      nlohmann::json accounting, std::vector<std::map<std::string, double>> known_norms) {
   commit.version = std::max(latest_version_, last_attempted_version_) + 1;
   last_attempted_version_ = commit.version;
-  std::vector<uint64_t> fragment_versions;
-  std::vector<int> carried;
-  nlohmann::json outer_state = nlohmann::json::array();
-  nlohmann::json contributors = nlohmann::json::array();
+  diloco::VersionManifest& m = commit.manifest;
+  m = diloco::VersionManifest{};
+  m.version = commit.version;
+  m.mode = mode;
+  m.initial = commit.initial;
+  m.fragments = commit.fragment_ids();
   for (int p = 0; p < static_cast<int>(fragments.size()); ++p) {
     const StagedFragment* staged = commit.find(p);
-    fragment_versions.push_back(staged ? commit.version : fragments[p].version);
-    if (!staged) carried.push_back(p);
+    m.fragment_versions.push_back(staged ? commit.version : fragments[p].version);
+    if (!staged) m.carried.push_back(p);
     const auto hollow = hollow_.find(p);
-    outer_state.push_back(staged                    ? stored_entry(staged->next)
-                          : hollow != hollow_.end() ? hollow->second.entry
-                                                    : stored_entry(fragments[p]));
-    if (!staged) continue;
+    m.outer_state.push_back(staged                    ? stored_entry(staged->next)
+                            : hollow != hollow_.end() ? hollow->second.entry
+                                                      : stored_entry(fragments[p]));
+    if (!staged || commit.initial) continue;
     for (const auto& c : staged->merged) {
-      contributors.push_back({{"learner", c.learner_id}, {"fragment", p}, {"base", c.base_version},
-                              {"share", staged->share}, {"round", c.round}, {"on_time", c.on_time},
-                              {"staleness", c.staleness}, {"steps", c.steps}, {"tokens", c.tokens},
-                              {"train_loss", c.train_loss}});
+      m.contributors.push_back({c.learner_id, p, c.base_version, staged->share, c.round, c.on_time, c.staleness, c.steps,
+                                c.tokens, c.train_loss});
     }
   }
-  commit.manifest = {{"version", commit.version}, {"mode", diloco::mode_name(mode)}, {"fragments", commit.fragment_ids()},
-                     {"carried", carried}, {"fragment_versions", fragment_versions},
-                     {"outer_state", outer_state}};
-  if (commit.initial) {
-    commit.manifest["kind"] = "initial";
-  } else {
-    commit.manifest["contributors"] = contributors;
-  }
-  commit.manifest["accounting"] = std::move(accounting);
-  commit.manifest["screening_norms"] = std::move(known_norms);
+  m.accounting = std::move(accounting);
+  m.screening_norms = std::move(known_norms);
 }
 
 void CommitBook::succeeded(StagedCommit& commit, std::vector<FragmentState>& fragments) {
@@ -136,7 +128,7 @@ void CommitBook::failed(StagedCommit& commit, std::vector<FragmentState>& fragme
   commit.attempts += 1;
   commit.ticket = ++last_ticket_;
   commit.version = 0;
-  commit.manifest = nlohmann::json();
+  commit.manifest = diloco::VersionManifest{};
   component_logger("syncer")->error("commit of {} failed ({}): its {} fragment(s) stay staged, with {} "
                                     "contribution(s), and are sent again as ticket {} (attempt {})",
                                     which, reason, commit.fragments.size(), merged, commit.ticket, commit.attempts + 1);

@@ -26,6 +26,7 @@
 
 #include "actors/fragment_state.hpp"
 #include "actors/runtime_options.hpp"
+#include "diloco/version_manifest.hpp"
 
 namespace archipelago::actors {
 
@@ -36,7 +37,7 @@ struct StagedCommit {
   uint64_t version = 0;   // 0 until seal()
   bool initial = false;   // the initial parameters (stage_initial)
   std::vector<StagedFragment> fragments;
-  nlohmann::json manifest;  // made by seal()
+  diloco::VersionManifest manifest;  // made by seal()
   double started_s = 0;
   int attempts = 0;          // failed attempts so far (commit_failed)
   double resend_at_s = -1;   // a failed commit waits until then to be sent again (−1: sent)
@@ -66,7 +67,7 @@ class CommitBook {
   // Chooses the version of a commit whose blobs are durable (the next number) and writes its
   // manifest: the other fragments as committed, `accounting` and the screening's `known_norms`.
   void seal(StagedCommit& commit, const std::vector<FragmentState>& fragments, diloco::Mode mode,
-            nlohmann::json accounting, nlohmann::json known_norms);
+            nlohmann::json accounting, std::vector<std::map<std::string, double>> known_norms);
   // Swaps the staged values in (keeping what arrived meanwhile pending); empties the commit's values.
   void succeeded(StagedCommit& commit, std::vector<FragmentState>& fragments);
   // Keeps a failed commit staged and in flight under a new ticket, or hands an initial one's values back.

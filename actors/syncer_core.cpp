@@ -66,14 +66,14 @@ Expected<std::pair<std::string, std::string>> SyncerCore::set(const std::string&
 }
 
 Status SyncerCore::restore(uint64_t version, std::vector<std::vector<float>> broadcast,
-                           std::vector<std::vector<float>> outer, const nlohmann::json& manifest) {
+                           std::vector<std::vector<float>> outer, const diloco::VersionManifest& manifest) {
   auto values = restored_values(version, std::move(broadcast), std::move(outer), manifest, fragments_, rules());
   if (!values) return values.error();
   fragments_ = std::move(*values);
   commits_.restored(version);
-  if (manifest.contains("accounting")) restore_accounting(manifest["accounting"]);
+  if (!manifest.accounting.empty()) restore_accounting(manifest.accounting);
   // The screening's known norms, so that a restarted syncer screens from its first update.
-  screen_.restore_known(manifest.value("screening_norms", nlohmann::json::array()));
+  screen_.restore_known(manifest.screening_norms);
   has_values_ = true;
   commits_.release_unowned(fragments_, options().shard);
   return {};
@@ -296,7 +296,7 @@ void SyncerCore::credit(LearnerRoster& roster, const StagedCommit& commit, doubl
 void SyncerCore::seal(StagedCommit& commit, double now_s) {
   LearnerRoster credited = roster_;  // the learners as this commit leaves them
   credit(credited, commit, now_s);
-  commits_.seal(commit, fragments_, mode(), accounting_json(credited), screen_.known_json());
+  commits_.seal(commit, fragments_, mode(), accounting_json(credited), screen_.known_norms());
 }
 
 void SyncerCore::commit_succeeded(StagedCommit& commit, double now_s) {

@@ -50,6 +50,7 @@
 #include "common/error.hpp"
 #include "diloco/merge_rules.hpp"
 #include "diloco/schedule.hpp"
+#include "diloco/version_manifest.hpp"
 #include "messages/message_types.hpp"
 
 namespace archipelago::actors {
@@ -101,7 +102,7 @@ class SyncerCore {
   // Loads a committed version (from the checkpoint store): per fragment B_p and the outer-state blob
   // (fragment_state.hpp, to_stored). `manifest` restores the rest of each value and the counters.
   Status restore(uint64_t version, std::vector<std::vector<float>> broadcast,
-                 std::vector<std::vector<float>> outer, const nlohmann::json& manifest);
+                 std::vector<std::vector<float>> outer, const diloco::VersionManifest& manifest);
 
   // ---- learners --------------------------------------------------------------------------------
   messages::Welcome join(const messages::Join& join, double now_s);

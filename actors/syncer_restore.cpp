@@ -34,17 +34,15 @@ Expected<std::vector<FragmentState>> initial_values(std::vector<std::vector<floa
 }
 
 Expected<std::vector<FragmentState>> restored_values(uint64_t version, std::vector<std::vector<float>> broadcast,
-                                                     std::vector<std::vector<float>> outer, const nlohmann::json& manifest,
+                                                     std::vector<std::vector<float>> outer, const diloco::VersionManifest& manifest,
                                                      const std::vector<FragmentState>& current, const FragmentRules& rules) {
   if (broadcast.size() != current.size() || outer.size() != current.size()) {
     return make_error(ErrorCode::inconsistent, "stored version has " + std::to_string(broadcast.size()) +
                                                    " fragments, the model has " + std::to_string(current.size()));
   }
   std::vector<uint64_t> fragment_versions(current.size(), version);
-  if (manifest.contains("fragment_versions") && manifest["fragment_versions"].size() == current.size()) {
-    fragment_versions = manifest["fragment_versions"].get<std::vector<uint64_t>>();
-  }
-  const nlohmann::json entries = manifest.value("outer_state", nlohmann::json::array());
+  if (manifest.fragment_versions.size() == current.size()) fragment_versions = manifest.fragment_versions;
+  const nlohmann::json& entries = manifest.outer_state;
   std::vector<FragmentState> restored;
   for (size_t p = 0; p < current.size(); ++p) {
     if (static_cast<int64_t>(broadcast[p].size()) != current[p].numel) {

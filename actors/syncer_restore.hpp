@@ -13,6 +13,7 @@
 
 #include "actors/fragment_state.hpp"
 #include "common/error.hpp"
+#include "diloco/version_manifest.hpp"
 
 namespace archipelago::actors {
 
@@ -27,7 +28,7 @@ Expected<std::vector<FragmentState>> initial_values(std::vector<std::vector<floa
 // version (`fragment_versions`; all `version` when it has none) and stored entry (`outer_state`).
 // inconsistent when the count or a size is not `current`'s, or an entry does not fit its blobs.
 Expected<std::vector<FragmentState>> restored_values(uint64_t version, std::vector<std::vector<float>> broadcast,
-                                                     std::vector<std::vector<float>> outer, const nlohmann::json& manifest,
+                                                     std::vector<std::vector<float>> outer, const diloco::VersionManifest& manifest,
                                                      const std::vector<FragmentState>& current, const FragmentRules& rules);
 
 }  // namespace archipelago::actors

@@ -99,18 +99,12 @@ nlohmann::json NormScreen::status(int64_t refused) const {
           {"median_norm_per_lr", medians}, {"largest_passed_ratio", largest_passed_ratio_}};
 }
 
-nlohmann::json NormScreen::known_json() const {
-  nlohmann::json norms = nlohmann::json::array();
-  for (const auto& known : honest_) norms.push_back(known);
-  return norms;
-}
-
-void NormScreen::restore_known(const nlohmann::json& norms) {
+void NormScreen::restore_known(const std::vector<std::map<std::string, double>>& norms) {
   for (size_t p = 0; p < honest_.size() && p < norms.size(); ++p) {
-    if (!norms[p].is_object()) continue;
+    if (norms[p].empty()) continue;
     honest_[p].clear();
-    for (const auto& [learner, v] : norms[p].items()) {
-      if (v.is_number() && std::isfinite(v.get<double>()) && v.get<double>() >= 0) honest_[p][learner] = v.get<double>();
+    for (const auto& [learner, v] : norms[p]) {
+      if (std::isfinite(v) && v >= 0) honest_[p][learner] = v;
     }
   }
 }

@@ -5,7 +5,7 @@
 // knows kMinKnown figures an update is held as it came, and judged once the known and held figures
 // are kMinKnown (or when its round closes) against all of them: so at most kMinKnown deltas of a
 // fragment are ever held, at the start of a run, and runs of 2 learners are not screened. The known
-// figures are part of every committed manifest (known_json → restore_known), so a restarted syncer
+// figures are part of every committed manifest (known_norms → restore_known), so a restarted syncer
 // screens from its first update.
 //
 // Invariant: a figure becomes known only from an update that passed or was clipped. Refusals are
@@ -59,8 +59,10 @@ class NormScreen {
   // largest ratio an update passed with (how close honest updates come to being clipped).
   nlohmann::json status(int64_t refused) const;
   // Per fragment, learner -> known figure: what a committed manifest carries, and back.
-  nlohmann::json known_json() const;
-  void restore_known(const nlohmann::json& norms);
+  std::vector<std::map<std::string, double>> known_norms() const { return honest_; }
+  // Takes the known figures of a committed manifest; a fragment it names no figure of keeps its own,
+  // a negative or non-finite figure is ignored.
+  void restore_known(const std::vector<std::map<std::string, double>>& norms);
 
  private:
   std::vector<double> known(int p) const;

@@ -24,6 +24,7 @@
 #include "actors/syncer.hpp"
 #include "actors/wire.hpp"
 #include "common/log.hpp"
+#include "diloco/version_manifest.hpp"
 #include "storage/checkpoint_store.hpp"
 #include "training/outer.hpp"
 #include "training/replica.hpp"
@@ -159,14 +160,16 @@ Expected<std::unique_ptr<LocalCluster>> LocalCluster::start(RuntimeOptions optio
     }
     replica->write_parameters(flat);
     impl->initial_heldout_loss = replica->evaluate(*heldout);
-    auto manifest = nlohmann::json::parse(latest->manifest_json, nullptr, false);
-    if (!manifest.is_discarded()) {
-      impl->accounting_at_start = field(manifest, "accounting");
+    if (auto manifest = diloco::VersionManifest::decode(latest->manifest_json)) {
+      impl->accounting_at_start = manifest->accounting;
       for (int m = 0; m < impl->learner_slots; ++m) {
-        start_steps[m] = field(field(field(manifest, "accounting"), "learners"), learner_id(m))
+        start_steps[m] = field(field(manifest->accounting, "learners"), learner_id(m))
                              .value("steps_merged_fragment0", int64_t{0});
         impl->start_steps_total += start_steps[m];
       }
+    } else {
+      impl->log->warn("--resume: version {}: {}; the learners start from step 0", latest->version,
+                      manifest.error().to_string());
     }
   } else {
     if (latest) {

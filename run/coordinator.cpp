@@ -23,6 +23,7 @@
 #include "actors/syncer.hpp"
 #include "actors/wire.hpp"
 #include "common/log.hpp"
+#include "diloco/version_manifest.hpp"
 #include "net/link_stats.hpp"
 #include "remote/server.hpp"
 #include "storage/checkpoint_store.hpp"
@@ -172,8 +173,12 @@ Expected<std::unique_ptr<Coordinator>> Coordinator::start(CoordinatorOptions opt
     }
     impl->resumed_from = latest->version;
     runtime.resume = true;
-    auto manifest = nlohmann::json::parse(latest->manifest_json, nullptr, false);
-    if (manifest.is_object() && manifest.contains("accounting")) impl->accounting_at_start = manifest["accounting"];
+    if (auto manifest = diloco::VersionManifest::decode(latest->manifest_json)) {
+      impl->accounting_at_start = manifest->accounting;
+    } else {
+      impl->log->warn("resuming from version {}: {}; its accounting is not carried", latest->version,
+                      manifest.error().to_string());
+    }
   }
   // The goodput ledger goes on from the resumed version's carry: the run's whole time, this
   // process's predecessors and their downtime included, with the syncer's merged work counted whole.

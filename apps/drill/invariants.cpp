@@ -4,6 +4,8 @@
 #include <cmath>
 #include <utility>
 
+#include "diloco/version_manifest.hpp"
+
 namespace archipelago::apps::drill {
 namespace {
 
@@ -101,14 +103,14 @@ Check no_update_applied_twice(const StoreObservation& store, const json& summary
   bool monotone = true;
   int contributions = 0;
   for (const auto& version : store.versions) {
-    auto m = json::parse(version.manifest_json, nullptr, false);
-    if (!m.is_object()) continue;
-    for (const auto& c : m.value("contributors", json::array())) {
-      steps[{c.value("learner", ""), c.value("fragment", 0)}] += c.value("steps", int64_t{0});
+    auto m = diloco::VersionManifest::decode(version.manifest_json);
+    if (!m) continue;  // the store check reports a version it cannot read
+    for (const auto& c : m->contributors) {
+      steps[{c.learner, c.fragment}] += c.steps;
       contributions += 1;
     }
-    if (m.contains("accounting") && m["accounting"].contains("learners")) {
-      for (const auto& [id, r] : m["accounting"]["learners"].items()) {
+    if (m->accounting.contains("learners")) {
+      for (const auto& [id, r] : m->accounting["learners"].items()) {
         const auto ru = r.value("received_until", std::vector<int64_t>{});
         for (size_t p = 0; p < ru.size(); ++p) {
           auto& u = until[{id, static_cast<int>(p)}];

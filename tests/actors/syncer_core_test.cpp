@@ -297,8 +297,8 @@ TEST_CASE("syncer core: fragments commit independently; versions number records 
     core.seal(*fast, now);
     CHECK(fast->version == static_cast<uint64_t>(2 + round));
     // The model version is the vector of its fragments' versions: fragment 0 still at 1.
-    CHECK(fast->manifest["fragment_versions"] == nlohmann::json::array({1, 2 + round}));
-    CHECK(fast->manifest["carried"] == nlohmann::json::array({0}));
+    CHECK(fast->manifest.fragment_versions == std::vector<uint64_t>{1, static_cast<uint64_t>(2 + round)});
+    CHECK(fast->manifest.carried == std::vector<int>{0});
     core.commit_succeeded(*fast, now);
     CHECK(core.fragment(1).version == static_cast<uint64_t>(2 + round));
   }
@@ -306,9 +306,9 @@ TEST_CASE("syncer core: fragments commit independently; versions number records 
   // Fragment 0's blobs are durable at last: its record is the next version, carrying fragment 1.
   core.seal(*slow, 5);
   CHECK(slow->version == 4);
-  CHECK(slow->manifest["fragment_versions"] == nlohmann::json::array({4, 3}));
-  CHECK(slow->manifest["carried"] == nlohmann::json::array({1}));
-  CHECK(slow->manifest["accounting"]["learners"]["learner-0"]["contributions_merged"] == 3);
+  CHECK(slow->manifest.fragment_versions == std::vector<uint64_t>{4, 3});
+  CHECK(slow->manifest.carried == std::vector<int>{1});
+  CHECK(slow->manifest.accounting["learners"]["learner-0"]["contributions_merged"] == 3);
   core.commit_succeeded(*slow, 5);
   CHECK_FALSE(core.commit_in_flight());
   CHECK(core.fragment(0).parameters[0] == doctest::Approx(0.5));
@@ -322,7 +322,7 @@ namespace {
 // would hand a restarting syncer: the manifest, B_p and the outer-state blobs.
 struct CommittedRound {
   SyncerCore core;
-  nlohmann::json manifest;
+  diloco::VersionManifest manifest;
   std::vector<std::vector<float>> broadcast, outer;
 };
 CommittedRound one_committed_round() {
@@ -472,8 +472,9 @@ TEST_CASE("syncer core: a restarted syncer gets Delayed Nesterov's momentum, acc
   auto probe = make_async_core(3);
   std::vector<std::vector<float>> broadcast, outer;
   stored_blobs(core, broadcast, outer);
-  nlohmann::json manifest = {{"fragment_versions", {before.version}},
-                             {"outer_state", {to_stored(before).entry}}};
+  diloco::VersionManifest manifest;
+  manifest.fragment_versions = {before.version};
+  manifest.outer_state = nlohmann::json::array({to_stored(before).entry});
   REQUIRE(probe.restore(core.latest_version(), broadcast, outer, manifest).ok());
   check_same_outer_state(probe.fragment(0), before);
   // And both continue identically: the next two arrivals complete the period on both.
@@ -510,7 +511,9 @@ TEST_CASE("syncer core: an outer-momentum warm-up follows its ramp through commi
   std::vector<std::vector<float>> broadcast, outer;
   stored_blobs(core, broadcast, outer);
   const FragmentState before = core.fragment(0);
-  nlohmann::json manifest = {{"fragment_versions", {before.version}}, {"outer_state", {to_stored(before).entry}}};
+  diloco::VersionManifest manifest;
+  manifest.fragment_versions = {before.version};
+  manifest.outer_state = nlohmann::json::array({to_stored(before).entry});
   REQUIRE(probe.restore(core.latest_version(), broadcast, outer, manifest).ok());
   check_same_outer_state(probe.fragment(0), before);
   for (int k = 2; k < 5; ++k) {
@@ -612,7 +615,7 @@ TEST_CASE("syncer core: decoupled rounds, an update behind its round merges with
   REQUIRE(staged->find(0)->merged.size() == 2);  // the late one merges with round 1
   core.seal(*staged, 3);
   int late = 0;
-  for (const auto& c : staged->manifest["contributors"]) late += c["on_time"].get<bool>() ? 0 : 1;
+  for (const auto& c : staged->manifest.contributors) late += c.on_time ? 0 : 1;
   CHECK(late == 1);
   landed(core, *staged, 3);
   CHECK(core.fragment(0).next_round == 2);
@@ -790,7 +793,7 @@ TEST_CASE("syncer core: a merge that comes out non-finite is dropped, counted, a
   REQUIRE_MESSAGE(staged.ok(), (staged.ok() ? "" : staged.error().to_string()));
   CHECK(staged->fragment_ids() == std::vector<int>{1});
   core.seal(*staged, 2);
-  CHECK(staged->manifest["fragment_versions"][0] == 2);
+  CHECK(staged->manifest.fragment_versions[0] == 2);
   landed(core, *staged, 2);
   CHECK(core.fragment(1).parameters[0] == doctest::Approx(1.5));
   check_same_outer_state(core.fragment(0), before);
@@ -1130,7 +1133,7 @@ TEST_CASE("syncer core: a shard merges and accepts only the fragments it owns; a
   SyncerCore core(o, {{0, 0}, {0, 0}});
   auto initial = core.stage_initial(0);
   core.seal(initial, 0);
-  const auto entry_at_1 = initial.manifest["outer_state"][0];
+  const auto entry_at_1 = initial.manifest.outer_state[0];
   core.commit_succeeded(initial, 0);
   // Version 1 stored fragment 0 whole; the shard keeps none of its values after that.
   CHECK(core.fragment(0).parameters.empty());
@@ -1157,7 +1160,7 @@ TEST_CASE("syncer core: a shard merges and accepts only the fragments it owns; a
   auto staged = core.stage({1}, 1);
   REQUIRE(staged.ok());
   core.seal(*staged, 1);
-  CHECK(staged->manifest["outer_state"][0] == entry_at_1);
+  CHECK(staged->manifest.outer_state[0] == entry_at_1);
   auto manifest = staged->manifest;
   core.commit_succeeded(*staged, 1);
   CHECK(core.status(1)["fragment_commits"] == nlohmann::json::array({0, 1}));
