@@ -32,7 +32,7 @@ WALK = [
     ("  reassembler checks the chunk", ["Reassembler::add"]),
     ("  admit the update", ["SyncerCore::accept"]),
     ("  credit its work (merge weight)", ["credit_work"]),
-    ("  fold it into the running sum", ["SyncerCore::fold_encoded", "SyncerCore::fold"]),
+    ("  fold it into the running sum", ["SyncerCore::fold_encoded", "fold_encoded"]),
     ("  quantized fold", ["accumulate_quantized"]),
     ("syncer: is a fragment ready (quorum, grace)", ["SyncerCore::ready_fragments"]),
     ("  the merge rule", ["decide_merge"]),
