@@ -146,7 +146,7 @@ Status validate(const Message& message, const DecodeLimits& limits) {
   if (auto* m = std::get_if<Leave>(&message); m && static_cast<uint8_t>(m->code) > 2) {
     return make_error(ErrorCode::invalid_argument, "a leave's code is unknown");
   }
-  // A schedule grows by one epoch per operator change of H (actors/policy.cpp allows 1024): a longer
+  // A schedule grows by one epoch per operator change of H (diloco/schedule.cpp allows 1024): a longer
   // list is an attack, e.g. zero-sized list elements that re-encode to megabytes.
   constexpr size_t kMaxScheduleEpochs = 1024;
   if (auto* m = std::get_if<GlobalFragment>(&message); m && m->schedule.size() > kMaxScheduleEpochs) {

@@ -1,6 +1,6 @@
 // The goodput a drill should have measured, predicted by the simulator from the drill's own inputs.
 //
-// `archipelago drill` (apps/drill_command.cpp) writes a result.json with what it applied and what it
+// `archipelago drill` (apps/drill/report.cpp) writes a result.json with what it applied and what it
 // measured. The prediction reads only the inputs of the model from it:
 //   slots, nodes, learners_per_node        M learners, consecutive groups of a node
 //   inner_steps, fragments                 H and P

@@ -52,7 +52,7 @@ TEST_CASE("sync mode reproduces the reference engine's held-out loss") {
   CHECK(result->heldout_loss < result->initial_heldout_loss);
   CHECK(result->versions_committed >= 4);
   CHECK(result->rejected_updates == 0);
-  // Honest learners' claims are what the syncer credits (actors/policy.hpp, credit_work), so the
+  // Honest learners' claims are what the syncer credits (diloco/merge_rules.hpp, credit_work), so the
   // merge weights are the reference engine's exactly.
   CHECK(result->details["syncer"]["claims_corrected"] == 0);
   CHECK(result->restarts == 0);
