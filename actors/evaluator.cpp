@@ -5,7 +5,7 @@
 
 #include <caf/all.hpp>
 
-#include "actors/broadcast.hpp"
+#include "messages/broadcast.hpp"
 #include "actors/wire.hpp"
 #include "common/log.hpp"
 #include "training/replica.hpp"

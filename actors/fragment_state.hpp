@@ -1,7 +1,7 @@
 // The syncer's state of one parameter fragment as a value, and the pure steps that move it.
 //
 // A FragmentState holds everything the outer optimizer knows about fragment p: the global parameters
-// θ_p, the broadcast state B_p every learner holds (actors/broadcast.hpp), the whole outer-optimizer
+// θ_p, the broadcast state B_p every learner holds (messages/broadcast.hpp), the whole outer-optimizer
 // state (Nesterov momentum, Delayed Nesterov's accumulator and arrival count), the versions at which
 // θ_p changed (for staleness), the decoupled schedule's open round and the pending contributions.
 //
@@ -22,7 +22,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "actors/broadcast.hpp"
+#include "messages/broadcast.hpp"
 #include "common/error.hpp"
 #include "diloco/mode.hpp"
 #include "messages/tensor_codec.hpp"
@@ -92,7 +92,7 @@ struct StagedFragment {
   int fragment = -1;
   FragmentState next;                      // without pending contributions
   std::vector<PendingContribution> merged; // the contributions it merged, deltas dropped
-  BroadcastMessage downlink;               // Q(θ_new − B_old), or θ_new
+  messages::BroadcastMessage downlink;               // Q(θ_new − B_old), or θ_new
   double share = 1.0;                      // the merged Δ's scale (stage_fragment's `share`)
 };
 

@@ -17,7 +17,7 @@
 
 #include <caf/all.hpp>
 
-#include "actors/broadcast.hpp"
+#include "messages/broadcast.hpp"
 #include "actors/learner_checkpoint.hpp"
 #include "diloco/fragment_slot.hpp"
 #include "diloco/schedule.hpp"
@@ -64,7 +64,7 @@ const char* phase_name(Phase p) {
 // One fragment as this learner holds it: the θ_ref algebra and its bookkeeping are the slot's
 // (diloco/fragment_slot.hpp); the broadcast copy, the codec's residual and the schedule are the actor's.
 struct HeldFragment {
-  BroadcastCopy global;        // B_p: the broadcast state of the latest global received (broadcast.hpp)
+  BroadcastCopy global;        // B_p: the broadcast state of the latest global received (messages/broadcast.hpp)
   diloco::FragmentSlot slot;   // θ_ref,p, the version installed, the update in flight, the unsent work
   ErrorFeedback feedback;      // the uplink codec's residual of this fragment
   int64_t next_due = 0;        // async: the step at which this fragment is sent next

@@ -28,7 +28,7 @@ const StagedFragment* StagedCommit::find(int fragment) const {
 CommitBook::CommitBook(int fragment_count) : fragment_commits_(static_cast<size_t>(fragment_count), 0) {}
 
 CommitBook::HollowFragment CommitBook::hollow_of(const FragmentState& f) {
-  return HollowFragment{stored_entry(f), broadcast_digest(f.broadcast), stored_outer_digest(f)};
+  return HollowFragment{stored_entry(f), messages::broadcast_digest(f.broadcast), stored_outer_digest(f)};
 }
 
 StagedCommit CommitBook::stage_initial(std::vector<FragmentState>& fragments, double now_s) {
@@ -157,7 +157,7 @@ nlohmann::json CommitBook::broadcast_digests(const std::vector<FragmentState>& f
     const auto& f = fragments[p];
     const auto hollow = hollow_.find(p);
     out.push_back({{"version", f.version},
-                   {"digest", hollow != hollow_.end() ? hollow->second.digest : broadcast_digest(f.broadcast)},
+                   {"digest", hollow != hollow_.end() ? hollow->second.digest : messages::broadcast_digest(f.broadcast)},
                    {"outer_digest", hollow != hollow_.end() ? hollow->second.outer_digest : stored_outer_digest(f)},
                    {"arrivals", f.outer.arrivals}});
   }

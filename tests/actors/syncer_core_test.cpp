@@ -218,7 +218,7 @@ TEST_CASE("syncer core: merge, outer step, commit and staleness") {
   CHECK(staged->find(0)->next.parameters[0] == doctest::Approx(1 - 0.3));  // lr 1, momentum 0: θ − mean Δ
   // Lent to its commit: the committed value's memory is let go, its digests and entry are kept.
   CHECK(core.fragment(0).parameters.empty());
-  CHECK(core.broadcast_digests()[0]["digest"] == broadcast_digest(std::vector<float>{1, 1, 1}));
+  CHECK(core.broadcast_digests()[0]["digest"] == messages::broadcast_digest(std::vector<float>{1, 1, 1}));
   core.seal(*staged, 2);
   CHECK(staged->version == 2);
   core.commit_succeeded(*staged, 2);
@@ -544,8 +544,8 @@ TEST_CASE("syncer core: a failed commit stays staged and lands later as if it ha
   // Lent: the committed value's memory is let go; its digests and stored entry stay as they were.
   CHECK(core.fragment(0).parameters.empty());
   CHECK(core.fragment(0).outer.momentum.empty());
-  CHECK(core.broadcast_digests()[0]["digest"] == broadcast_digest(before.broadcast));
-  CHECK(core.broadcast_digests()[0]["outer_digest"] == broadcast_digest(to_stored(before).outer));
+  CHECK(core.broadcast_digests()[0]["digest"] == messages::broadcast_digest(before.broadcast));
+  CHECK(core.broadcast_digests()[0]["outer_digest"] == messages::broadcast_digest(to_stored(before).outer));
   core.commit_failed(*staged, "injected");
   CHECK(core.fragment_in_flight(0));
   landed(core, *staged, 3);
@@ -664,7 +664,7 @@ TEST_CASE("syncer core: the downlink moves B exactly as a receiver applies it, a
   auto first = core.stage_initial(0);
   landed(core, first, 0);
   REQUIRE(core.join(join_of("learner-0"), 0).accepted);
-  BroadcastCopy receiver{1, core.fragment(0).broadcast};  // what a learner fetched from the store
+  messages::BroadcastCopy receiver{1, core.fragment(0).broadcast};  // what a learner fetched from the store
   for (int round = 0; round < 3; ++round) {
     std::vector<float> delta(initial.size());
     for (size_t i = 0; i < delta.size(); ++i) delta[i] = 0.01f * std::cos(0.37 * i + round);
@@ -679,14 +679,14 @@ TEST_CASE("syncer core: the downlink moves B exactly as a receiver applies it, a
     landed(core, *staged, round + 1.0);
     auto decoded = messages::decode_tensor(message.codec, message.payload.data(), message.payload.size(), initial.size());
     REQUIRE(decoded.ok());
-    REQUIRE(apply_broadcast(receiver, core.fragment(0).version, message.delta_base, std::move(*decoded)) ==
-            ApplyResult::applied);
-    CHECK(broadcast_digest(receiver.values) == broadcast_digest(core.fragment(0).broadcast));  // bit for bit
+    REQUIRE(messages::apply_broadcast(receiver, core.fragment(0).version, message.delta_base, std::move(*decoded)) ==
+            messages::ApplyResult::applied);
+    CHECK(messages::broadcast_digest(receiver.values) == messages::broadcast_digest(core.fragment(0).broadcast));  // bit for bit
     CHECK(core.fragment(0).parameters != core.fragment(0).broadcast);  // the codec's error is still owed
   }
   // A receiver that missed a broadcast cannot apply the next delta.
-  BroadcastCopy behind{1, initial};
-  CHECK(apply_broadcast(behind, 9, 3, std::vector<float>(initial.size())) == ApplyResult::gap);
+  messages::BroadcastCopy behind{1, initial};
+  CHECK(messages::apply_broadcast(behind, 9, 3, std::vector<float>(initial.size())) == messages::ApplyResult::gap);
   CHECK(behind.values == initial);
 }
 

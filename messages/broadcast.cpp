@@ -1,10 +1,8 @@
-#include "actors/broadcast.hpp"
+#include "messages/broadcast.hpp"
 
 #include "messages/chunking.hpp"
 
-namespace archipelago::actors {
-
-using messages::Codec;
+namespace archipelago::messages {
 
 Expected<BroadcastMessage> encode_broadcast(Codec codec, const std::vector<float>& theta,
                                             std::vector<float>& broadcast, uint64_t base_version) {
@@ -12,17 +10,17 @@ Expected<BroadcastMessage> encode_broadcast(Codec codec, const std::vector<float
   message.codec = codec;
   if (codec == Codec::fp32 || base_version == 0 || broadcast.size() != theta.size()) {
     message.codec = Codec::fp32;
-    Status encoded = messages::encode_tensor(Codec::fp32, theta.data(), theta.size(), message.payload);
+    Status encoded = encode_tensor(Codec::fp32, theta.data(), theta.size(), message.payload);
     if (!encoded) return encoded.error();
     broadcast = theta;
     return message;
   }
   std::vector<float> delta(theta.size());
   for (size_t i = 0; i < theta.size(); ++i) delta[i] = theta[i] - broadcast[i];
-  Status encoded = messages::encode_tensor(codec, delta.data(), delta.size(), message.payload);
+  Status encoded = encode_tensor(codec, delta.data(), delta.size(), message.payload);
   if (!encoded) return encoded.error();
   // What every receiver will decode, so B advances exactly as theirs do.
-  Status decoded = messages::decode_tensor(codec, message.payload.data(), message.payload.size(), delta.data(),
+  Status decoded = decode_tensor(codec, message.payload.data(), message.payload.size(), delta.data(),
                                            delta.size());
   if (!decoded) return decoded.error();
   for (size_t i = 0; i < delta.size(); ++i) broadcast[i] += delta[i];
@@ -47,4 +45,4 @@ uint64_t broadcast_digest(const std::vector<float>& values) {
   return messages::chunk_checksum(reinterpret_cast<const uint8_t*>(values.data()), values.size() * sizeof(float));
 }
 
-}  // namespace archipelago::actors
+}  // namespace archipelago::messages

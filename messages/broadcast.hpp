@@ -8,7 +8,8 @@
 // by the sender). With fp32 the payload is θ_p itself and B_p = θ_p exactly. A receiver that does not
 // hold the base version (it missed a broadcast, or has just joined) fetches B_p from the checkpoint
 // store, which persists B_p as the fragment's parameters.
-// Pure functions, no actors: any thread.
+// Pure functions, no actors: any thread. The syncer (actors/fragment_state.cpp) encodes; learners and the
+// evaluator apply.
 #pragma once
 
 #include <cstdint>
@@ -17,12 +18,12 @@
 #include "common/error.hpp"
 #include "messages/tensor_codec.hpp"
 
-namespace archipelago::actors {
+namespace archipelago::messages {
 
 // One encoded broadcast of a fragment. `delta_base` 0: `payload` holds the values; otherwise a delta
 // against B of version `delta_base`.
 struct BroadcastMessage {
-  messages::Codec codec = messages::Codec::fp32;
+  Codec codec = Codec::fp32;
   uint64_t delta_base = 0;
   std::vector<uint8_t> payload;
 };
@@ -30,7 +31,7 @@ struct BroadcastMessage {
 // Encodes the broadcast of `theta` to receivers holding `broadcast` (B_p of version `base_version`,
 // 0 = receivers hold nothing yet, which forces absolute values) and advances `broadcast` to what they
 // will hold after applying it. non_finite when θ − B cannot be encoded.
-Expected<BroadcastMessage> encode_broadcast(messages::Codec codec, const std::vector<float>& theta,
+Expected<BroadcastMessage> encode_broadcast(Codec codec, const std::vector<float>& theta,
                                             std::vector<float>& broadcast, uint64_t base_version);
 
 // A receiver's copy of B_p and the version it belongs to.
@@ -47,4 +48,4 @@ ApplyResult apply_broadcast(BroadcastCopy& copy, uint64_t version, uint64_t delt
 // XXH3-64 of B_p's fp32 bytes: receivers and the syncer compare copies with it.
 uint64_t broadcast_digest(const std::vector<float>& values);
 
-}  // namespace archipelago::actors
+}  // namespace archipelago::messages
