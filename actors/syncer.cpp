@@ -210,13 +210,9 @@ void record_next(SyncerActor* self) {
     st.to_record.pop_front();
     StagedCommit& commit = it->second;
     st.core->seal(commit, st.now());
-    diloco::VersionManifest manifest = commit.manifest;
-    manifest.bytes_from_learners = st.core->bytes_from_learners;
-    manifest.bytes_to_learners = st.core->bytes_to_learners;
-    manifest.accounting["bytes_from_learners"] = st.core->bytes_from_learners;
-    manifest.accounting["bytes_to_learners"] = st.core->bytes_to_learners;
-    if (!st.ledger_carry.is_null()) manifest.accounting["ledger"] = st.ledger_carry;
-    auto end = st.outbox.wrap(CommitEnd{commit.version, manifest.encode(), ticket});
+    // seal() wrote the byte counters; the goodput ledger's carry is the failure monitor's, kept here.
+    if (!st.ledger_carry.is_null()) commit.manifest.accounting["ledger"] = st.ledger_carry;
+    auto end = st.outbox.wrap(CommitEnd{commit.version, commit.manifest.encode(), ticket});
     if (!end) return;
     st.recording = ticket;
     self->send(store, std::move(*end));

@@ -297,6 +297,8 @@ void SyncerCore::seal(StagedCommit& commit, double now_s) {
   LearnerRoster credited = roster_;  // the learners as this commit leaves them
   credit(credited, commit, now_s);
   commits_.seal(commit, fragments_, mode(), accounting_json(credited), screen_.known_norms());
+  commit.manifest.bytes_from_learners = bytes_from_learners;
+  commit.manifest.bytes_to_learners = bytes_to_learners;
 }
 
 void SyncerCore::commit_succeeded(StagedCommit& commit, double now_s) {

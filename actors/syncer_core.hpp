@@ -137,8 +137,9 @@ class SyncerCore {
   Expected<StagedCommit> stage(const std::vector<int>& fragments, double now_s);
   // Chooses the version of a staged commit whose blobs are durable (the next number) and makes its
   // manifest from the state now: the other fragments as committed, the learners' accounting with
-  // this commit's credits. One sealed commit at a time: the next is sealed once this one landed or
-  // failed, so each record carries what the one before it committed.
+  // this commit's credits, the byte counters on the learner links. One sealed commit at a time: the
+  // next is sealed once this one landed or failed, so each record carries what the one before it
+  // committed.
   void seal(StagedCommit& commit, double now_s);
   // Swaps the staged values in (the commit's broadcasts may go out now). Empties `commit.fragments`' values.
   void commit_succeeded(StagedCommit& commit, double now_s);
