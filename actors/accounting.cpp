@@ -20,40 +20,20 @@ nlohmann::json to_json(const Ledger& ledger) {
           {"seconds", seconds}};
 }
 
-namespace {
-
-nlohmann::json member(const nlohmann::json& j, const std::string& key) {
-  if (j.is_object()) {
-    auto it = j.find(key);
-    if (it != j.end() && it->is_object()) return *it;
-  }
-  return nlohmann::json::object();
-}
-
-// j[key] when it is a number, else 0.
-double number_of(const nlohmann::json& j, const char* key) {
-  if (!j.is_object()) return 0.0;
-  auto it = j.find(key);
-  return it != j.end() && it->is_number() ? it->get<double>() : 0.0;
-}
-
-}  // namespace
-
 const char* slot_state_name(messages::SlotState state) {
   static const char* names[] = {"running", "restarting", "finished", "failed"};
   return names[static_cast<int>(state)];
 }
 
-nlohmann::json slot_times_json(const messages::SlotReport& r) {
-  return {{"lifetime_s", r.lifetime_seconds}, {"alive_s", r.alive_seconds},   {"recovery_s", r.recovery_seconds},
-          {"compute_s", r.compute_seconds},   {"wait_s", r.wait_seconds},     {"paused_s", r.paused_seconds},
-          {"restarting_s", r.restarting_seconds}};
+SlotTimesStatus slot_times(const messages::SlotReport& r) {
+  return {r.lifetime_seconds, r.alive_seconds, r.recovery_seconds, r.compute_seconds,
+          r.wait_seconds,     r.paused_seconds, r.restarting_seconds};
 }
 
 namespace {
 
 nlohmann::json report_json(const messages::SlotReport& r) {
-  auto j = slot_times_json(r);
+  nlohmann::json j = slot_times(r);
   j["reporter"] = r.reporter;
   j["incarnation"] = r.incarnation;
   j["restarts"] = r.restarts;
@@ -120,61 +100,56 @@ double unix_seconds() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
-Ledger ledger_from_status(double wall_s, const std::vector<std::string>& slot_ids, const nlohmann::json& monitor,
-                          const nlohmann::json& syncer, const nlohmann::json& syncer_at_start) {
-  const auto slots = member(monitor, "slots");
-  const auto learners = member(syncer, "learners");
-  const auto learners_at_start = member(syncer_at_start, "learners");
+Ledger ledger_from_status(double wall_s, const std::vector<std::string>& slot_ids, const MonitorStatus& monitor,
+                          const SyncerStatus& syncer, const SyncerAccounting& syncer_at_start) {
   // A syncer shard merges its own fragments only, each a share of every step's compute: its ledger
   // is that share of the slots' time (the shards' ledgers add up to the run's).
-  const auto shard = member(syncer, "shard");
-  const double share = shard.is_object() && shard.contains("share") && shard["share"].is_number() ? shard["share"].get<double>() : 1.0;
+  const double share = syncer.shard.share;
   std::vector<SlotTimes> times;
   for (const auto& id : slot_ids) {
-    const auto t = member(member(slots, id), "times");
-    const auto merged = member(learners, id);
-    const auto merged_before = member(learners_at_start, id);
+    auto slot = monitor.slots.find(id);
+    const SlotTimesStatus t = slot == monitor.slots.end() ? SlotTimesStatus{} : slot->second.times;
+    auto merged = syncer.learners.find(id);
+    auto before = syncer_at_start.learners.find(id);
+    const LearnerAccounting now = merged == syncer.learners.end() ? LearnerAccounting{} : LearnerAccounting(merged->second);
+    const LearnerAccounting then = before == syncer_at_start.learners.end() ? LearnerAccounting{} : before->second;
     SlotTimes s;
-    s.lifetime_s = share * number_of(t, "lifetime_s");
-    s.alive_s = share * number_of(t, "alive_s");
-    s.recovery_s = share * number_of(t, "recovery_s");
-    s.compute_s = share * number_of(t, "compute_s");
-    s.wait_s = share * number_of(t, "wait_s");
-    s.paused_s = share * number_of(t, "paused_s");
-    s.restarting_s = share * number_of(t, "restarting_s");
-    s.merged_compute_s = number_of(merged, "compute_merged_s") - number_of(merged_before, "compute_merged_s");
-    s.rejected_compute_s = number_of(merged, "compute_rejected_s") - number_of(merged_before, "compute_rejected_s");
+    s.lifetime_s = share * t.lifetime_s;
+    s.alive_s = share * t.alive_s;
+    s.recovery_s = share * t.recovery_s;
+    s.compute_s = share * t.compute_s;
+    s.wait_s = share * t.wait_s;
+    s.paused_s = share * t.paused_s;
+    s.restarting_s = share * t.restarting_s;
+    s.merged_compute_s = now.compute_merged_s - then.compute_merged_s;
+    s.rejected_compute_s = now.compute_rejected_s - then.compute_rejected_s;
     times.push_back(s);
   }
   return build_ledger(share * wall_s, times);
 }
 
-nlohmann::json operator_sample(double elapsed_s, uint64_t start_version, const nlohmann::json& syncer,
-                               const nlohmann::json& monitor, const nlohmann::json& evaluator, const Ledger& ledger) {
-  const bool scored = number_of(evaluator, "scored_version") > 0 && evaluator.is_object() &&
-                      evaluator.contains("heldout_loss") && evaluator["heldout_loss"].is_number();
+nlohmann::json operator_sample(double elapsed_s, uint64_t start_version, const SyncerStatus& syncer,
+                               const MonitorStatus& monitor, const EvaluatorStatus& evaluator, const Ledger& ledger) {
   int64_t restarts = 0;
-  const auto slots = member(monitor, "slots");  // named: items() must not outlive it
-  for (const auto& [id, r] : slots.items()) restarts += r.value("restarts", 0);
+  for (const auto& [id, slot] : monitor.slots) restarts += slot.restarts;
+  const bool scored = evaluator.scored();
   return {{"elapsed_s", elapsed_s},
-          {"version", static_cast<uint64_t>(number_of(syncer, "version"))},
-          {"fragment_versions", syncer.is_object() && syncer.contains("fragment_versions") && syncer["fragment_versions"].is_array()
-                                    ? syncer["fragment_versions"] : nlohmann::json::array()},
+          {"version", syncer.version},
+          {"fragment_versions", syncer.fragment_versions},
           {"start_version", start_version},
-          {"heldout_loss", scored ? evaluator["heldout_loss"].get<double>() : std::nan("")},
-          {"heldout_bits_per_byte", scored ? number_of(evaluator, "heldout_bits_per_byte") : std::nan("")},
-          {"merged", static_cast<int64_t>(number_of(syncer, "merged_contributions"))},
-          {"rejected", member(syncer, "rejected")},
-          {"screening", member(syncer, "screening")},
-          {"syncer_pending_bytes", static_cast<int64_t>(number_of(syncer, "pending_bytes"))},
-          {"learner_states", member(monitor, "learners")},
+          {"heldout_loss", scored ? *evaluator.heldout_loss : std::nan("")},
+          {"heldout_bits_per_byte", scored ? evaluator.heldout_bits_per_byte.value_or(0.0) : std::nan("")},
+          {"merged", syncer.merged_contributions},
+          {"rejected", syncer.rejected},
+          {"screening", syncer.screening},
+          {"syncer_pending_bytes", syncer.pending_bytes},
+          {"learner_states", monitor.learners},
           {"learner_restarts", restarts},
           {"goodput", to_json(ledger)}};
 }
 
-LearnerLinkBytes learner_link_bytes(const nlohmann::json& syncer, const nlohmann::json& store) {
-  return {static_cast<int64_t>(number_of(syncer, "bytes_from_learners")),
-          static_cast<int64_t>(number_of(syncer, "bytes_to_learners") + number_of(store, "bytes_served_learners"))};
+LearnerLinkBytes learner_link_bytes(const SyncerStatus& syncer, const StoreStatus& store) {
+  return {syncer.bytes_from_learners, syncer.bytes_to_learners + store.bytes_served_learners};
 }
 
 int64_t ddp_equivalent_bytes(int64_t tokens, int64_t tokens_per_worker_step, int64_t parameters) {

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/error.hpp"
+#include "actors/status.hpp"
 #include "diloco/ledger.hpp"
 #include "messages/message_types.hpp"
 
@@ -47,31 +48,30 @@ nlohmann::json to_json(const Ledger& ledger);
 
 const char* slot_state_name(messages::SlotState state);  // "running", "restarting", "finished", "failed"
 
-// A slot's reported times as the status JSON carries them ({"lifetime_s", "alive_s", ...}), the
-// names ledger_from_status reads.
-nlohmann::json slot_times_json(const messages::SlotReport& times);
+// A slot's reported times as a status carries them (the ledger's inputs).
+SlotTimesStatus slot_times(const messages::SlotReport& times);
 
 // The ledger of a run from its actors' status: the failure monitor's "slots" (times from the
 // supervisors' SlotReports) and the syncer's "learners" (compute merged and rejected), minus what
 // the syncer had counted at `syncer_at_start` (a resumed run's earlier processes). `slot_ids`: every
 // learner slot of the run; a slot nobody reported on is idle. A syncer shard's ledger (its status
 // says its `shard.share` of the model) is that share of every slot's times: the shards' add up.
-Ledger ledger_from_status(double wall_s, const std::vector<std::string>& slot_ids, const nlohmann::json& monitor,
-                          const nlohmann::json& syncer, const nlohmann::json& syncer_at_start);
+Ledger ledger_from_status(double wall_s, const std::vector<std::string>& slot_ids, const MonitorStatus& monitor,
+                          const SyncerStatus& syncer, const SyncerAccounting& syncer_at_start);
 
 // What the metrics endpoint and the status page show (apps/metrics_server.hpp), from the actors'
 // status replies as a coordinator or a local run samples them: elapsed_s, version, start_version,
 // heldout_loss (NaN until scored), merged, rejected (by reason), learner_states, learner_restarts
 // (the supervisors'), goodput (to_json of the ledger). A coordinator adds its links and refusals.
-nlohmann::json operator_sample(double elapsed_s, uint64_t start_version, const nlohmann::json& syncer,
-                               const nlohmann::json& monitor, const nlohmann::json& evaluator, const Ledger& ledger);
+nlohmann::json operator_sample(double elapsed_s, uint64_t start_version, const SyncerStatus& syncer,
+                               const MonitorStatus& monitor, const EvaluatorStatus& evaluator, const Ledger& ledger);
 
 // Bytes on a local run's learner links, from the syncer's and the store's status, counted where
 // they crossed: up = learners -> syncer; down = syncer -> learners + store -> learners (state fetches).
 struct LearnerLinkBytes {
   int64_t up = 0, down = 0;
 };
-LearnerLinkBytes learner_link_bytes(const nlohmann::json& syncer, const nlohmann::json& store);
+LearnerLinkBytes learner_link_bytes(const SyncerStatus& syncer, const StoreStatus& store);
 
 // Bytes a data-parallel run would send for the same tokens: every step, each of the workers sends
 // its gradients and receives parameters (2 × model bytes per worker-step).

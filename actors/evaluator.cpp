@@ -6,6 +6,7 @@
 #include <caf/all.hpp>
 
 #include "messages/broadcast.hpp"
+#include "actors/status.hpp"
 #include "actors/wire.hpp"
 #include "common/log.hpp"
 #include "training/replica.hpp"
@@ -34,7 +35,7 @@ struct EvaluatorState {
   double scored_loss = 0;
   double bytes_per_token = 1;   // of the held-out set's predicted tokens (bits per byte)
   bool eval_queued = false;
-  nlohmann::json curve = nlohmann::json::array();
+  std::vector<EvaluationPoint> curve;
   std::vector<Waiter> waiters;
   Clock::time_point started = Clock::now();
   Clock::time_point last_scored = Clock::now();  // its start, before the first score
@@ -83,17 +84,14 @@ void score(EvaluatorActor* self) {
     st.scored_version = version;
     st.last_scored = Clock::now();
     const double at = std::chrono::duration<double>(Clock::now() - st.started).count();
-    st.curve.push_back({{"version", version}, {"heldout_loss", st.scored_loss},
-                        {"heldout_bits_per_byte", training::bits_per_byte(st.scored_loss, st.bytes_per_token)}, {"elapsed_s", at},
-                        {"eval_s", std::chrono::duration<double>(Clock::now() - begin).count()}});
+    st.curve.push_back({version, if_finite(st.scored_loss), if_finite(training::bits_per_byte(st.scored_loss, st.bytes_per_token)),
+                        at, std::chrono::duration<double>(Clock::now() - begin).count()});
     st.log->info("version {}: held-out loss {:.4f}", version, st.scored_loss);
   }
   std::vector<Waiter> still;
   for (auto& w : st.waiters) {
     if (st.scored_version >= w.version) {
-      nlohmann::json j = {{"version", st.scored_version}, {"heldout_loss", st.scored_loss},
-                          {"heldout_bits_per_byte", training::bits_per_byte(st.scored_loss, st.bytes_per_token)}};
-      w.promise.deliver(admin_reply("evaluator", w.request_id, true, "ok", j));
+      w.promise.deliver(admin_reply("evaluator", w.request_id, true, "ok", st.curve.empty() ? EvaluationPoint{} : st.curve.back()));
     } else {
       still.push_back(std::move(w));
     }
@@ -180,11 +178,14 @@ caf::behavior evaluator_behavior(EvaluatorActor* self, EvaluatorSpec spec) {
           maybe_schedule(self);
           return w.promise;
         }
-        nlohmann::json j = {{"scored_version", st.scored_version}, {"heldout_loss", st.scored_loss},
-                            {"heldout_bits_per_byte", training::bits_per_byte(st.scored_loss, st.bytes_per_token)},
-                            {"heldout_bytes_per_token", st.bytes_per_token},
-                            {"held_version", held_version(st)}, {"curve", st.curve}};
-        return admin_reply("evaluator", request ? request->request_id : 0, true, "ok", j);
+        EvaluatorStatus status;
+        status.scored_version = st.scored_version;
+        status.heldout_loss = if_finite(st.scored_loss);
+        status.heldout_bits_per_byte = if_finite(training::bits_per_byte(st.scored_loss, st.bytes_per_token));
+        status.heldout_bytes_per_token = st.bytes_per_token;
+        status.held_version = held_version(st);
+        status.curve = st.curve;
+        return admin_reply("evaluator", request ? request->request_id : 0, true, "ok", status);
       },
   };
 }

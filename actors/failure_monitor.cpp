@@ -293,37 +293,34 @@ caf::behavior monitor_behavior(MonitorActor* self, std::shared_ptr<const Runtime
       [=](admin_atom, WireBytes& bytes) -> WireBytes {
         auto& st = self->state;
         auto request = read_admin_request(std::move(bytes));
-        nlohmann::json learners = nlohmann::json::object();
-        int alive = 0;
-        int64_t nonfinite = 0;
-        nlohmann::json slots = nlohmann::json::object();
+        MonitorStatus status;
         for (const auto& [id, slot] : st.slots) {
           auto found = st.learners.find(id);
           SlotReport total = slot.banked;
           add_times(total, extended(slot, found == st.learners.end() ? nullptr : &found->second, st.now()));
-          slots[id] = {{"state", slot_state_name(slot.last.state)}, {"incarnation", slot.last.incarnation},
-                       {"restarts", slot.last.restarts}, {"report_age_s", st.now() - slot.received_s},
-                       {"times", slot_times_json(total)}};
+          status.slots[id] = {slot_state_name(slot.last.state), slot.last.incarnation, slot.last.restarts,
+                              st.now() - slot.received_s, slot_times(total)};
         }
         for (const auto& [id, r] : st.learners) {
-          alive += r.state == Liveness::alive ? 1 : 0;
-          nonfinite += r.nonfinite_recoveries + r.nonfinite_recoveries_now;
+          status.alive += r.state == Liveness::alive ? 1 : 0;
+          status.learner_nonfinite_recoveries += r.nonfinite_recoveries + r.nonfinite_recoveries_now;
           auto slot = st.slots.find(id);
-          learners[id] = {{"state", shown_state(r, slot == st.slots.end() ? nullptr : &slot->second, st.now(),
-                                                st.options->detector)},
-                          {"liveness", liveness_name(r.state)}, {"incarnation", r.incarnation},
-                          {"step", r.step}, {"tokens_per_s", r.tokens_per_s},
-                          {"deaths", r.deaths}, {"mean_interval_s", r.history.mean_interval_s},
-                          {"timeout_s", suspect_timeout(r.history, st.options->detector)},
-                          {"last_reason", r.last_reason},
-                          {"heartbeat_age_s", r.history.last_s < 0 ? nlohmann::json(nullptr)
-                                                                   : nlohmann::json(st.now() - r.history.last_s)},
-                          {"nonfinite_recoveries", r.nonfinite_recoveries + r.nonfinite_recoveries_now}};
+          auto& learner = status.learners[id];
+          learner.state = shown_state(r, slot == st.slots.end() ? nullptr : &slot->second, st.now(), st.options->detector);
+          learner.liveness = liveness_name(r.state);
+          learner.incarnation = r.incarnation;
+          learner.step = r.step;
+          learner.tokens_per_s = r.tokens_per_s;
+          learner.deaths = r.deaths;
+          learner.mean_interval_s = r.history.mean_interval_s;
+          learner.timeout_s = suspect_timeout(r.history, st.options->detector);
+          learner.last_reason = r.last_reason;
+          if (r.history.last_s >= 0) learner.heartbeat_age_s = st.now() - r.history.last_s;
+          learner.nonfinite_recoveries = r.nonfinite_recoveries + r.nonfinite_recoveries_now;
         }
-        nlohmann::json j = {{"alive", alive}, {"learners", learners}, {"slots", slots}, {"heartbeats", st.heartbeats},
-                            {"learner_nonfinite_recoveries", nonfinite},
-                            {"heartbeat_bytes", st.heartbeat_bytes}};
-        return admin_reply("monitor", request ? request->request_id : 0, true, "ok", j);
+        status.heartbeats = st.heartbeats;
+        status.heartbeat_bytes = st.heartbeat_bytes;
+        return admin_reply("monitor", request ? request->request_id : 0, true, "ok", status);
       },
   };
 }

@@ -417,11 +417,16 @@ caf::behavior store_behavior(StoreActor* self, std::shared_ptr<storage::Checkpoi
                              "no committed version " + request->args[0] + " in the store (see versions)", {});
         }
         auto latest = st.store->latest_committed_version();
-        nlohmann::json j = {{"commits", st.commits}, {"failed_commits", st.failed_commits},
-                            {"bytes_received", st.bytes_received}, {"bytes_served", st.bytes_served},
-                            {"bytes_served_learners", st.bytes_served_learners}, {"fragments_held", st.fragments_held},
-                            {"serves", st.serves}, {"latest_version", latest ? *latest : 0}};
-        return admin_reply("store", request ? request->request_id : 0, true, "ok", j);
+        StoreStatus status;
+        status.commits = st.commits;
+        status.failed_commits = st.failed_commits;
+        status.bytes_received = st.bytes_received;
+        status.bytes_served = st.bytes_served;
+        status.bytes_served_learners = st.bytes_served_learners;
+        status.fragments_held = st.fragments_held;
+        status.serves = st.serves;
+        status.latest_version = latest ? *latest : 0;
+        return admin_reply("store", request ? request->request_id : 0, true, "ok", status);
       },
   };
 }

@@ -160,34 +160,34 @@ void on_down(SupervisorActor* self, const caf::down_msg& down) {
   }
 }
 
-nlohmann::json status_json(SupervisorActor* self) {
+SupervisorStatus status(SupervisorActor* self) {
   auto& st = self->state;
-  nlohmann::json children = nlohmann::json::object();
-  int64_t restarts = 0;
-  int running = 0, finished = 0, failed = 0, restarting = 0;
-  double downtime = 0, recovery = 0, failed_idle = 0;
-  int64_t steps = 0;
+  SupervisorStatus s;
+  s.name = st.spec.name;
   for (const auto& c : st.children) {
-    restarts += c.restarts;
-    running += c.state == ChildState::running;
-    finished += c.state == ChildState::finished;
-    failed += c.state == ChildState::failed;
-    restarting += c.state == ChildState::restarting;
+    s.restarts += c.restarts;
+    s.running += c.state == ChildState::running;
+    s.finished += c.state == ChildState::finished;
+    s.failed += c.state == ChildState::failed;
+    s.restarting += c.state == ChildState::restarting;
     const double down_now = c.state == ChildState::restarting && c.died_s >= 0 ? st.now() - c.died_s : 0;
-    downtime += c.ended.restarting_seconds + down_now;
-    recovery += c.recovery_s;
-    if (c.failed_s >= 0) failed_idle += st.now() - c.died_s;
+    s.downtime_s += c.ended.restarting_seconds + down_now;
+    s.recovery_s += c.recovery_s;
+    if (c.failed_s >= 0) s.failed_idle_s += st.now() - c.died_s;
     const int64_t computed = c.steps_computed + (c.handle ? std::max<int64_t>(0, c.last_step - c.start_step) : 0);
-    steps += computed;
-    children[c.spec.id] = {{"state", slot_state_name(c.state)}, {"incarnation", c.incarnation}, {"restarts", c.restarts},
-                           {"last_step", c.last_step}, {"steps_computed", computed},
-                           {"downtime_s", c.ended.restarting_seconds + down_now}, {"recovery_s", c.recovery_s},
-                           {"last_reason", c.last_reason}};
-    if (st.spec.report_slots) children[c.spec.id]["times"] = slot_times_json(slot_report(st, c));
+    s.steps_computed += computed;
+    auto& child = s.children[c.spec.id];
+    child.state = slot_state_name(c.state);
+    child.incarnation = static_cast<uint32_t>(c.incarnation);
+    child.restarts = c.restarts;
+    child.last_step = c.last_step;
+    child.steps_computed = computed;
+    child.downtime_s = c.ended.restarting_seconds + down_now;
+    child.recovery_s = c.recovery_s;
+    child.last_reason = c.last_reason;
+    if (st.spec.report_slots) child.times = slot_times(slot_report(st, c));
   }
-  return {{"name", st.spec.name}, {"children", children}, {"restarts", restarts}, {"running", running},
-          {"finished", finished}, {"failed", failed}, {"restarting", restarting}, {"downtime_s", downtime},
-          {"recovery_s", recovery}, {"failed_idle_s", failed_idle}, {"steps_computed", steps}};
+  return s;
 }
 
 caf::behavior supervisor_behavior(SupervisorActor* self, SupervisorSpec spec) {
@@ -249,7 +249,7 @@ caf::behavior supervisor_behavior(SupervisorActor* self, SupervisorSpec spec) {
       },
       [=](admin_atom, WireBytes& bytes) -> WireBytes {
         auto request = read_admin_request(std::move(bytes));
-        return admin_reply(self->state.spec.name, request ? request->request_id : 0, true, "ok", status_json(self));
+        return admin_reply(self->state.spec.name, request ? request->request_id : 0, true, "ok", status(self));
       },
   };
 }

@@ -577,11 +577,11 @@ caf::behavior syncer_behavior(SyncerActor* self, SyncerSpec spec) {
                               {"restored_version", st.restored_version}, {"restored_fragments", st.restored_digests}});
         }
         auto status = st.core->status(st.now());
-        status["phase"] = st.phase == Phase::ready ? "ready" : st.phase == Phase::restoring ? "restoring" : "initializing";
-        status["bytes_to_store"] = st.bytes_to_store;
-        status["deferred"] = st.deferred.size();
+        status.phase = st.phase == Phase::ready ? "ready" : st.phase == Phase::restoring ? "restoring" : "initializing";
+        status.bytes_to_store = st.bytes_to_store;
+        status.deferred = static_cast<int64_t>(st.deferred.size());
         // θ0 goes once the store holds a version (every later start restores from it).
-        status["initial_parameters"] = st.spec.initial_fragments->released() ? "released" : "held";
+        status.initial_parameters = st.spec.initial_fragments->released() ? "released" : "held";
         return admin_reply("syncer", request ? request->request_id : 0, true, "ok", status);
       },
   };

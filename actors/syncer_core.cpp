@@ -71,7 +71,9 @@ Status SyncerCore::restore(uint64_t version, std::vector<std::vector<float>> bro
   if (!values) return values.error();
   fragments_ = std::move(*values);
   commits_.restored(version);
-  if (!manifest.accounting.empty()) restore_accounting(manifest.accounting);
+  if (!manifest.accounting.empty()) {
+    if (auto restored = restore_accounting(manifest.accounting); !restored.ok()) return restored;
+  }
   // The screening's known norms, so that a restarted syncer screens from its first update.
   screen_.restore_known(manifest.screening_norms);
   has_values_ = true;
@@ -79,20 +81,27 @@ Status SyncerCore::restore(uint64_t version, std::vector<std::vector<float>> bro
   return {};
 }
 
-nlohmann::json SyncerCore::accounting_json(const LearnerRoster& roster) const {
-  return {{"learners", roster.accounting()}, {"rejected", rejects_.by_reason},
-          {"claims_corrected", admission_.claims_corrected()},
-          {"bytes_from_learners", bytes_from_learners}, {"bytes_to_learners", bytes_to_learners},
-          {"schedule", settings_.schedule_json()}};
+SyncerAccounting SyncerCore::accounting(const LearnerRoster& roster) const {
+  SyncerAccounting a;
+  a.learners = roster.accounting();
+  a.rejected = rejects_.by_reason;
+  a.claims_corrected = admission_.claims_corrected();
+  a.bytes_from_learners = bytes_from_learners;
+  a.bytes_to_learners = bytes_to_learners;
+  a.schedule = settings_.schedule_json();
+  return a;
 }
 
-void SyncerCore::restore_accounting(const nlohmann::json& a) {
-  roster_.restore_accounting(a.value("learners", nlohmann::json::object()));
-  rejects_.restore(a.value("rejected", nlohmann::json::object()));
-  admission_.restore_claims_corrected(a.value("claims_corrected", int64_t{0}));
-  bytes_from_learners = a.value("bytes_from_learners", int64_t{0});
-  bytes_to_learners = a.value("bytes_to_learners", int64_t{0});
-  settings_.restore_schedule(a.value("schedule", nlohmann::json::array()));
+Status SyncerCore::restore_accounting(const nlohmann::json& j) {
+  auto a = decode_status<SyncerAccounting>(j, "the manifest's accounting");
+  if (!a) return a.error();
+  roster_.restore_accounting(a->learners);
+  rejects_.restore(a->rejected);
+  admission_.restore_claims_corrected(a->claims_corrected);
+  bytes_from_learners = a->bytes_from_learners;
+  bytes_to_learners = a->bytes_to_learners;
+  settings_.restore_schedule(a->schedule);
+  return {};
 }
 
 // ---- learners ----------------------------------------------------------------------------------
@@ -296,7 +305,7 @@ void SyncerCore::credit(LearnerRoster& roster, const StagedCommit& commit, doubl
 void SyncerCore::seal(StagedCommit& commit, double now_s) {
   LearnerRoster credited = roster_;  // the learners as this commit leaves them
   credit(credited, commit, now_s);
-  commits_.seal(commit, fragments_, mode(), accounting_json(credited), screen_.known_norms());
+  commits_.seal(commit, fragments_, mode(), nlohmann::json(accounting(credited)), screen_.known_norms());
   commit.manifest.bytes_from_learners = bytes_from_learners;
   commit.manifest.bytes_to_learners = bytes_to_learners;
 }
@@ -316,7 +325,7 @@ void SyncerCore::commit_failed(StagedCommit& commit, const std::string& reason) 
 
 // ---- reporting ---------------------------------------------------------------------------------
 
-nlohmann::json SyncerCore::status(double) const {
+SyncerStatus SyncerCore::status(double) const {
   int64_t pending = 0;
   std::vector<uint64_t> fragment_versions, open_rounds;
   for (const auto& f : fragments_) {
@@ -328,45 +337,46 @@ nlohmann::json SyncerCore::status(double) const {
   const std::vector<int> owned = shard.owned(fragment_count());
   double owned_share = 0;
   for (int p : owned) owned_share += fragment_share(p);
-  return {{"mode", diloco::mode_name(mode())},
-          {"shard", {{"index", shard.index}, {"count", shard.count}, {"fragments", owned},
-                     {"share", shard.count > 1 ? owned_share : 1.0}}},  // unsharded: exactly all
-          {"outer_lr", rules().lr},
-          {"outer_momentum", rules().momentum},
-          {"quorum", options().setup.outer.quorum},
-          {"version", latest_version()},
-          {"commits", commits_.commits()},
-          {"failed_commits", commits_.failed_commits()},
-          {"merged_contributions", commits_.merged_contributions()},
-          {"commit_in_flight", commit_in_flight()},
-          {"fragments_in_flight", commits_.fragments_in_flight()},
-          {"pending", pending},
-          {"active_learners", active_learners()},
-          {"fragment_versions", fragment_versions},
-          {"fragment_commits", commits_.fragment_commits()},
-          {"open_rounds", open_rounds},
-          {"downlink_codec", messages::codec_name(rules().downlink)},
-          {"uplink_codec", messages::codec_name(uplink_codec())},
-          {"updates_by_codec", updates_by_codec},
-          {"updates_by_period", updates_by_period},
-          {"inner_steps", schedule().epochs().back().inner_steps},
-          {"outer_optimizer", rules().delayed_nesterov ? "delayed_nesterov" : "nesterov"},
-          {"train_loss", commits_.train_loss()},
-          {"grace_s", grace_s()},
-          {"timings", {{"step_s", timings_.step_s}, {"quorum_s", timings_.quorum_s}, {"sync_s", timings_.sync_s}}},
-          {"rejected", rejects_.by_reason},
-          {"rejected_total", rejects_.total()},
-          {"claims_corrected", claims_corrected()},
-          {"bytes_from_learners", bytes_from_learners},
-          {"bytes_to_learners", bytes_to_learners},
-          {"screening", screening_status()},
-          {"pending_bytes", pending_bytes()},
-          {"fold_s", fold_s_},
-          {"learners", roster_.status()},
-          {"accounting", accounting_json(roster_)}};
+  SyncerStatus s;
+  s.mode = diloco::mode_name(mode());
+  s.shard = {shard.index, shard.count, owned, shard.count > 1 ? owned_share : 1.0};  // unsharded: exactly all
+  s.outer_lr = rules().lr;
+  s.outer_momentum = rules().momentum;
+  s.quorum = options().setup.outer.quorum;
+  s.version = latest_version();
+  s.commits = commits_.commits();
+  s.failed_commits = commits_.failed_commits();
+  s.merged_contributions = commits_.merged_contributions();
+  s.commit_in_flight = commit_in_flight();
+  s.fragments_in_flight.assign(commits_.fragments_in_flight().begin(), commits_.fragments_in_flight().end());
+  s.pending = pending;
+  s.active_learners = active_learners();
+  s.fragment_versions = fragment_versions;
+  s.fragment_commits = commits_.fragment_commits();
+  s.open_rounds = open_rounds;
+  s.downlink_codec = messages::codec_name(rules().downlink);
+  s.uplink_codec = messages::codec_name(uplink_codec());
+  s.updates_by_codec = updates_by_codec;
+  s.updates_by_period = updates_by_period;
+  s.inner_steps = schedule().epochs().back().inner_steps;
+  s.outer_optimizer = rules().delayed_nesterov ? "delayed_nesterov" : "nesterov";
+  s.train_loss = commits_.train_loss();
+  s.grace_s = grace_s();
+  s.timings = {timings_.step_s, timings_.quorum_s, timings_.sync_s};
+  s.rejected = rejects_.by_reason;
+  s.rejected_total = rejects_.total();
+  s.claims_corrected = claims_corrected();
+  s.bytes_from_learners = bytes_from_learners;
+  s.bytes_to_learners = bytes_to_learners;
+  s.screening = screening_status();
+  s.pending_bytes = pending_bytes();
+  s.fold_s = fold_s_;
+  s.learners = roster_.status();
+  s.accounting = accounting(roster_);
+  return s;
 }
 
-nlohmann::json SyncerCore::screening_status() const {
+ScreeningStatus SyncerCore::screening_status() const {
   return screen_.status(rejects_.by_reason.at(to_string(RejectReason::outlier)));
 }
 

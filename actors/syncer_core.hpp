@@ -40,6 +40,7 @@
 
 #include "actors/fragment_state.hpp"
 #include "actors/runtime_options.hpp"
+#include "actors/status.hpp"
 #include "actors/syncer_admission.hpp"
 #include "actors/syncer_commits.hpp"
 #include "actors/syncer_merge.hpp"
@@ -148,7 +149,7 @@ class SyncerCore {
   void commit_failed(StagedCommit& commit, const std::string& reason);
 
   // ---- reporting -------------------------------------------------------------------------------
-  nlohmann::json status(double now_s) const;
+  SyncerStatus status(double now_s) const;  // the core's part (the actor adds its phase and queues)
   // Per fragment: version and digest of B_p (receivers' copies must match), digest of the stored
   // outer-state blob (the store's copy of that version must match) and Delayed Nesterov's count.
   nlohmann::json broadcast_digests() const { return commits_.broadcast_digests(fragments_); }
@@ -159,7 +160,7 @@ class SyncerCore {
   const diloco::SyncTimings& timings() const { return timings_; }
   // Screening's figures: mode, bounds, counts, and per fragment the median and the largest ratio
   // an update passed with (how close honest updates come to being clipped).
-  nlohmann::json screening_status() const;
+  ScreeningStatus screening_status() const;
   // Bytes the pending updates hold: the running sums and the deltas held (screening, Delayed Nesterov).
   int64_t pending_bytes() const;
   double grace_s() const { return diloco::grace_window(timings_, settings_.options().syncer); }
@@ -192,8 +193,9 @@ class SyncerCore {
   // Credits a commit's merged contributions to their learners in `roster`.
   void credit(LearnerRoster& roster, const StagedCommit& commit, double now_s) const;
   // The counters a committed version carries (with `roster`'s learners), and back.
-  nlohmann::json accounting_json(const LearnerRoster& roster) const;
-  void restore_accounting(const nlohmann::json& accounting);
+  SyncerAccounting accounting(const LearnerRoster& roster) const;
+  // A manifest's accounting (its JSON); an error, naming the key, leaves the counters as they were.
+  Status restore_accounting(const nlohmann::json& accounting);
 
   SyncerSettings settings_;
   std::vector<FragmentState> fragments_;

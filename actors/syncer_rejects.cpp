@@ -33,8 +33,8 @@ int64_t RejectCounters::total() const {
   return sum;
 }
 
-void RejectCounters::restore(const nlohmann::json& rejected) {
-  for (const auto& [reason, n] : rejected.items()) by_reason[reason] = n.get<int64_t>();
+void RejectCounters::restore(const std::map<std::string, int64_t>& rejected) {
+  for (const auto& [reason, n] : rejected) by_reason[reason] = n;
 }
 
 }  // namespace archipelago::actors

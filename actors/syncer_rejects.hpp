@@ -45,7 +45,7 @@ struct RejectCounters {
   int64_t total() const;
   void count(RejectReason reason) { by_reason[to_string(reason)] += 1; }
   // The counts a committed version's accounting carries (`rejected`), read back on restore.
-  void restore(const nlohmann::json& rejected);
+  void restore(const std::map<std::string, int64_t>& rejected);
 };
 
 }  // namespace archipelago::actors

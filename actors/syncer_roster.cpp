@@ -3,23 +3,6 @@
 #include <algorithm>
 
 namespace archipelago::actors {
-namespace {
-
-// The counters of one learner that a committed version's manifest carries (restore_accounting reads them).
-nlohmann::json learner_accounting(const LearnerRecord& r) {
-  return {{"contributions_merged", r.contributions_merged},
-          {"contributions_rejected", r.contributions_rejected},
-          {"step_equivalents_merged", r.step_equivalents_merged},
-          {"step_equivalents_rejected", r.step_equivalents_rejected},
-          {"compute_merged_s", r.compute_merged_s},
-          {"compute_rejected_s", r.compute_rejected_s},
-          {"steps_merged_fragment0", r.steps_merged_fragment0},
-          {"tokens_merged", r.tokens_merged},
-          {"joins", r.joins},
-          {"received_until", r.received_until}};
-}
-
-}  // namespace
 
 const LearnerRecord& LearnerRoster::join(const std::string& id, uint64_t committed_version, double now_s,
                                          int fragment_count) {
@@ -126,36 +109,32 @@ int64_t LearnerRoster::leading_slot(int p) const {
   return leading;
 }
 
-nlohmann::json LearnerRoster::accounting() const {
-  nlohmann::json learners = nlohmann::json::object();
-  for (const auto& [id, r] : records_) learners[id] = learner_accounting(r);
+std::map<std::string, LearnerAccounting> LearnerRoster::accounting() const {
+  std::map<std::string, LearnerAccounting> learners;
+  for (const auto& [id, r] : records_) learners[id] = r;
   return learners;
 }
 
-void LearnerRoster::restore_accounting(const nlohmann::json& learners) {
-  for (const auto& [id, j] : learners.items()) {
+void LearnerRoster::restore_accounting(const std::map<std::string, LearnerAccounting>& learners) {
+  for (const auto& [id, counted] : learners) {
     auto& r = records_[id];
     r.id = id;
-    r.contributions_merged = j.value("contributions_merged", int64_t{0});
-    r.contributions_rejected = j.value("contributions_rejected", int64_t{0});
-    r.step_equivalents_merged = j.value("step_equivalents_merged", 0.0);
-    r.step_equivalents_rejected = j.value("step_equivalents_rejected", 0.0);
-    r.compute_merged_s = j.value("compute_merged_s", 0.0);
-    r.compute_rejected_s = j.value("compute_rejected_s", 0.0);
-    r.steps_merged_fragment0 = j.value("steps_merged_fragment0", int64_t{0});
-    r.tokens_merged = j.value("tokens_merged", int64_t{0});
-    r.joins = j.value("joins", int64_t{0});
-    r.received_until = j.value("received_until", std::vector<uint64_t>{});
+    static_cast<LearnerAccounting&>(r) = counted;
   }
 }
 
-nlohmann::json LearnerRoster::status() const {
-  nlohmann::json learners = nlohmann::json::object();
+std::map<std::string, SyncerLearnerStatus> LearnerRoster::status() const {
+  std::map<std::string, SyncerLearnerStatus> learners;
   for (const auto& [id, r] : records_) {
-    learners[id] = learner_accounting(r);
-    learners[id].update({{"active", r.active}, {"finished", r.finished}, {"joined_version", r.joined_version},
-                         {"joined_s", r.joined_s}, {"first_merge_after_join_s", r.first_merge_after_join_s},
-                         {"tokens_per_s", r.tokens_per_s}, {"staleness", r.last_staleness}});
+    auto& s = learners[id];
+    static_cast<LearnerAccounting&>(s) = r;
+    s.active = r.active;
+    s.finished = r.finished;
+    s.joined_version = r.joined_version;
+    s.joined_s = r.joined_s;
+    s.first_merge_after_join_s = r.first_merge_after_join_s;
+    s.tokens_per_s = r.tokens_per_s;
+    s.staleness = r.last_staleness;
   }
   return learners;
 }

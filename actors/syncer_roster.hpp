@@ -16,13 +16,14 @@
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "actors/fragment_state.hpp"
+#include "actors/status.hpp"
 
 namespace archipelago::actors {
 
-struct LearnerRecord {
+// The persisted counters (LearnerAccounting, status.hpp: joins, merged and refused work, tokens, the
+// data position received_until per fragment) and this process's view of the learner.
+struct LearnerRecord : LearnerAccounting {
   std::string id;
   bool active = false;            // joined and not dead / finished since
   bool finished = false;
@@ -30,19 +31,9 @@ struct LearnerRecord {
   uint64_t joined_version = 0;    // committed version when it last joined
   double joined_s = -1;
   double first_merge_after_join_s = -1;  // first commit carrying its work after its last join
-  int64_t joins = 0;
-  int64_t contributions_merged = 0;
-  int64_t contributions_rejected = 0;
-  double step_equivalents_merged = 0;    // Σ inner steps × fragment share over merged contributions
-  double step_equivalents_rejected = 0;
-  double compute_merged_s = 0;           // Σ compute seconds of merged contributions (goodput)
-  double compute_rejected_s = 0;         // ... of refused updates
-  int64_t steps_merged_fragment0 = 0;    // data position hint for --resume
-  int64_t tokens_merged = 0;
   double tokens_per_s = 0;               // its throughput, as its last update reported it
   int64_t last_staleness = -1;           // of its last merged contribution (-1: none yet)
   std::vector<int64_t> last_round;       // per fragment: schedule slot of its last accepted update (-1: none)
-  std::vector<uint64_t> received_until;  // per fragment: to_step of its last accepted update (0: none); persisted
 };
 
 class LearnerRoster {
@@ -75,10 +66,10 @@ class LearnerRoster {
   int64_t leading_slot(int p) const;
 
   // Per learner, the counters a committed version carries; and back (they replace this process's).
-  nlohmann::json accounting() const;
-  void restore_accounting(const nlohmann::json& learners);
+  std::map<std::string, LearnerAccounting> accounting() const;
+  void restore_accounting(const std::map<std::string, LearnerAccounting>& learners);
   // Per learner, those counters and the state of this process (active, joined, throughput, staleness).
-  nlohmann::json status() const;
+  std::map<std::string, SyncerLearnerStatus> status() const;
 
  private:
   std::map<std::string, LearnerRecord> records_;

@@ -89,14 +89,18 @@ void NormScreen::settle(int p, FragmentState& f, const FragmentRules& rules,
   f.pending = std::move(kept);
 }
 
-nlohmann::json NormScreen::status(int64_t refused) const {
-  std::vector<double> medians;
-  for (size_t p = 0; p < honest_.size(); ++p) medians.push_back(Screening::median(known(static_cast<int>(p))));
-  return {{"mode", diloco::screen_mode_name(rule_.mode)}, {"clip", rule_.clip},
-          {"refuse", rule_.refuse},
-          {"clipped", clipped_}, {"refused", refused},
-          {"held", held_}, {"unscreened", unscreened_},
-          {"median_norm_per_lr", medians}, {"largest_passed_ratio", largest_passed_ratio_}};
+ScreeningStatus NormScreen::status(int64_t refused) const {
+  ScreeningStatus s;
+  s.mode = diloco::screen_mode_name(rule_.mode);
+  s.clip = rule_.clip;
+  s.refuse = rule_.refuse;
+  s.clipped = clipped_;
+  s.refused = refused;
+  s.held = held_;
+  s.unscreened = unscreened_;
+  for (size_t p = 0; p < honest_.size(); ++p) s.median_norm_per_lr.push_back(Screening::median(known(static_cast<int>(p))));
+  s.largest_passed_ratio = largest_passed_ratio_;
+  return s;
 }
 
 void NormScreen::restore_known(const std::vector<std::map<std::string, double>>& norms) {

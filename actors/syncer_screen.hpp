@@ -22,6 +22,7 @@
 #include <nlohmann/json.hpp>
 
 #include "actors/fragment_state.hpp"
+#include "actors/status.hpp"
 #include "diloco/screening.hpp"
 #include "training/options.hpp"
 
@@ -57,7 +58,7 @@ class NormScreen {
 
   // Mode, bounds, counts (`refused`: the outlier counter), and per fragment the median and the
   // largest ratio an update passed with (how close honest updates come to being clipped).
-  nlohmann::json status(int64_t refused) const;
+  ScreeningStatus status(int64_t refused) const;
   // Per fragment, learner -> known figure: what a committed manifest carries, and back.
   std::vector<std::map<std::string, double>> known_norms() const { return honest_; }
   // Takes the known figures of a committed manifest; a fragment it names no figure of keeps its own,

@@ -21,6 +21,7 @@
 #include <caf/string_view.hpp>
 #include <nlohmann/json.hpp>
 
+#include "actors/status.hpp"
 #include "common/error.hpp"
 #include "diloco/learner_id.hpp"
 #include "messages/envelope.hpp"
@@ -92,6 +93,14 @@ Expected<nlohmann::json> read_admin_reply(WireBytes&& bytes);
 // `timeout_s`) and returns the JSON of its reply; unavailable when nothing is registered or no reply came.
 Expected<nlohmann::json> ask_admin(caf::actor_system& system, caf::atom_value name, const std::string& sender,
                                    const std::string& command, std::vector<std::string> args, double timeout_s);
+
+// The status of the actor registered as `name`, decoded into its struct T (status.hpp).
+template <class T>
+Expected<T> ask_status(caf::actor_system& system, caf::atom_value name, const std::string& sender, double timeout_s) {
+  auto j = ask_admin(system, name, sender, "status", {}, timeout_s);
+  if (!j) return j.error();
+  return decode_status<T>(*j, caf::to_string(name));
+}
 
 
 // Seconds on the process-wide monotonic clock: every actor stamps events with it, so times from

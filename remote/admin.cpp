@@ -24,16 +24,13 @@ namespace {
 
 using namespace archipelago::messages;
 
-nlohmann::json ask(caf::actor_system& system, caf::atom_value name, const std::string& command = "status") {
-  auto answer = ask_admin(system, name, "admin", command, {}, 5);
-  return answer ? *answer : nlohmann::json{{"error", answer.error().reason}};
+// The status of the actor `name`, none while it does not answer (it is being restarted).
+template <class T>
+std::optional<T> status_of(caf::actor_system& system, caf::atom_value name) {
+  auto status = ask_status<T>(system, name, "admin", 5);
+  if (!status) return std::nullopt;
+  return std::move(*status);
 }
-
-double number_or_null_nan(const nlohmann::json& j, const char* key) {
-  return j.contains(key) && j[key].is_number() ? j[key].get<double>() : std::nan("");
-}
-
-nlohmann::json measured(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); }
 
 // A typed store command of the admin actor: (ok, reason or JSON).
 template <class... Ts>
@@ -67,8 +64,9 @@ nlohmann::json describe(const AdminCommand& command) {
 // The goodput ledger of this process's run so far (actors/accounting.hpp).
 nlohmann::json goodput_now(caf::actor_system& system, const AdminSpec& spec) {
   const auto ids = learner_ids(spec.learner_slots);
-  auto syncer = ask(system, syncer_name());  // before the monitor: merged work never outruns the times
-  auto monitor = ask(system, monitor_name());
+  // The syncer before the monitor: merged work never outruns the times.
+  const auto syncer = status_of<SyncerStatus>(system, syncer_name()).value_or(SyncerStatus{});
+  const auto monitor = status_of<MonitorStatus>(system, monitor_name()).value_or(MonitorStatus{});
   return to_json(ledger_from_status(monotonic_seconds() - spec.started_s + spec.ledger_offset_s, ids, monitor, syncer,
                                     spec.accounting_at_start));
 }
@@ -126,29 +124,29 @@ Expected<nlohmann::json> execute(caf::actor_system& system, const AdminSpec& spe
                                  const AdminCommand& command) {
   switch (command.verb) {
     case AdminVerb::status: {
-      auto syncer = ask(system, syncer_name());
-      auto evaluator = ask(system, evaluator_name());
-      auto monitor = ask(system, monitor_name());
+      const auto syncer = status_of<SyncerStatus>(system, syncer_name());
+      const auto evaluator = status_of<EvaluatorStatus>(system, evaluator_name()).value_or(EvaluatorStatus{});
+      const auto monitor = status_of<MonitorStatus>(system, monitor_name()).value_or(MonitorStatus{});
       // Bytes as they crossed this process's node links, or (a local run) the learners' mailboxes.
       LearnerLinkBytes bytes;
       if (spec.stats) {
         const auto traffic = spec.stats->snapshot().total();
         bytes = {static_cast<int64_t>(traffic.bytes_received), static_cast<int64_t>(traffic.bytes_sent)};
       } else {
-        bytes = learner_link_bytes(syncer, ask(system, store_name()));
+        bytes = learner_link_bytes(syncer.value_or(SyncerStatus{}),
+                                   status_of<StoreStatus>(system, store_name()).value_or(StoreStatus{}));
       }
-      const bool scored = evaluator.value("scored_version", uint64_t{0}) > 0;
+      const bool scored = evaluator.scored();
       nlohmann::json answer{
           {"run_dir", spec.run_dir},
           {"mode", diloco::mode_name(spec.mode)},
-          {"committed_version", syncer.value("version", uint64_t{0})},
-          {"phase", syncer.value("phase", "")},
-          {"heldout_loss", scored ? measured(number_or_null_nan(evaluator, "heldout_loss")) : nlohmann::json(nullptr)},
+          {"committed_version", syncer ? syncer->version : 0},
+          {"phase", syncer ? syncer->phase : ""},
+          {"heldout_loss", scored ? evaluator.heldout_loss : std::nullopt},
           // Bits per byte: the loss ÷ (ln 2 × the held-out set's bytes per token), from the evaluator.
-          {"heldout_bits_per_byte", scored ? measured(number_or_null_nan(evaluator, "heldout_bits_per_byte"))
-                                           : nlohmann::json(nullptr)},
-          {"heldout_version", evaluator.value("scored_version", uint64_t{0})},
-          {"learners_alive", monitor.value("alive", 0)},
+          {"heldout_bits_per_byte", scored ? evaluator.heldout_bits_per_byte : std::nullopt},
+          {"heldout_version", evaluator.scored_version},
+          {"learners_alive", monitor.alive},
           {"bytes_up", bytes.up},
           {"bytes_down", bytes.down},
           {"uptime_s", monotonic_seconds() - spec.started_s},
@@ -157,21 +155,20 @@ Expected<nlohmann::json> execute(caf::actor_system& system, const AdminSpec& spe
       // The syncer's tunables as they are now, what its updates came in, what it refused, by reason,
       // what screening clipped and refused, and the model version as its fragments' versions, with
       // the fragments whose commit is under way, and which syncer shard this is (null while it restarts).
+      const nlohmann::json tunables = syncer ? nlohmann::json(*syncer) : nlohmann::json::object();
       for (const char* key : {"outer_lr", "outer_momentum", "quorum", "inner_steps", "uplink_codec", "downlink_codec",
                               "updates_by_codec", "updates_by_period", "rejected", "screening", "fragment_versions",
                               "fragments_in_flight", "shard"}) {
-        answer[key] = syncer.contains(key) ? syncer[key] : nlohmann::json(nullptr);
+        answer[key] = tunables.contains(key) ? tunables[key] : nlohmann::json(nullptr);
       }
       return answer;
     }
     case AdminVerb::learners: {
-      auto monitor = ask(system, monitor_name());
-      auto syncer = ask(system, syncer_name());
+      const auto monitor = status_of<MonitorStatus>(system, monitor_name()).value_or(MonitorStatus{});
+      const auto syncer = status_of<SyncerStatus>(system, syncer_name()).value_or(SyncerStatus{});
       auto remote = spec.counters->to_json();
       nlohmann::json rows = nlohmann::json::array();
-      const auto learners = monitor.value("learners", nlohmann::json::object());
-      const auto slots = monitor.value("slots", nlohmann::json::object());
-      for (const auto& [id, r] : learners.items()) {
+      for (const auto& [id, r] : monitor.learners) {
         std::string node, site;
         const int index = learner_index(id);
         for (const auto& n : remote["nodes"]) {
@@ -181,18 +178,18 @@ Expected<nlohmann::json> execute(caf::actor_system& system, const AdminSpec& spe
             site = n.value("site", "");
           }
         }
-        const auto record = syncer.value("learners", nlohmann::json::object()).value(id, nlohmann::json::object());
-        const int joins = record.value("joins", 0);
-        const int64_t staleness = record.value("staleness", int64_t{-1});
-        rows.push_back({{"id", id}, {"node", node}, {"site", site}, {"state", r.value("state", "")},
-                        {"step", r.value("step", int64_t{0})}, {"tokens_per_s", r.value("tokens_per_s", 0.0)},
+        auto found = syncer.learners.find(id);
+        const SyncerLearnerStatus record = found == syncer.learners.end() ? SyncerLearnerStatus{} : found->second;
+        auto slot = monitor.slots.find(id);
+        rows.push_back({{"id", id}, {"node", node}, {"site", site}, {"state", r.state},
+                        {"step", r.step}, {"tokens_per_s", r.tokens_per_s},
                         // staleness of its last merged update (null: none merged yet); restarts: rejoins
-                        {"staleness", staleness < 0 ? nlohmann::json(nullptr) : nlohmann::json(staleness)},
+                        {"staleness", record.staleness < 0 ? nlohmann::json(nullptr) : nlohmann::json(record.staleness)},
                         // its supervisor's restarts (a rejoin after a syncer restart is not one)
-                        {"restarts", slots.value(id, nlohmann::json::object()).value("restarts", 0)},
-                        {"deaths", r.value("deaths", 0)},
-                        {"heartbeat_age_s", r.contains("heartbeat_age_s") ? r["heartbeat_age_s"] : nlohmann::json(nullptr)},
-                        {"joins", joins}, {"contributions_merged", record.value("contributions_merged", 0)}});
+                        {"restarts", slot == monitor.slots.end() ? 0u : slot->second.restarts},
+                        {"deaths", r.deaths},
+                        {"heartbeat_age_s", r.heartbeat_age_s},
+                        {"joins", record.joins}, {"contributions_merged", record.contributions_merged}});
       }
       return nlohmann::json{{"learners", rows}};
     }
@@ -205,8 +202,8 @@ Expected<nlohmann::json> execute(caf::actor_system& system, const AdminSpec& spe
     case AdminVerb::versions: {
       auto versions = ask_admin(system, store_name(), "admin", "versions", {}, 10);
       if (!versions) return versions.error();
-      auto store = ask(system, store_name());
-      return nlohmann::json{{"versions", (*versions)["versions"]}, {"latest", store.value("latest_version", uint64_t{0})}};
+      const auto store = status_of<StoreStatus>(system, store_name()).value_or(StoreStatus{});
+      return nlohmann::json{{"versions", (*versions)["versions"]}, {"latest", store.latest_version}};
     }
     case AdminVerb::pin:
     case AdminVerb::unpin:
@@ -221,7 +218,7 @@ Expected<nlohmann::json> execute(caf::actor_system& system, const AdminSpec& spe
       return audited(system, spec, peer, command, [&]() -> Expected<nlohmann::json> {
         auto syncer = Directory::get(system, syncer_name());
         if (!syncer) return make_error(ErrorCode::unavailable, "no syncer is running (it is being restarted)");
-        const uint64_t version = ask(system, syncer_name()).value("version", uint64_t{0});
+        const uint64_t version = status_of<SyncerStatus>(system, syncer_name()).value_or(SyncerStatus{}).version;
         caf::anon_send_exit(syncer, caf::exit_reason::kill);  // as abrupt as a crash: no handler runs
         return nlohmann::json{{"killed", "syncer"}, {"version_at_kill", version}};
       });

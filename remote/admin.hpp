@@ -30,6 +30,7 @@
 #include <caf/fwd.hpp>
 
 #include "actors/events.hpp"
+#include "actors/status.hpp"
 #include "diloco/mode.hpp"
 #include "remote/gateway.hpp"
 #include "messages/message_types.hpp"
@@ -69,7 +70,7 @@ struct AdminSpec {
   int learner_slots = 0;
   LearnerControlFn control;
   std::shared_ptr<actors::EventLog> events;
-  nlohmann::json accounting_at_start = nlohmann::json::object();  // a resumed version's (goodput ledger)
+  actors::SyncerAccounting accounting_at_start;  // a resumed version's (goodput ledger)
   double ledger_offset_s = 0;  // the run's time before started_s that the ledger covers (a carried ledger)
   std::function<void()> drain;  // the console's `drain` (a coordinator: counters->drain_requested)
 };

@@ -47,16 +47,6 @@ caf::actor_system_config make_config() {
   return config;
 }
 
-
-// j[key] when j is an object holding it, else an empty object: status replies may be partial.
-nlohmann::json field(const nlohmann::json& j, const std::string& key) {
-  if (j.is_object()) {
-    auto it = j.find(key);
-    if (it != j.end() && !it->is_null()) return *it;
-  }
-  return nlohmann::json::object();
-}
-
 }  // namespace
 
 struct LocalCluster::Impl {
@@ -69,7 +59,7 @@ struct LocalCluster::Impl {
   caf::actor root;
   Clock::time_point started;
   uint64_t start_version = 0;
-  nlohmann::json accounting_at_start = nlohmann::json::object();  // the resumed version's manifest's
+  SyncerAccounting accounting_at_start;  // the resumed version's manifest's
   double initial_heldout_loss = std::nan("");
   int64_t tokens_per_learner_step = 0;
   int learner_slots = 0;
@@ -101,7 +91,7 @@ caf::actor_system& LocalCluster::system() { return *impl_->system; }
 double LocalCluster::elapsed_s() const { return std::chrono::duration<double>(Clock::now() - impl_->started).count(); }
 double LocalCluster::started_s() const { return impl_->started_s; }
 int LocalCluster::learner_slots() const { return impl_->learner_slots; }
-const nlohmann::json& LocalCluster::accounting_at_start() const { return impl_->accounting_at_start; }
+const SyncerAccounting& LocalCluster::accounting_at_start() const { return impl_->accounting_at_start; }
 void LocalCluster::request_drain() { impl_->drain_requested = true; }
 int64_t LocalCluster::parameter_count() const { return impl_->layout->parameter_count; }
 const RuntimeOptions& LocalCluster::options() const { return *impl_->options; }
@@ -160,16 +150,19 @@ Expected<std::unique_ptr<LocalCluster>> LocalCluster::start(RuntimeOptions optio
     }
     replica->write_parameters(flat);
     impl->initial_heldout_loss = replica->evaluate(*heldout);
-    if (auto manifest = diloco::VersionManifest::decode(latest->manifest_json)) {
-      impl->accounting_at_start = manifest->accounting;
+    auto manifest = diloco::VersionManifest::decode(latest->manifest_json);
+    auto accounting = manifest ? decode_status<SyncerAccounting>(manifest->accounting, "the manifest's accounting")
+                               : Expected<SyncerAccounting>(manifest.error());
+    if (accounting) {
+      impl->accounting_at_start = *accounting;
       for (int m = 0; m < impl->learner_slots; ++m) {
-        start_steps[m] = field(field(manifest->accounting, "learners"), learner_id(m))
-                             .value("steps_merged_fragment0", int64_t{0});
+        auto learner = accounting->learners.find(learner_id(m));
+        start_steps[m] = learner == accounting->learners.end() ? 0 : learner->second.steps_merged_fragment0;
         impl->start_steps_total += start_steps[m];
       }
     } else {
       impl->log->warn("--resume: version {}: {}; the learners start from step 0", latest->version,
-                      manifest.error().to_string());
+                      accounting.error().to_string());
     }
   } else {
     if (latest) {
@@ -261,11 +254,13 @@ bool LocalCluster::wait_for(const std::function<bool()>& condition, double timeo
 
 namespace {
 
-// Everything the summary and the progress line need, from the actors' status replies.
+// Everything the summary and the progress line need: the actors' last status replies.
 struct Snapshot {
-  nlohmann::json syncer = nlohmann::json::object(), monitor = nlohmann::json::object(),
-                 learners = nlohmann::json::object(), root = nlohmann::json::object(),
-                 evaluator = nlohmann::json::object(), store = nlohmann::json::object();
+  SyncerStatus syncer;
+  MonitorStatus monitor;
+  SupervisorStatus learners, root;
+  EvaluatorStatus evaluator;
+  StoreStatus store;
 };
 
 }  // namespace
@@ -281,32 +276,22 @@ Expected<ClusterResult> LocalCluster::run(const std::function<void(const Progres
   result.parameters = impl.layout->parameter_count;
   result.start_version = impl.start_version;
 
-  auto snapshot = [&]() {
-    Snapshot s;
-    auto get = [&](caf::atom_value name) {
-      auto j = query(name, "status", {}, 5);
-      return j ? *j : nlohmann::json::object();
-    };
-    s.syncer = get(syncer_name());
-    s.monitor = get(monitor_name());
-    s.learners = get(learner_supervisor_name());
-    s.root = get(caf::atom("root"));
-    s.evaluator = get(evaluator_name());
-    s.store = get(store_name());
-    return s;
-  };
-  // The last answer of each actor survives a moment when one is restarting.
+  // The last answer of each actor survives a moment when one is restarting (it does not answer).
   Snapshot last;
-  auto merge_snapshot = [&](Snapshot s) {
-    auto keep = [](nlohmann::json& into, nlohmann::json& from) {
-      if (!from.empty()) into = std::move(from);
-    };
-    keep(last.syncer, s.syncer);
-    keep(last.monitor, s.monitor);
-    keep(last.learners, s.learners);
-    keep(last.root, s.root);
-    keep(last.evaluator, s.evaluator);
-    keep(last.store, s.store);
+  auto refresh = [&](auto& into, caf::atom_value name, double timeout_s) {
+    using T = std::decay_t<decltype(into)>;
+    auto status = ask_status<T>(*impl.system, name, "cluster", timeout_s);
+    if (status) into = std::move(*status);
+    else if (status.error().code != ErrorCode::unavailable) impl.log->warn("{}", status.error().to_string());
+    return status.ok();
+  };
+  auto refresh_all = [&] {
+    refresh(last.syncer, syncer_name(), 5);
+    refresh(last.monitor, monitor_name(), 5);
+    refresh(last.learners, learner_supervisor_name(), 5);
+    refresh(last.root, caf::atom("root"), 5);
+    refresh(last.evaluator, evaluator_name(), 5);
+    refresh(last.store, store_name(), 5);
   };
 
   // A resumed run's earlier processes are not this run's: their merged compute is subtracted.
@@ -315,7 +300,7 @@ Expected<ClusterResult> LocalCluster::run(const std::function<void(const Progres
     return ledger_from_status(wall, slot_ids, s.monitor, s.syncer, impl.accounting_at_start);
   };
   auto tokens_of = [&](const Snapshot& s) {
-    return s.learners.value("steps_computed", int64_t{0}) * impl.tokens_per_learner_step;
+    return s.learners.steps_computed * impl.tokens_per_learner_step;
   };
   // Measured where the bytes cross a link: learner -> syncer, syncer -> learners, store -> learners.
   auto bytes_up_of = [](const Snapshot& s) { return learner_link_bytes(s.syncer, s.store).up; };
@@ -324,24 +309,22 @@ Expected<ClusterResult> LocalCluster::run(const std::function<void(const Progres
   auto sample = [&](const Snapshot& s) {
     ProgressSample p;
     p.elapsed_s = elapsed_s();
-    p.version = s.syncer.value("version", uint64_t{0});
+    p.version = s.syncer.version;
     p.tokens = tokens_of(s);
     p.tokens_per_s = p.elapsed_s > 0 ? p.tokens / p.elapsed_s : 0;
-    p.train_loss = s.syncer.value("merged_contributions", int64_t{0}) > 0 ? s.syncer.value("train_loss", 0.0) : std::nan("");
-    p.heldout_loss = s.evaluator.value("scored_version", uint64_t{0}) > 0 ? s.evaluator.value("heldout_loss", 0.0)
-                                                                           : std::nan("");
-    p.heldout_bits_per_byte = s.evaluator.value("scored_version", uint64_t{0}) > 0
-                                  ? s.evaluator.value("heldout_bits_per_byte", 0.0) : std::nan("");
-    p.heldout_version = s.evaluator.value("scored_version", uint64_t{0});
-    p.alive = s.monitor.value("alive", 0);
+    p.train_loss = s.syncer.merged_contributions > 0 ? s.syncer.train_loss : std::nan("");
+    p.heldout_loss = s.evaluator.scored() ? *s.evaluator.heldout_loss : std::nan("");
+    p.heldout_bits_per_byte = s.evaluator.scored() ? s.evaluator.heldout_bits_per_byte.value_or(std::nan("")) : std::nan("");
+    p.heldout_version = s.evaluator.scored_version;
+    p.alive = s.monitor.alive;
     p.total = impl.learner_slots;
     const auto ledger = goodput_of(s, p.elapsed_s);
     p.goodput = ledger.goodput();
     p.bytes_sent = bytes_of(s);
     p.bytes_ddp_equivalent = ddp_equivalent_bytes(p.tokens, impl.tokens_per_learner_step / (diloco::data_parallel(run.mode) ? run.learners : 1),
                                                   result.parameters);
-    p.restarts = s.learners.value("restarts", int64_t{0});
-    p.rejected = s.syncer.value("rejected_total", int64_t{0});
+    p.restarts = s.learners.restarts;
+    p.rejected = s.syncer.rejected_total;
     p.operator_view = operator_sample(p.elapsed_s, impl.start_version, s.syncer, s.monitor, s.evaluator, ledger);
     p.operator_view["tokens"] = p.tokens;
     p.operator_view["alive"] = p.alive;
@@ -366,9 +349,10 @@ Expected<ClusterResult> LocalCluster::run(const std::function<void(const Progres
     if (next_learner_kill > 0 && now >= next_learner_kill && (run.max_seconds <= 0 || now < run.max_seconds)) {
       next_learner_kill += options.faults.kill_learner_every_s;
       std::vector<int> running;
-      auto status = query(learner_supervisor_name(), "status", {}, 2);
+      auto status = ask_status<SupervisorStatus>(*impl.system, learner_supervisor_name(), "cluster", 2);
       for (int m = 0; status && m < impl.learner_slots; ++m) {
-        if (field(field(*status, "children"), learner_id(m)).value("state", "") == "running") running.push_back(m);
+        auto child = status->children.find(learner_id(m));
+        if (child != status->children.end() && child->second.state == "running") running.push_back(m);
       }
       if (!running.empty()) {
         const int victim = running[rng() % running.size()];
@@ -394,21 +378,17 @@ Expected<ClusterResult> LocalCluster::run(const std::function<void(const Progres
       }
     }
     const bool report = now >= next_progress;
-    auto learners = query(learner_supervisor_name(), "status", {}, 5);
-    const bool done = learners && learners->value("running", 1) == 0 && learners->value("restarting", 1) == 0;
+    auto learners = ask_status<SupervisorStatus>(*impl.system, learner_supervisor_name(), "cluster", 5);
+    const bool done = learners && learners->all_ended();
     if (report || done || !kills.empty()) {
-      if (report || done) {
-        merge_snapshot(snapshot());
-      } else {
-        auto s = query(syncer_name(), "status", {}, 2);
-        if (s) last.syncer = *s;
-      }
+      if (report || done) refresh_all();
+      else refresh(last.syncer, syncer_name(), 2);
       for (auto& k : kills) {
         if (k.resolved) continue;
-        const auto rec = field(field(last.syncer, "learners"), k.id);
-        if (rec.value("joined_s", -1.0) > k.at && rec.value("first_merge_after_join_s", -1.0) > k.at) {
+        auto rec = last.syncer.learners.find(k.id);
+        if (rec != last.syncer.learners.end() && rec->second.joined_s > k.at && rec->second.first_merge_after_join_s > k.at) {
           k.resolved = true;
-          result.kill_to_merge_s.push_back(rec["first_merge_after_join_s"].get<double>() - k.at);
+          result.kill_to_merge_s.push_back(rec->second.first_merge_after_join_s - k.at);
         }
       }
       if (report) {
@@ -428,60 +408,55 @@ Expected<ClusterResult> LocalCluster::run(const std::function<void(const Progres
 
   // Let the syncer merge what is still pending, then score the final committed version.
   wait_for([&] {
-    auto s = query(syncer_name(), "status", {}, 2);
-    return s && s->value("pending", int64_t{1}) == 0 && !s->value("commit_in_flight", true) &&
-           s->value("phase", "") == "ready";
+    auto s = ask_status<SyncerStatus>(*impl.system, syncer_name(), "cluster", 2);
+    return s && s->settled();
   }, 15, 0.05);
-  merge_snapshot(snapshot());
-  result.final_version = last.syncer.value("version", uint64_t{0});
+  refresh_all();
+  result.final_version = last.syncer.version;
   auto final_eval = query(evaluator_name(), "evaluate", {std::to_string(result.final_version)}, 300);
   if (!final_eval) return make_error(ErrorCode::unavailable, "final evaluation failed: " + final_eval.error().reason);
-  merge_snapshot(snapshot());
-  result.heldout_loss = final_eval->value("heldout_loss", std::nan(""));
+  refresh_all();
+  auto scored = decode_status<EvaluationPoint>(*final_eval, "the final evaluation");
+  if (!scored) return scored.error();
+  result.heldout_loss = scored->heldout_loss.value_or(std::nan(""));
   result.initial_heldout_loss = impl.initial_heldout_loss;
   if (std::isnan(result.initial_heldout_loss)) {
-    const auto curve = last.evaluator.value("curve", nlohmann::json::array());
-    result.initial_heldout_loss = curve.empty() ? result.heldout_loss : curve[0].value("heldout_loss", result.heldout_loss);
+    const auto& curve = last.evaluator.curve;
+    result.initial_heldout_loss = curve.empty() ? result.heldout_loss : curve[0].heldout_loss.value_or(result.heldout_loss);
   }
   result.wall_s = elapsed_s();
   result.versions_committed = static_cast<int64_t>(result.final_version) - static_cast<int64_t>(result.start_version);
   result.rounds = result.versions_committed;
   result.tokens = tokens_of(last);
-  result.steps = impl.learner_slots > 0 ? last.learners.value("steps_computed", int64_t{0}) / impl.learner_slots : 0;
-  if (diloco::data_parallel(run.mode)) result.steps = last.learners.value("steps_computed", int64_t{0});
-  result.train_loss = last.syncer.value("train_loss", 0.0);
+  result.steps = impl.learner_slots > 0 ? last.learners.steps_computed / impl.learner_slots : 0;
+  if (diloco::data_parallel(run.mode)) result.steps = last.learners.steps_computed;
+  result.train_loss = last.syncer.train_loss;
   result.bytes_up = bytes_up_of(last);
   result.bytes_down = bytes_down_of(last);
   result.bytes_sent = result.bytes_up + result.bytes_down;
   result.bytes_measured = true;
-  for (const auto& n : last.syncer.value("fragment_commits", nlohmann::json::array())) {
-    result.fragment_commits += n.get<int64_t>();
-  }
+  for (int64_t n : last.syncer.fragment_commits) result.fragment_commits += n;
   // Fragment rounds of the schedule: every H inner steps of the leading learner (the pace the
   // quorum follows; a straggler's slower periods are merged into its rounds).
   int64_t leading_steps = 0;
-  for (int m = 0; m < impl.learner_slots; ++m) {
-    leading_steps = std::max(leading_steps,
-                             field(field(last.learners, "children"), learner_id(m)).value("steps_computed", int64_t{0}));
-  }
+  for (const auto& [id, child] : last.learners.children) leading_steps = std::max(leading_steps, child.steps_computed);
   const double fragment_rounds =
       static_cast<double>(impl.layout->plan.fragments.size()) * leading_steps / std::max(1, run.inner_steps);
   result.versions_per_fragment_round = fragment_rounds > 0 ? result.fragment_commits / fragment_rounds : 0;
   result.bytes_ddp_equivalent = ddp_equivalent_bytes(
       result.tokens, impl.tokens_per_learner_step / (diloco::data_parallel(run.mode) ? run.learners : 1), result.parameters);
   result.goodput = goodput_of(last, result.wall_s);
-  result.restarts = last.learners.value("restarts", int64_t{0});
-  result.infrastructure_restarts = last.root.value("restarts", int64_t{0});
-  result.rejected_updates = last.syncer.value("rejected_total", int64_t{0});
-  result.learner_nonfinite_recoveries = last.monitor.value("learner_nonfinite_recoveries", int64_t{0});
+  result.restarts = last.learners.restarts;
+  result.infrastructure_restarts = last.root.restarts;
+  result.rejected_updates = last.syncer.rejected_total;
+  result.learner_nonfinite_recoveries = last.monitor.learner_nonfinite_recoveries;
   nlohmann::json links = {
-      {"learners->syncer", last.syncer.value("bytes_from_learners", int64_t{0})},
-      {"syncer->learners", last.syncer.value("bytes_to_learners", int64_t{0})},
-      {"syncer->store", last.store.value("bytes_received", int64_t{0})},
-      {"store->learners", last.store.value("bytes_served_learners", int64_t{0})},
-      {"store->evaluator+syncer", last.store.value("bytes_served", int64_t{0}) -
-                                      last.store.value("bytes_served_learners", int64_t{0})},
-      {"learners->monitor", last.monitor.value("heartbeat_bytes", int64_t{0})}};
+      {"learners->syncer", last.syncer.bytes_from_learners},
+      {"syncer->learners", last.syncer.bytes_to_learners},
+      {"syncer->store", last.store.bytes_received},
+      {"store->learners", last.store.bytes_served_learners},
+      {"store->evaluator+syncer", last.store.bytes_served - last.store.bytes_served_learners},
+      {"learners->monitor", last.monitor.heartbeat_bytes}};
   result.details = {{"syncer", last.syncer}, {"monitor", last.monitor}, {"learner_supervisor", last.learners},
                     {"root_supervisor", last.root}, {"evaluator", last.evaluator}, {"store", last.store},
                     {"links_bytes", links}, {"goodput", to_json(result.goodput)},

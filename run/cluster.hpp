@@ -99,7 +99,7 @@ class LocalCluster {
   double elapsed_s() const;
   double started_s() const;  // monotonic_seconds() when the run started
   int learner_slots() const;
-  const nlohmann::json& accounting_at_start() const;  // a resumed version's (goodput ledger)
+  const actors::SyncerAccounting& accounting_at_start() const;  // a resumed version's (goodput ledger)
   int64_t parameter_count() const;
   caf::actor_system& system();  // for tests that talk to actors directly
   const actors::RuntimeOptions& options() const;

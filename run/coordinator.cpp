@@ -45,20 +45,6 @@ nlohmann::json field(const nlohmann::json& j, const std::string& key) {
   return nlohmann::json::object();
 }
 
-// j[key] when it is a number, else `otherwise` (NaN travels as null in JSON).
-double number(const nlohmann::json& j, const std::string& key, double otherwise) {
-  if (!j.is_object()) return otherwise;
-  auto it = j.find(key);
-  return it != j.end() && it->is_number() ? it->get<double>() : otherwise;
-}
-
-int64_t tokens_merged(const nlohmann::json& syncer) {
-  int64_t total = 0;
-  const auto learners = field(syncer, "learners");  // a named copy: items() must not outlive it
-  for (const auto& [id, record] : learners.items()) total += record.value("tokens_merged", int64_t{0});
-  return total;
-}
-
 // The newest intact version's record, without its blobs (nullopt: none committed).
 std::optional<storage::VersionInfo> latest_version_record(const storage::CheckpointStore& store) {
   auto version = store.latest_committed_version();
@@ -97,7 +83,7 @@ struct Coordinator::Impl {
   uint16_t port = 0;
   Clock::time_point started;
   std::optional<uint64_t> resumed_from;
-  nlohmann::json accounting_at_start = nlohmann::json::object();  // the resumed version's (goodput ledger)
+  SyncerAccounting accounting_at_start;  // the resumed version's (goodput ledger)
   double ledger_offset_s = 0;  // the run's time before this process: a carried ledger's (accounting.hpp)
   double initial_heldout_loss = std::nan("");
   std::shared_ptr<net::LinkStats> stats;
@@ -126,9 +112,13 @@ struct Coordinator::Impl {
     return ask_admin(*system, name, "coordinator", command, std::move(args), timeout_s);
   }
 
-  nlohmann::json status(caf::atom_value name) {
-    auto j = query(name);
-    return j && j->is_object() ? *j : nlohmann::json::object();
+  // The status of the actor `name`; the last one `into` holds when it does not answer now.
+  template <class T>
+  bool refresh(T& into, caf::atom_value name) {
+    auto status = ask_status<T>(*system, name, "coordinator", 5);
+    if (status) into = std::move(*status);
+    else if (status.error().code != ErrorCode::unavailable) log->warn("{}", status.error().to_string());
+    return status.ok();
   }
 
   double elapsed_s() const { return std::chrono::duration<double>(Clock::now() - started).count(); }
@@ -167,27 +157,32 @@ Expected<std::unique_ptr<Coordinator>> Coordinator::start(CoordinatorOptions opt
   // Only the newest intact version's record (its manifest and blob sizes) before listening: the
   // syncer restores the blobs, and the resumed version is scored once the port answers.
   auto latest = latest_version_record(*impl->store);
+  nlohmann::json carried_ledger;  // the resumed version's goodput ledger (accounting.ledger), if any
   if (latest) {
     if (auto shape = check_shape(*latest, *impl->setup.layout); !shape) {
       return make_error(shape.error().code, "run directory " + runtime.run_dir + ": " + shape.error().reason);
     }
     impl->resumed_from = latest->version;
     runtime.resume = true;
-    if (auto manifest = diloco::VersionManifest::decode(latest->manifest_json)) {
-      impl->accounting_at_start = manifest->accounting;
+    auto manifest = diloco::VersionManifest::decode(latest->manifest_json);
+    auto accounting = manifest ? decode_status<SyncerAccounting>(manifest->accounting, "the manifest's accounting")
+                               : Expected<SyncerAccounting>(manifest.error());
+    if (accounting) {
+      impl->accounting_at_start = *accounting;
+      if (manifest->accounting.contains("ledger")) carried_ledger = manifest->accounting["ledger"];
     } else {
       impl->log->warn("resuming from version {}: {}; its accounting is not carried", latest->version,
-                      manifest.error().to_string());
+                      accounting.error().to_string());
     }
   }
   // The goodput ledger goes on from the resumed version's carry: the run's whole time, this
   // process's predecessors and their downtime included, with the syncer's merged work counted whole.
-  if (impl->accounting_at_start.is_object() && impl->accounting_at_start.contains("ledger")) {
-    auto carry = ledger_carry_from_json(impl->accounting_at_start["ledger"]);
+  if (!carried_ledger.is_null()) {
+    auto carry = ledger_carry_from_json(carried_ledger);
     if (carry) {
       runtime.ledger_at_start = std::make_shared<const LedgerCarry>(*carry);
       runtime.run_started_unix_s = carry->run_started_unix_s;
-      impl->accounting_at_start = nlohmann::json::object();
+      impl->accounting_at_start = SyncerAccounting{};
     } else {
       impl->log->warn("committed version {}: {}; the goodput ledger counts from this process's start",
                       *impl->resumed_from, carry.error().reason);
@@ -287,7 +282,9 @@ Expected<nlohmann::json> Coordinator::run(const std::function<bool()>& stop_requ
   const double max_seconds = run.max_seconds;
   std::string stopped_by;
   double next_progress = 0;
-  nlohmann::json syncer = nlohmann::json::object();
+  SyncerStatus syncer;
+  MonitorStatus monitor;
+  EvaluatorStatus evaluator;
   std::optional<uint64_t> start_version;
   int64_t start_tokens = 0;
   double first_commit_s = -1;  // monotonic_seconds() when this process first saw a new committed version
@@ -316,31 +313,30 @@ Expected<nlohmann::json> Coordinator::run(const std::function<bool()>& stop_requ
   const auto slot_ids = learner_ids(run.learners);
   while (true) {
     const double now = impl.elapsed_s();
-    auto s = impl.status(syncer_name());
-    if (!s.empty()) syncer = s;
-    if (!start_version && syncer.value("phase", "") == "ready") {
-      start_version = syncer.value("version", uint64_t{0});
-      start_tokens = tokens_merged(syncer);
+    impl.refresh(syncer, syncer_name());
+    if (!start_version && syncer.phase == "ready") {
+      start_version = syncer.version;
+      start_tokens = syncer.tokens_merged();
     }
-    if (start_version && first_commit_s < 0 && syncer.value("version", uint64_t{0}) > *start_version) {
+    if (start_version && first_commit_s < 0 && syncer.version > *start_version) {
       first_commit_s = monotonic_seconds();
     }
     if (stop_requested()) stopped_by = "signal";
     else if (impl.counters->drain_requested) stopped_by = "drain";
     else if (max_seconds > 0 && now >= max_seconds) stopped_by = "max_seconds";
-    else if (run.max_tokens > 0 && tokens_merged(syncer) >= run.max_tokens) stopped_by = "max_tokens";
+    else if (run.max_tokens > 0 && syncer.tokens_merged() >= run.max_tokens) stopped_by = "max_tokens";
     if (now >= next_progress || !stopped_by.empty()) {
       next_progress = now + impl.runtime->progress_interval_s;
-      auto monitor = impl.status(monitor_name());
-      auto evaluator = impl.status(evaluator_name());
+      impl.refresh(monitor, monitor_name());
+      impl.refresh(evaluator, evaluator_name());
       auto gateway = impl.counters->to_json();
       const auto traffic = impl.stats->snapshot();
       const auto ledger = ledger_from_status(impl.ledger_wall_s(), slot_ids, monitor, syncer, impl.accounting_at_start);
       auto p = operator_sample(now, start_version.value_or(0), syncer, monitor, evaluator, ledger);
-      p["tokens"] = tokens_merged(syncer);
+      p["tokens"] = syncer.tokens_merged();
       p["shard"] = impl.runtime->shard.index;
       p["shards"] = impl.runtime->shard.count;
-      p["alive"] = monitor.value("alive", 0);
+      p["alive"] = monitor.alive;
       p["nodes"] = field(gateway, "nodes").size();
       p["bytes_cross_site"] = traffic.cross_site().bytes_sent + traffic.cross_site().bytes_received;
       // For the metrics endpoint and status page (apps/metrics_server.hpp): counters as measured.
@@ -369,18 +365,18 @@ Expected<nlohmann::json> Coordinator::run(const std::function<bool()>& stop_requ
   }
   const auto settle_until = Clock::now() + std::chrono::seconds(15);
   while (Clock::now() < settle_until) {
-    auto s = impl.status(syncer_name());
-    if (!s.empty()) syncer = s;
-    if (s.value("pending", int64_t{1}) == 0 && !s.value("commit_in_flight", true) && s.value("phase", "") == "ready") break;
+    if (impl.refresh(syncer, syncer_name()) && syncer.settled()) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
-  const uint64_t final_version = syncer.value("version", uint64_t{0});
+  const uint64_t final_version = syncer.version;
   // The ledger as the run ends: the nodes' last slot reports came with their learners' exits.
-  const auto ledger = to_json(ledger_from_status(impl.ledger_wall_s(), slot_ids, impl.status(monitor_name()), syncer,
-                                                 impl.accounting_at_start));
+  impl.refresh(monitor, monitor_name());
+  const auto ledger = to_json(ledger_from_status(impl.ledger_wall_s(), slot_ids, monitor, syncer, impl.accounting_at_start));
   auto final_eval = sharded ? Expected<nlohmann::json>(nlohmann::json::object())
                             : impl.query(evaluator_name(), "evaluate", {std::to_string(final_version)}, 300);
   if (!final_eval) return make_error(ErrorCode::unavailable, "final evaluation failed: " + final_eval.error().reason);
+  auto scored = decode_status<EvaluationPoint>(*final_eval, "the final evaluation");  // sharded: none
+  if (!scored) return scored.error();
 
   // Links: bytes per remote node as this process counted them, and the data-parallel comparison.
   const auto snapshot = impl.stats->snapshot();
@@ -398,7 +394,7 @@ Expected<nlohmann::json> Coordinator::run(const std::function<bool()>& stop_requ
   }
   const auto cross = snapshot.cross_site();
   const uint64_t bytes_cross_site = cross.bytes_sent + cross.bytes_received;
-  const int64_t tokens = tokens_merged(syncer) - start_tokens;
+  const int64_t tokens = syncer.tokens_merged() - start_tokens;
   nlohmann::json efficiency = nullptr;
   net::DataParallelBaseline baseline{static_cast<uint64_t>(impl.setup.layout->parameter_count), 4,
                                      static_cast<uint32_t>(sites.size()),
@@ -409,12 +405,9 @@ Expected<nlohmann::json> Coordinator::run(const std::function<bool()>& stop_requ
                   {"fraction_of_data_parallel", e->fraction_of_data_parallel}};
   }
   nlohmann::json learners = nlohmann::json::object();
-  const auto syncer_learners = field(syncer, "learners");
-  for (const auto& [id, r] : syncer_learners.items()) {
-    learners[id] = {{"joins", r.value("joins", 0)}, {"active", r.value("active", false)},
-                    {"contributions_merged", r.value("contributions_merged", 0)},
-                    {"first_merge_after_join_s", r.value("first_merge_after_join_s", -1.0)},
-                    {"joined_s", r.value("joined_s", -1.0)}};
+  for (const auto& [id, r] : syncer.learners) {
+    learners[id] = {{"joins", r.joins}, {"active", r.active}, {"contributions_merged", r.contributions_merged},
+                    {"first_merge_after_join_s", r.first_merge_after_join_s}, {"joined_s", r.joined_s}};
   }
   std::vector<int64_t> fragment_numel;
   for (const auto& f : impl.setup.layout->plan.fragments) fragment_numel.push_back(f.numel);
@@ -428,20 +421,20 @@ Expected<nlohmann::json> Coordinator::run(const std::function<bool()>& stop_requ
       {"learner_slots", run.learners},
       // Measured on the node links: up = what the nodes sent here, down = what went to them.
       {"bytes_up", snapshot.total().bytes_received}, {"bytes_down", snapshot.total().bytes_sent},
-      {"fragment_commits", syncer.value("fragment_commits", nlohmann::json::array())},
+      {"fragment_commits", syncer.fragment_commits},
       {"start_version", first_version}, {"final_version", final_version},
       {"versions_committed", static_cast<int64_t>(final_version) - static_cast<int64_t>(first_version)},
       {"resumed_from_version", impl.resumed_from ? nlohmann::json(*impl.resumed_from) : nlohmann::json(nullptr)},
       {"learners_seen", remote.value("learners_seen", 0)}, {"learners", learners},
       {"tokens", tokens}, {"initial_heldout_loss", impl.initial_heldout_loss},
-      {"heldout_loss", number(*final_eval, "heldout_loss", std::nan(""))},
-      {"heldout_bits_per_byte", number(*final_eval, "heldout_bits_per_byte", std::nan(""))}, {"wall_s", impl.elapsed_s()},
+      {"heldout_loss", scored->heldout_loss.value_or(std::nan(""))},
+      {"heldout_bits_per_byte", scored->heldout_bits_per_byte.value_or(std::nan(""))}, {"wall_s", impl.elapsed_s()},
       {"bytes_cross_site", bytes_cross_site}, {"bytes_links_total", snapshot.total().bytes_sent + snapshot.total().bytes_received},
       {"links", links}, {"cross_site_vs_data_parallel", efficiency},
       {"joins_accepted", remote["joins_accepted"]}, {"joins_refused", remote["joins_refused"]},
       {"admin_sessions", remote["admin_sessions"]}, {"edge", remote["edge"]},
-      {"rejected_foreign", remote["rejected_foreign"]}, {"refused", remote["refused"]}, {"rejected_updates", syncer.value("rejected_total", int64_t{0})},
-      {"rejected_by_reason", field(syncer, "rejected")}, {"stopped_by", stopped_by},
+      {"rejected_foreign", remote["rejected_foreign"]}, {"refused", remote["refused"]}, {"rejected_updates", syncer.rejected_total},
+      {"rejected_by_reason", syncer.rejected}, {"stopped_by", stopped_by},
       {"first_commit_s", first_commit_s},
       {"goodput", ledger["goodput"]}, {"badput", ledger["badput"]}, {"goodput_seconds", ledger["seconds"]},
   };

@@ -312,14 +312,16 @@ struct Node::Impl {
     system.reset();
   }
 
-  nlohmann::json supervisor_status() {
-    if (!learner_supervisor) return nlohmann::json::object();
+  // The learner supervisor's status (none when it has not answered within 5 s).
+  std::optional<SupervisorStatus> supervisor_status() {
+    if (!learner_supervisor) return std::nullopt;
     caf::scoped_actor self{*system};
-    nlohmann::json out = nlohmann::json::object();
+    std::optional<SupervisorStatus> out;
     self->request(learner_supervisor, std::chrono::seconds(5), admin_atom::value, admin_request("node", "status"))
         .receive([&](WireBytes& bytes) {
                    auto j = read_admin_reply(std::move(bytes));
-                   if (j) out = *j;
+                   auto status = j ? decode_status<SupervisorStatus>(*j, "learner supervisor") : Expected<SupervisorStatus>(j.error());
+                   if (status) out = std::move(*status);
                  },
                  [&](caf::error&) {});
     return out;
@@ -668,7 +670,7 @@ Expected<nlohmann::json> Node::run(const std::function<bool()>& stop_requested,
     }
     if (impl.learner_supervisor) {
       auto status = impl.supervisor_status();
-      if (!status.empty() && status.value("running", 1) == 0 && status.value("restarting", 1) == 0) {
+      if (status && status->all_ended()) {
         if (stopped_by.empty()) stopped_by = "budget";
         break;
       }
@@ -677,7 +679,7 @@ Expected<nlohmann::json> Node::run(const std::function<bool()>& stop_requested,
         impl.ask_learner_digests();
         if (progress) {
           progress({{"elapsed_s", elapsed()}, {"connected", connected()},
-                    {"steps", status.value("steps_computed", int64_t{0})}, {"restarts", status.value("restarts", 0)}});
+                    {"steps", status ? status->steps_computed : 0}, {"restarts", status ? status->restarts : 0}});
         }
       }
     }
@@ -686,7 +688,7 @@ Expected<nlohmann::json> Node::run(const std::function<bool()>& stop_requested,
 
   // Let the last updates and Leaves out of the emulated links before the process goes.
   for (auto& link : impl.links) wait_for_drain(link.uplink, 2.0);
-  auto status = impl.supervisor_status();
+  const auto status = impl.supervisor_status().value_or(SupervisorStatus{});
   const auto traffic = impl.stats->snapshot().total();
   int64_t sessions = 0, reconnects = 0;
   std::vector<std::string> addresses;
@@ -705,8 +707,8 @@ Expected<nlohmann::json> Node::run(const std::function<bool()>& stop_requested,
       {"role", "node"}, {"node", options.name}, {"site", options.site},
       {"coordinator", impl.sharded() ? nlohmann::json(addresses) : nlohmann::json(first.name())},
       {"first_learner", impl.first_learner}, {"learners", options.learners},
-      {"steps", status.value("steps_computed", int64_t{0})}, {"restarts", status.value("restarts", 0)},
-      {"finished", status.value("finished", 0)}, {"failed", status.value("failed", 0)},
+      {"steps", status.steps_computed}, {"restarts", status.restarts},
+      {"finished", status.finished}, {"failed", status.failed},
       {"sessions", sessions}, {"reconnects", reconnects}, {"refused", impl.refusals->to_json()},
       {"bytes_sent", traffic.bytes_sent},
       {"bytes_received", traffic.bytes_received},

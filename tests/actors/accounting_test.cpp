@@ -59,11 +59,16 @@ TEST_CASE("goodput ledger: every part from its own measurement, and they add up 
 }
 
 TEST_CASE("goodput ledger from actor status: a resumed run's earlier merges are not this run's") {
-  const nlohmann::json monitor = {
-      {"slots", {{"learner-0", {{"times", {{"lifetime_s", 10.0}, {"alive_s", 10.0}, {"compute_s", 8.0}}}}}}}};
-  const nlohmann::json syncer = {{"learners", {{"learner-0", {{"compute_merged_s", 107.0}}}}}};
-  const nlohmann::json at_start = {{"learners", {{"learner-0", {{"compute_merged_s", 100.0}}}}}};
-  const auto ledger = ledger_from_status(10, {"learner-0", "learner-1"}, monitor, syncer, at_start);
+  // Partial statuses, as JSON crosses a mailbox: what is missing keeps its default.
+  const auto monitor = decode_status<MonitorStatus>(
+      {{"slots", {{"learner-0", {{"times", {{"lifetime_s", 10.0}, {"alive_s", 10.0}, {"compute_s", 8.0}}}}}}}}, "monitor");
+  const auto syncer = decode_status<SyncerStatus>({{"learners", {{"learner-0", {{"compute_merged_s", 107.0}}}}}}, "syncer");
+  const auto at_start =
+      decode_status<SyncerAccounting>({{"learners", {{"learner-0", {{"compute_merged_s", 100.0}}}}}}, "accounting");
+  REQUIRE(monitor);
+  REQUIRE(syncer);
+  REQUIRE(at_start);
+  const auto ledger = ledger_from_status(10, {"learner-0", "learner-1"}, *monitor, *syncer, *at_start);
   CHECK(ledger.slots[0].merged == doctest::Approx(7));
   CHECK(ledger.slots[0].unmerged == doctest::Approx(1));
   CHECK(ledger.slots[1].idle == 10);

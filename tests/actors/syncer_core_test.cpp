@@ -159,7 +159,7 @@ TEST_CASE("syncer core: set changes a runtime-tunable key for the next merge and
   auto staged = core.stage({0}, 1);
   REQUIRE(staged.ok());
   CHECK(staged->find(0)->next.parameters[0] == doctest::Approx(1 - 0.5 * 0.4));
-  CHECK(core.status(1)["outer_lr"].get<double>() == doctest::Approx(0.5));
+  CHECK(core.status(1).outer_lr == doctest::Approx(0.5));
 }
 
 TEST_CASE("syncer core: set outer.codec and train.inner_steps, the schedule is broadcast and survives a restore") {
@@ -179,7 +179,7 @@ TEST_CASE("syncer core: set outer.codec and train.inner_steps, the schedule is b
   CHECK(period->second == "20 from step 47");
   const std::vector<messages::InnerStepsFrom> expected{{0, 10}, {47, 20}};
   CHECK(core.schedule_to_broadcast() == expected);
-  CHECK(core.status(1)["inner_steps"] == 20);
+  CHECK(core.status(1).inner_steps == 20);
   CHECK_FALSE(core.set("train.inner_steps", "0").ok());
   CHECK_FALSE(core.set("train.inner_steps", "2.5").ok());
   // Every committed version's accounting carries it: a restored syncer broadcasts the same schedule.
@@ -313,7 +313,7 @@ TEST_CASE("syncer core: fragments commit independently; versions number records 
   CHECK_FALSE(core.commit_in_flight());
   CHECK(core.fragment(0).parameters[0] == doctest::Approx(0.5));
   CHECK(core.latest_version() == 4);
-  CHECK(core.status(5)["fragment_versions"] == nlohmann::json::array({4, 3}));
+  CHECK(core.status(5).fragment_versions == std::vector<uint64_t>{4, 3});
 }
 
 namespace {
@@ -619,7 +619,7 @@ TEST_CASE("syncer core: decoupled rounds, an update behind its round merges with
   CHECK(late == 1);
   landed(core, *staged, 3);
   CHECK(core.fragment(0).next_round == 2);
-  CHECK(core.status(3)["fragment_commits"][0] == 2);
+  CHECK(core.status(3).fragment_commits[0] == 2);
   CHECK(core.learners().at("learner-1").contributions_merged == 1);
   // Every active learner contributed: the round closes at once, late ones included.
   send_round(core, 2, 0, 4);
@@ -728,8 +728,8 @@ TEST_CASE("syncer core: a claim of 2^40 tokens does not outweigh an honest learn
   landed(core, *staged, 1);
   // The token ledger (and so train.max_tokens) counts the credited tokens, not the claim.
   CHECK(core.learners().at("learner-0").tokens_merged == 10 * T);
-  CHECK(core.status(1)["claims_corrected"] == 1);
-  CHECK(core.status(1)["accounting"]["claims_corrected"] == 1);
+  CHECK(core.status(1).claims_corrected == 1);
+  CHECK(core.status(1).accounting.claims_corrected == 1);
 
   // A claim of 2^40 steps counts as kMaxPeriodsPerUpdate periods (H = 10): weight 4 : 1.
   UpdateHeader many{"learner-0", 0, 2, static_cast<uint32_t>(1u << 31), uint64_t{1} << 40, 1.0f, 1, 10, 20};
@@ -800,7 +800,7 @@ TEST_CASE("syncer core: a merge that comes out non-finite is dropped, counted, a
   CHECK(core.fragment(0).version == 2);
   CHECK(core.fragment(0).pending.empty());  // not merged again and again
   CHECK(core.rejects().by_reason.at("non_finite_merge") == 1);
-  CHECK(core.status(3)["rejected"]["non_finite_merge"] == 1);
+  CHECK(core.status(3).rejected.at("non_finite_merge") == 1);
   CHECK(core.learners().at("learner-0").contributions_rejected == 1);
   // Alone in a commit, the dropped merge leaves nothing to commit, and no commit in flight.
   REQUIRE_FALSE(core.accept({"learner-0", 0, 2, 10, 100, 1.0f, 2, 20, 30}, push, 3).has_value());
@@ -938,7 +938,7 @@ TEST_CASE("syncer core: a round of 16 learners holds one running sum, not 16 upd
     CHECK(core.fragment(0).pending.size() == 16);
     merge_and_commit(core, {0}, 1.5 + round);
   }
-  CHECK(core.screening_status()["clipped"] == 0);
+  CHECK(nlohmann::json(core.screening_status())["clipped"] == 0);
   CHECK(core.rejects().total() == 0);
 }
 
@@ -1021,7 +1021,7 @@ TEST_CASE("syncer core: screening refuses an update 10^6 times the honest norm, 
       for (int64_t i = 0; i < n; ++i) merged[i] = before[i] - core.fragment(0).parameters[i];
       CHECK(distance(merged, honest_mean) <= 0.1 * norm_of(honest_mean));
     }
-    const auto screening = core.screening_status();
+    const auto screening = nlohmann::json(core.screening_status());
     CHECK(core.rejects().by_reason.at("outlier") == 12);
     CHECK(screening["refused"] == 12);
     CHECK(screening["clipped"] == 0);  // the honest learners were never screened
@@ -1055,15 +1055,15 @@ TEST_CASE("syncer core: clip scales a large update down to the bound, and the kn
   std::vector<float> big = gaussian(n, 0.01f, 9);
   for (auto& v : big) v *= 1e6f;
   REQUIRE_FALSE(core.accept({learner_id(3), 0, 1, 10, 100, 2.0f, 0, 0, 10}, big, 1).has_value());  // clip never refuses
-  CHECK(core.screening_status()["clipped"] == 1);
-  const double clip = core.screening_status()["clip"].get<double>();
+  CHECK(nlohmann::json(core.screening_status())["clipped"] == 1);
+  const double clip = nlohmann::json(core.screening_status())["clip"].get<double>();
   CHECK(core.fragment(0).pending.back().scale == doctest::Approx(clip * median / norm_of(big)).epsilon(1e-4));
   // A restarted syncer knows the norms: the next outsized update is refused on arrival, not held.
   auto restarted = make_wide_core("sync", 4, n, "refuse");
   commit_and_restore(core, {0}, 2, restarted);
-  CHECK(restarted.screening_status()["median_norm_per_lr"][0].get<double>() > 0);
+  CHECK(nlohmann::json(restarted.screening_status())["median_norm_per_lr"][0].get<double>() > 0);
   CHECK(restarted.accept({learner_id(3), 0, 2, 10, 100, 2.0f, 1, 10, 20}, big, 3) == RejectReason::outlier);
-  CHECK(restarted.screening_status()["held"] == 0);
+  CHECK(nlohmann::json(restarted.screening_status())["held"] == 0);
 }
 
 TEST_CASE("syncer core: an int4 update folded from its codes merges as its decoded values do") {
@@ -1093,13 +1093,13 @@ TEST_CASE("syncer core: an int4 update folded from its codes merges as its decod
         REQUIRE(values.ok());
         REQUIRE_FALSE(decoded.accept(h, std::move(*values), 1.0 + round).has_value());
         if (round == 0 && m == 1) {  // two held: their codes, 1/8 of their fp32 values
-          CHECK(fused.screening_status()["held"] == 2);
+          CHECK(nlohmann::json(fused.screening_status())["held"] == 2);
           CHECK(fused.pending_bytes() == static_cast<int64_t>(encoded[0].size() + encoded[1].size()));
           CHECK(decoded.pending_bytes() == 2 * n * static_cast<int64_t>(sizeof(float)));
         }
       }
-      CHECK(fused.screening_status()["clipped"] == round + 1);
-      CHECK(decoded.screening_status()["clipped"] == round + 1);
+      CHECK(nlohmann::json(fused.screening_status())["clipped"] == round + 1);
+      CHECK(nlohmann::json(decoded.screening_status())["clipped"] == round + 1);
       if (round == 1) CHECK(fused.pending_bytes() == n * static_cast<int64_t>(sizeof(float)));  // the sum alone
       merge_and_commit(fused, {0}, 1.5 + round);
       merge_and_commit(decoded, {0}, 1.5 + round);
@@ -1163,8 +1163,8 @@ TEST_CASE("syncer core: a shard merges and accepts only the fragments it owns; a
   CHECK(staged->manifest.outer_state[0] == entry_at_1);
   auto manifest = staged->manifest;
   core.commit_succeeded(*staged, 1);
-  CHECK(core.status(1)["fragment_commits"] == nlohmann::json::array({0, 1}));
-  CHECK(core.status(1)["shard"]["fragments"] == nlohmann::json::array({1}));
+  CHECK(core.status(1).fragment_commits == std::vector<int64_t>{0, 1});
+  CHECK(core.status(1).shard.fragments == std::vector<int>{1});
   // What the store holds: fragment 0 as version 1 stored it (θ0, zero momentum), fragment 1 as committed.
   const auto stored1 = to_stored(core.fragment(1));
   REQUIRE(fresh.restore(core.latest_version(), {{0, 0}, stored1.broadcast}, {{0, 0}, stored1.outer}, manifest).ok());
