@@ -24,6 +24,7 @@
 #include "actors/wire.hpp"
 #include "common/log.hpp"
 #include "messages/error_feedback.hpp"
+#include "messages/receiver.hpp"
 #include "training/replica.hpp"
 
 namespace archipelago::actors {
@@ -84,7 +85,7 @@ struct UpdateRules {
 
 // The syncer and the store, as this learner sees them.
 struct Link {
-  TensorInbox inbox;
+  Receiver receiver;               // globals reassembled and decoded
   Outbox outbox{""};
   caf::actor syncer;               // the syncer that welcomed us (empty: not joined)
   bool connected = false;
@@ -586,18 +587,18 @@ void start_from_globals(LearnerActor* self) {
   start_training(self);
 }
 
-void on_global(LearnerActor* self, const std::string& from, const GlobalFragment& fragment) {
+// Whether a chunk of a global fragment is taken: a fragment this learner has, once it has joined
+// (until then the fetch brings the state).
+bool takes_global_chunk(LearnerActor* self, const GlobalFragment& fragment) {
+  auto& st = self->state;
+  if (fragment.fragment_id >= st.fragments.size()) return false;
+  return st.phase != Phase::init && st.phase != Phase::joining;
+}
+
+// A whole global fragment: its tensor decoded in `values`.
+void on_global(LearnerActor* self, const GlobalFragment& fragment, std::vector<float>&& values) {
   auto& st = self->state;
   const int p = static_cast<int>(fragment.fragment_id);
-  if (p >= static_cast<int>(st.fragments.size())) return;
-  if (st.phase == Phase::init || st.phase == Phase::joining) return;  // the fetch brings the state
-  auto added =
-      st.link.inbox.add(from + "/" + std::to_string(p) + "/" + std::to_string(fragment.version), fragment.chunk);
-  if (!added) {
-    st.log->warn("{}: dropped a bad global fragment {}: {}", st.id, p, added.error().to_string());
-    return;
-  }
-  if (!added->complete) return;
   if (fragment.uplink_codec && *fragment.uplink_codec != st.rules.codec) {
     // An operator's `set outer.codec`: the next updates go out in it (the residual carries over).
     st.log->info("{}: encoding updates with {} from now on (was {})", st.id, codec_name(*fragment.uplink_codec),
@@ -619,8 +620,8 @@ void on_global(LearnerActor* self, const std::string& from, const GlobalFragment
     }
   }
   auto& held = st.fragments[p];
-  if (static_cast<int64_t>(added->values.size()) != st.spec.layout->plan.fragments[p].numel) return;
-  const auto applied = apply_broadcast(held.global, fragment.version, fragment.delta_base, std::move(added->values));
+  if (static_cast<int64_t>(values.size()) != st.spec.layout->plan.fragments[p].numel) return;
+  const auto applied = apply_broadcast(held.global, fragment.version, fragment.delta_base, std::move(values));
   if (applied == ApplyResult::old) return;
   if (applied == ApplyResult::gap) {
     // A delta against a B_p this learner does not hold (it missed a broadcast): B_p comes from the store.
@@ -903,15 +904,24 @@ caf::behavior learner_behavior(LearnerActor* self, LearnerSpec spec) {
       [=](WireBytes& bytes) {
         auto& st = self->state;
         if (!from_this_process(self)) return;
-        auto envelope = unwrap(std::move(bytes));
-        if (!envelope) {
-          st.log->warn("{}: dropped a malformed message: {}", st.id, envelope.error().to_string());
+        auto received = st.link.receiver.receive(std::move(bytes), [&](const DecodedEnvelope& envelope, const TensorChunk&) {
+          const auto* global = std::get_if<GlobalFragment>(&envelope.body);
+          return global && takes_global_chunk(self, *global);
+        });
+        if (!received) {
+          st.log->warn("{}: dropped a malformed message: {}", st.id, received.error().to_string());
           return;
         }
-        if (auto* global = std::get_if<GlobalFragment>(&envelope->body)) {
-          on_global(self, envelope->sender_id, *global);
-        } else if (auto* welcome = std::get_if<Welcome>(&envelope->body)) {
-          on_welcome(self, envelope->sender_id, *welcome);
+        const auto& body = received->envelope.body;
+        if (auto* global = std::get_if<GlobalFragment>(&body)) {
+          if (received->state == Received::State::refused) {
+            st.log->warn("{}: dropped a bad global fragment {}: {}", st.id, global->fragment_id,
+                         received->error.to_string());
+          } else if (received->state == Received::State::whole) {
+            on_global(self, *global, std::move(received->tensor.values));
+          }
+        } else if (auto* welcome = std::get_if<Welcome>(&body)) {
+          on_welcome(self, received->envelope.sender_id, *welcome);
         }
       },
       [=](admin_atom, WireBytes& bytes) -> caf::result<WireBytes> {

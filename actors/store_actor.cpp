@@ -11,28 +11,13 @@
 #include "actors/wire.hpp"
 #include "common/log.hpp"
 #include "diloco/version_manifest.hpp"
+#include "messages/receiver.hpp"
+#include "storage/commit_tickets.hpp"
 
 namespace archipelago::actors {
 namespace {
 
 using namespace archipelago::messages;
-
-// One tensor of a commit as its chunks arrive: each checked, then written straight into its file,
-// so that the store never holds a commit's blobs in memory.
-struct IncomingTensor {
-  ChunkTracker tracker{kMaxTensorBytes};
-  storage::IncomingBlob file;
-};
-
-// A ticket's commit in two steps (archipelago.capnp, CommitEnd): its chunks as they arrive, then
-// its prepared blobs until the syncer records them as a version.
-struct TicketCommit {
-  std::map<std::pair<uint32_t, PersistKind>, IncomingTensor> streams;
-  storage::CheckpointStore::IncomingCommit building;
-  bool preparing = false;
-  bool abandoned = false;  // given up by the syncer while its worker ran: dropped when it is done
-  std::optional<storage::CheckpointStore::PreparedCommit> prepared;
-};
 
 // Where a prepare worker leaves its result for the store actor (the worker may outlive the actor).
 struct PrepareResults {
@@ -44,7 +29,8 @@ struct StoreState {
   std::shared_ptr<storage::CheckpointStore> store;
   ShardOptions shard;  // a learner is served only these fragments
   Outbox outbox{"store"};
-  std::map<uint64_t, TicketCommit> tickets;
+  Receiver receiver{ReceiveOptions{DecodeLimits{}, false, /*place_persist=*/true}};
+  std::optional<storage::CommitTickets> tickets;  // the commits under way, by ticket (on the store)
   std::map<uint64_t, caf::actor> ticket_senders;
   std::shared_ptr<PrepareResults> prepare_results = std::make_shared<PrepareResults>();
   int64_t commits = 0;
@@ -72,64 +58,47 @@ void reply_persisted(StoreActor* self, const caf::actor& to, uint64_t version, b
   if (bytes) self->send(to, std::move(*bytes));
 }
 
-// Writes a chunk into the file of the tensor it belongs to; a whole tensor's file moves into `building`.
-void add_chunk(StoreActor* self, std::map<std::pair<uint32_t, PersistKind>, IncomingTensor>& streams,
-               storage::CheckpointStore::IncomingCommit& building, const Persist& persist) {
+// Whether a Persist chunk is taken at all: it names a ticket whose chunks have not ended.
+bool takes_chunk(StoreActor* self, const Persist& persist) {
   auto& st = self->state;
-  auto key = std::make_pair(persist.fragment_id, persist.kind);
-  auto it = streams.find(key);
-  if (it == streams.end()) it = streams.emplace(key, IncomingTensor{}).first;
-  IncomingTensor& tensor = it->second;
-  auto placement = tensor.tracker.accept(persist.chunk);
-  if (!placement) {
-    st.log->warn("version {} (ticket {}): bad chunk for fragment {}: {}", persist.version, persist.ticket,
-                 persist.fragment_id, placement.error().to_string());
-    return;
+  if (persist.ticket == 0) {  // every commit is made under a ticket (archipelago.capnp, CommitEnd)
+    st.log->warn("ignored a chunk of fragment {} without a commit ticket", persist.fragment_id);
+    return false;
   }
-  Status written = Status::success();
-  if (tensor.file.path().empty()) {  // the first chunk: the file of the whole tensor
-    auto file = st.store->incoming(tensor.tracker.total_bytes());
-    if (file) tensor.file = std::move(*file);
-    else written = file.error();
-  }
-  if (written.ok()) written = tensor.file.write_at(placement->offset, persist.chunk.payload.data, placement->size);
+  return st.tickets->takes_pieces(persist.ticket);  // a chunk after its ticket's end: ignored
+}
+
+// A chunk placed in its tensor (messages::Receiver checked it): written straight into the tensor's file.
+void on_persist(StoreActor* self, const Persist& persist, const ChunkPlacement& placement) {
+  auto& st = self->state;
+  const auto role = persist.kind == PersistKind::parameters ? storage::BlobRole::parameters
+                                                            : storage::BlobRole::optimizer_state;
+  Status written = st.tickets->add_piece({persist.ticket, persist.fragment_id, role, persist.chunk.total_bytes,
+                                          placement.offset, persist.chunk.payload.data, placement.size});
   if (!written.ok()) {
     // The tensor stays incomplete (its chunks are not resent), so the ticket fails at its end.
     st.log->error("ticket {}: cannot write fragment {}: {}", persist.ticket, persist.fragment_id,
                   written.error().to_string());
-    tensor.tracker = ChunkTracker(0);  // refuses every later chunk of this tensor
-    return;
-  }
-  if (tensor.tracker.complete()) {
-    auto& target = persist.kind == PersistKind::parameters ? building.fragments : building.optimizer_state;
-    target[persist.fragment_id] = std::move(tensor.file);
-    streams.erase(it);
   }
 }
 
-// A ticket's chunks are all here: its blobs are written by a worker of their own (a slow write of one
+// A ticket's chunks are all here: its blobs are prepared by a worker of their own (a slow write of one
 // fragment never holds back another's commit, nor the store's serving), which reports back.
 void prepare_ticket(StoreActor* self, const caf::actor& sender, uint64_t ticket) {
   auto& st = self->state;
-  auto it = st.tickets.find(ticket);
-  if (it == st.tickets.end() || it->second.preparing || it->second.prepared) {
-    reply_persisted(self, sender, 0, false, "ticket " + std::to_string(ticket) + " has no chunks to prepare", ticket);
+  auto commit = st.tickets->begin_prepare(ticket);
+  if (!commit) {
+    if (commit.error().code == ErrorCode::truncated) st.failed_commits += 1;
+    reply_persisted(self, sender, 0, false, commit.error().reason, ticket);
     return;
   }
-  if (!it->second.streams.empty()) {
-    st.tickets.erase(it);
-    st.failed_commits += 1;
-    reply_persisted(self, sender, 0, false, "incomplete tensors", ticket);
-    return;
-  }
-  it->second.preparing = true;
   st.ticket_senders[ticket] = sender;
-  auto data = std::make_shared<storage::CheckpointStore::IncomingCommit>(std::move(it->second.building));
+  auto data = std::make_shared<storage::CheckpointStore::IncomingCommit>(std::move(*commit));
   auto store = st.store;
   auto results = st.prepare_results;
   caf::actor owner = caf::actor_cast<caf::actor>(self);
   self->spawn<caf::detached>([=](caf::blocking_actor* worker) {
-    auto prepared = store->prepare_incoming(std::move(*data), ticket);
+    auto prepared = storage::CommitTickets::prepare(*store, std::move(*data), ticket);
     {
       std::lock_guard<std::mutex> lock(results->mutex);
       results->done.emplace(ticket, std::move(prepared));
@@ -150,53 +119,35 @@ void on_prepared(StoreActor* self, uint64_t ticket) {
   }
   caf::actor sender = st.ticket_senders[ticket];
   st.ticket_senders.erase(ticket);
-  auto it = st.tickets.find(ticket);
-  if (it != st.tickets.end() && it->second.abandoned) {
-    if (result->ok()) st.store->discard(std::move(**result));
-    st.tickets.erase(it);
-    return;
-  }
-  if (!result->ok() || it == st.tickets.end()) {
-    if (result->ok()) st.store->discard(std::move(**result));
-    st.tickets.erase(ticket);
+  auto prepared = st.tickets->finish_prepare(ticket, std::move(*result));
+  if (!prepared) {
     st.failed_commits += 1;
-    const std::string reason = result->ok() ? "the ticket was dropped" : result->error().to_string();
+    const std::string reason = prepared.error().to_string();
     st.log->error("preparing commit ticket {} failed: {}", ticket, reason);
     reply_persisted(self, sender, 0, false, reason, ticket);
     return;
   }
-  it->second.preparing = false;
-  it->second.prepared = std::move(**result);
-  reply_persisted(self, sender, 0, true, "", ticket);
+  if (*prepared == storage::CommitTickets::Prepared::prepared) reply_persisted(self, sender, 0, true, "", ticket);
 }
 
-// Drops a ticket the syncer gave up: what it prepared is discarded now, or, while its worker runs,
-// when the worker is done (on_prepared).
-void drop_ticket(StoreActor* self, std::map<uint64_t, TicketCommit>::iterator it) {
-  auto& st = self->state;
-  if (it->second.preparing) {
-    it->second.abandoned = true;
-    return;
-  }
-  if (it->second.prepared) st.store->discard(std::move(*it->second.prepared));
-  st.tickets.erase(it);
+// Drops a ticket the syncer gave up, with the chunks of it still arriving.
+void drop_ticket(StoreActor* self, uint64_t ticket) {
+  self->state.tickets->drop(ticket);
+  self->state.receiver.drop_persist(ticket);
 }
 
 // Records a prepared ticket as `end.version`, carrying the fragments its manifest names.
 void record_ticket(StoreActor* self, const caf::actor& sender, const CommitEnd& end,
                    const diloco::VersionManifest& manifest) {
   auto& st = self->state;
-  auto it = st.tickets.find(end.ticket);
-  if (it == st.tickets.end() || !it->second.prepared) {
+  if (!st.tickets->is_prepared(end.ticket)) {
     st.failed_commits += 1;
     reply_persisted(self, sender, end.version, false, "ticket " + std::to_string(end.ticket) + " is not prepared",
                     end.ticket);
     return;
   }
-  auto prepared = std::move(*it->second.prepared);
-  st.tickets.erase(it);
   std::vector<uint32_t> carried(manifest.carried.begin(), manifest.carried.end());
-  auto stats = st.store->commit_prepared(std::move(prepared), end.version, end.manifest_json, std::move(carried));
+  auto stats = st.tickets->record(end.ticket, end.version, end.manifest_json, std::move(carried));
   if (!stats) {
     st.failed_commits += 1;
     st.log->error("commit of version {} failed: {}", end.version, stats.error().to_string());
@@ -205,17 +156,6 @@ void record_ticket(StoreActor* self, const caf::actor& sender, const CommitEnd& 
   }
   st.commits += 1;
   reply_persisted(self, sender, end.version, true, "", end.ticket);
-}
-
-void on_persist(StoreActor* self, const caf::actor& sender, const Persist& persist) {
-  auto& st = self->state;
-  if (persist.ticket == 0) {  // every commit is made under a ticket (archipelago.capnp, CommitEnd)
-    st.log->warn("ignored a chunk of fragment {} without a commit ticket", persist.fragment_id);
-    return;
-  }
-  auto& ticket = st.tickets[persist.ticket];
-  if (ticket.preparing || ticket.prepared) return;  // a chunk after its ticket's end: ignored
-  add_chunk(self, ticket.streams, ticket.building, persist);
 }
 
 // The end of a ticket's chunks (version 0: prepare them) or its record (as that version).
@@ -232,7 +172,7 @@ void on_commit_end(StoreActor* self, const caf::actor& sender, const CommitEnd& 
   }
   auto manifest = diloco::VersionManifest::decode(persist.manifest_json);
   if (!manifest) {
-    if (auto it = st.tickets.find(persist.ticket); it != st.tickets.end()) drop_ticket(self, it);
+    drop_ticket(self, persist.ticket);
     st.failed_commits += 1;
     reply_persisted(self, sender, persist.version, false, manifest.error().reason, persist.ticket);
     return;
@@ -313,32 +253,45 @@ void serve_latest(StoreActor* self, const caf::actor& to, bool as_persist, const
 caf::behavior store_behavior(StoreActor* self, std::shared_ptr<storage::CheckpointStore> store, ShardOptions shard) {
   self->state.store = std::move(store);
   self->state.shard = shard;
+  self->state.tickets.emplace(self->state.store);
   return {
       [=](WireBytes& bytes) {
         auto& st = self->state;
         st.bytes_received += static_cast<int64_t>(bytes.size());
         auto sender = caf::actor_cast<caf::actor>(self->current_sender());
-        auto envelope = unwrap(std::move(bytes));
-        if (!envelope) {
-          st.log->warn("dropped a malformed message: {}", envelope.error().to_string());
+        auto received = st.receiver.receive(std::move(bytes), [&](const DecodedEnvelope& envelope, const TensorChunk&) {
+          const auto* persist = std::get_if<Persist>(&envelope.body);
+          return persist && takes_chunk(self, *persist);  // the store takes no other tensor
+        });
+        if (!received) {
+          st.log->warn("dropped a malformed message: {}", received.error().to_string());
           return;
         }
-        if (auto* persist = std::get_if<Persist>(&envelope->body)) {
-          on_persist(self, sender, *persist);
-        } else if (auto* end = std::get_if<CommitEnd>(&envelope->body)) {
+        const auto& body = received->envelope.body;
+        if (auto* persist = std::get_if<Persist>(&body)) {
+          if (received->state == Received::State::placed) {
+            on_persist(self, *persist, received->placement);
+          } else if (received->state == Received::State::refused) {
+            st.log->warn("version {} (ticket {}): bad chunk for fragment {}: {}", persist->version, persist->ticket,
+                         persist->fragment_id, received->error.to_string());
+          }
+        } else if (received->state != Received::State::whole) {
+          return;  // a tensor the store does not take
+        } else if (auto* end = std::get_if<CommitEnd>(&body)) {
           on_commit_end(self, sender, *end);
-        } else if (auto* abandon = std::get_if<Persisted>(&envelope->body); abandon && !abandon->ok) {
+        } else if (auto* abandon = std::get_if<Persisted>(&body); abandon && !abandon->ok) {
           // syncer -> store: it gave ticket `ticket` up (timed out); its prepared blobs are dropped.
-          if (auto it = st.tickets.find(abandon->ticket); it != st.tickets.end()) drop_ticket(self, it);
-        } else if (auto* fetch = std::get_if<Fetch>(&envelope->body)) {
+          drop_ticket(self, abandon->ticket);
+        } else if (auto* fetch = std::get_if<Fetch>(&body)) {
           serve_latest(self, sender, false, fetch->learner_id, fetch->held_digests);
-        } else if (std::holds_alternative<Restore>(envelope->body)) {
+        } else if (std::holds_alternative<Restore>(body)) {
           // A syncer that restores has no commit under way: what an earlier incarnation left
           // (chunks, prepared blobs, staged files) is dropped, and its tickets may be reused.
-          for (auto it = st.tickets.begin(); it != st.tickets.end();) drop_ticket(self, it++);
+          st.tickets->drop_all();
+          st.receiver.drop_persist();
           serve_latest(self, sender, true);
         } else {
-          st.log->warn("ignored a {} message", message_name(envelope->body));
+          st.log->warn("ignored a {} message", message_name(body));
         }
       },
       [=](prepared_atom, uint64_t ticket) { on_prepared(self, ticket); },

@@ -3,10 +3,10 @@
 // Protocol (every message an Envelope, see actors/wire.hpp):
 //   syncer  -> store  Persist{ticket t}* (tensor chunks of a commit: the broadcast state B_p and the
 //                     outer-state blob of the changed fragments, actors/fragment_state.hpp), each
-//                     checked and written straight into its file (storage::IncomingBlob: the store
-//                     never holds a commit's blobs), then CommitEnd{version 0, ticket t} -> prepared
-//                     by a worker of its own (hashed, synced, staged: CheckpointStore::prepare_incoming),
-//                     so that one commit's slow write
+//                     placed by messages::Receiver and written straight into its file
+//                     (storage::CommitTickets: the store never holds a commit's blobs), then
+//                     CommitEnd{version 0, ticket t} -> prepared by a worker of its own (hashed,
+//                     synced, staged: CommitTickets::prepare), so that one commit's slow write
 //                     holds back neither another commit nor serving -> Persisted{0, ok, reason, t};
 //                     then CommitEnd{v, manifest, t} (the manifest lists the "carried" fragments
 //                     taken from the newest version) -> recorded as version v -> Persisted{v, ok, reason, t}.

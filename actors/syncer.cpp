@@ -12,6 +12,7 @@
 #include "actors/syncer_core.hpp"
 #include "actors/wire.hpp"
 #include "common/free_memory.hpp"
+#include "messages/receiver.hpp"
 #include "common/log.hpp"
 
 namespace archipelago::actors {
@@ -45,8 +46,8 @@ struct SyncerState {
   std::unique_ptr<SyncerCore> core;
   Phase phase = Phase::restoring;
   Outbox outbox{"syncer"};
-  TensorInbox inbox;                       // learner updates, key "learner/fragment"
-  TensorInbox restore_inbox;               // the store's replay, key "fragment/kind"
+  // Learner updates (int8/int4 kept as their codes: folded from them) and the store's replay.
+  Receiver receiver{ReceiveOptions{DecodeLimits{}, /*keep_quantized_updates=*/true, false}};
   std::vector<std::vector<float>> restore_broadcast, restore_outer;  // per fragment, from the store
   double restore_requested_s = -1;
   std::deque<std::pair<WireBytes, caf::actor>> deferred;  // arrived before the state was ready, with sender
@@ -95,7 +96,7 @@ void request_restore(SyncerActor* self) {
   if (!store) return;  // retried on the next tick
   st.restore_broadcast.assign(st.core->fragment_count(), {});
   st.restore_outer.assign(st.core->fragment_count(), {});
-  st.restore_inbox.clear();
+  st.receiver.drop_persist();
   auto bytes = st.outbox.wrap(Restore{0});
   if (bytes) self->send(store, std::move(*bytes));
 }
@@ -402,9 +403,12 @@ void on_persisted(SyncerActor* self, const Persisted& persisted) {
   record_next(self);
 }
 
-void on_update(SyncerActor* self, const caf::actor& sender, const DecodedEnvelope& envelope,
-               const FragmentUpdate& update) {
+// A chunk of a learner's update, before it is buffered: counted, and refused here (with the reason
+// counted) when the syncer would not take the update it belongs to.
+bool screen_update_chunk(SyncerActor* self, const caf::actor& sender, const DecodedEnvelope& envelope,
+                         const FragmentUpdate& update, int64_t size) {
   auto& st = self->state;
+  st.core->bytes_from_learners += size;
   // A refused update's compute counts once (its first chunk), as rejected work.
   const double compute_s = update.chunk.chunk_index == 0 ? update.compute_seconds : 0;
   if (auto reject = st.core->screen(envelope.sender_id, envelope.sequence, update)) {
@@ -418,24 +422,29 @@ void on_update(SyncerActor* self, const caf::actor& sender, const DecodedEnvelop
       auto bytes = st.outbox.wrap(again);
       if (sender && bytes) self->send(sender, std::move(*bytes));
     }
-    return;
+    return false;
   }
   if (update.chunk.chunk_index == 0) {
     st.core->updates_by_codec[codec_name(update.chunk.codec)] += 1;
     st.core->updates_by_period[std::to_string(update.inner_steps)] += 1;
   }
-  const std::string key = update.learner_id + "/" + std::to_string(update.fragment_id);
-  auto added = st.inbox.add(key, update.chunk, /*keep_quantized=*/true);  // folded from the codes
-  if (!added) {
-    const auto reason = reject_reason_of(added.error());
-    st.core->count_reject(reason, update.learner_id, 0, compute_s);
-    st.log->warn("rejected an update from {}: {}", update.learner_id, added.error().to_string());
-    return;
-  }
-  if (!added->complete) return;
+  return true;
+}
+
+// A chunk the receiver refused (inconsistent, corrupt, non-finite, ...): the update is rejected.
+void on_bad_update_chunk(SyncerActor* self, const FragmentUpdate& update, const Error& error) {
+  auto& st = self->state;
+  const double compute_s = update.chunk.chunk_index == 0 ? update.compute_seconds : 0;
+  st.core->count_reject(reject_reason_of(error), update.learner_id, 0, compute_s);
+  st.log->warn("rejected an update from {}: {}", update.learner_id, error.to_string());
+}
+
+// A learner's whole update (its tensor as it came: int8/int4 as its codes, folded from them).
+void on_update(SyncerActor* self, const FragmentUpdate& update, ReceivedTensor&& tensor) {
+  auto& st = self->state;
   UpdateHeader header{update.learner_id, update.fragment_id, update.base_version, update.inner_steps, update.tokens,
                       update.train_loss, update.round, update.from_step, update.to_step, update.compute_seconds};
-  SyncerCore::Payload payload{added->codec, std::move(added->encoded), std::move(added->values)};
+  SyncerCore::Payload payload{tensor.codec, std::move(tensor.encoded), std::move(tensor.values)};
   if (st.core->accept(header, std::move(payload), st.now())) return;
   try_merge(self);
 }
@@ -453,13 +462,25 @@ void handle(SyncerActor* self, WireBytes&& bytes, const caf::actor& sender) {
       return;
     }
   }
-  auto envelope = unwrap(std::move(bytes));
-  if (!envelope) {
-    const auto reason = reject_reason_of(envelope.error());
+  // Update chunks are screened before they are buffered; the store's replay is taken only while restoring.
+  auto received = st.receiver.receive(std::move(bytes), [&](const DecodedEnvelope& envelope, const TensorChunk&) {
+    if (const auto* update = std::get_if<FragmentUpdate>(&envelope.body)) {
+      return screen_update_chunk(self, sender, envelope, *update, size);
+    }
+    const auto* replay = std::get_if<Persist>(&envelope.body);
+    return replay && st.phase == Phase::restoring &&
+           replay->fragment_id < static_cast<uint32_t>(st.core->fragment_count());
+  });
+  if (!received) {
+    const auto reason = reject_reason_of(received.error());
     st.core->count_reject(reason, "");
-    st.log->warn("rejected a message: {}", envelope.error().to_string());
+    st.log->warn("rejected a message: {}", received.error().to_string());
     return;
   }
+  const auto* update = std::get_if<FragmentUpdate>(&received->envelope.body);
+  if (update && received->state == Received::State::refused) on_bad_update_chunk(self, *update, received->error);
+  if (received->state != Received::State::whole) return;
+  const auto& envelope = received->envelope;
   std::visit(
       [&](const auto& body) {
         using T = std::decay_t<decltype(body)>;
@@ -474,8 +495,7 @@ void handle(SyncerActor* self, WireBytes&& bytes, const caf::actor& sender) {
           auto reply = st.outbox.wrap(welcome);
           if (reply && sender) self->send(sender, std::move(*reply));
         } else if constexpr (std::is_same_v<T, FragmentUpdate>) {
-          st.core->bytes_from_learners += size;
-          on_update(self, sender, *envelope, body);
+          on_update(self, body, std::move(received->tensor));
         } else if constexpr (std::is_same_v<T, Leave>) {
           st.core->leave(body.learner_id, body.code == LeaveCode::finished, body.reason, st.now());
           try_merge(self);
@@ -483,20 +503,15 @@ void handle(SyncerActor* self, WireBytes&& bytes, const caf::actor& sender) {
           on_persisted(self, body);
           try_merge(self);
         } else if constexpr (std::is_same_v<T, Persist>) {
-          if (st.phase != Phase::restoring) return;
           const bool params = body.kind == PersistKind::parameters;
-          if (body.fragment_id >= static_cast<uint32_t>(st.core->fragment_count())) return;
-          auto added = st.restore_inbox.add(std::to_string(body.fragment_id) + (params ? "/p" : "/m"), body.chunk);
-          if (added && added->complete) {
-            (params ? st.restore_broadcast : st.restore_outer)[body.fragment_id] = std::move(added->values);
-          }
+          (params ? st.restore_broadcast : st.restore_outer)[body.fragment_id] = std::move(received->tensor.values);
         } else if constexpr (std::is_same_v<T, CommitEnd>) {
           if (st.phase == Phase::restoring) finish_restore(self, body);
         } else {
-          st.log->warn("ignored a {} message from {}", message_name(envelope->body), envelope->sender_id);
+          st.log->warn("ignored a {} message from {}", message_name(envelope.body), envelope.sender_id);
         }
       },
-      envelope->body);
+      envelope.body);
   if (st.phase == Phase::ready && !st.deferred.empty()) {
     auto deferred = std::move(st.deferred);
     st.deferred.clear();

@@ -11,7 +11,8 @@
 // of two tensors (a chunk 0 always starts a new one) and resets a stream on any error, so a later
 // retransmission starts clean. Free functions are pure (any thread); an Outbox or a TensorInbox
 // has one owner. No actor, no socket: the actors (actors/) and the cross-site plane (remote/) both
-// frame through this file.
+// frame through this file; receiver.hpp builds the one receive path (bytes in, whole messages out)
+// on unwrap and TensorInbox.
 #pragma once
 
 #include <cstdint>
