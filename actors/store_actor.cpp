@@ -8,6 +8,7 @@
 
 #include <caf/all.hpp>
 
+#include "actors/status.hpp"
 #include "actors/wire.hpp"
 #include "common/log.hpp"
 #include "diloco/version_manifest.hpp"

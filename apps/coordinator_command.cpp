@@ -194,15 +194,14 @@ int run_coordinator(const CoordinatorArguments& arguments) {
   // The summary is the run's result: it is written before the actors are stopped. Stopping them is
   // bounded: every committed version is in RocksDB already (which needs no clean close), so a
   // teardown that hangs is reported and cut short instead of keeping the process alive.
-  std::ofstream(fs::path(arguments.run_dir) / "summary.json") << summary->dump(2) << "\n";
+  const nlohmann::json summary_json = run::to_json(*summary);
+  std::ofstream(fs::path(arguments.run_dir) / "summary.json") << summary_json.dump(2) << "\n";
+  auto shown = [](double loss) { return std::isfinite(loss) ? loss : 0.0; };
   std::printf("coordinator stopped (%s): versions %llu -> %llu, held-out loss %.4f -> %.4f, %lld cross-site bytes\n",
-              (*summary)["stopped_by"].get<std::string>().c_str(),
-              static_cast<unsigned long long>((*summary)["start_version"].get<uint64_t>()),
-              static_cast<unsigned long long>((*summary)["final_version"].get<uint64_t>()),
-              (*summary)["initial_heldout_loss"].is_number() ? (*summary)["initial_heldout_loss"].get<double>() : 0.0,
-              (*summary)["heldout_loss"].is_number() ? (*summary)["heldout_loss"].get<double>() : 0.0,
-              static_cast<long long>((*summary)["bytes_cross_site"].get<uint64_t>()));
-  if (arguments.json) std::printf("%s\n", summary->dump().c_str());
+              summary->stopped_by.c_str(), static_cast<unsigned long long>(summary->start_version),
+              static_cast<unsigned long long>(summary->final_version), shown(summary->initial_heldout_loss),
+              shown(summary->heldout_loss), static_cast<long long>(summary->bytes_cross_site));
+  if (arguments.json) std::printf("%s\n", summary_json.dump().c_str());
   std::fflush(stdout);
   std::promise<void> stopped;
   std::thread watchdog([done = stopped.get_future(), log]() mutable {

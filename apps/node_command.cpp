@@ -138,11 +138,10 @@ int run_node(const NodeArguments& arguments) {
     const bool refused = summary.error().code == ErrorCode::conflict;
     return fail(refused ? 3 : 1, summary.error().reason);
   }
-  std::printf("node stopped (%s): %lld steps, %lld bytes sent, %lld received\n",
-              (*summary)["stopped_by"].get<std::string>().c_str(), static_cast<long long>((*summary)["steps"].get<int64_t>()),
-              static_cast<long long>((*summary)["bytes_sent"].get<uint64_t>()),
-              static_cast<long long>((*summary)["bytes_received"].get<uint64_t>()));
-  if (arguments.json) std::printf("%s\n", summary->dump().c_str());
+  std::printf("node stopped (%s): %lld steps, %lld bytes sent, %lld received\n", summary->stopped_by.c_str(),
+              static_cast<long long>(summary->steps), static_cast<long long>(summary->bytes_sent),
+              static_cast<long long>(summary->bytes_received));
+  if (arguments.json) std::printf("%s\n", run::to_json(*summary).dump().c_str());
   std::fflush(stdout);
   return 0;
 }

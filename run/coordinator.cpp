@@ -275,7 +275,39 @@ Expected<std::unique_ptr<Coordinator>> Coordinator::start(CoordinatorOptions opt
   return std::unique_ptr<Coordinator>(new Coordinator(std::move(impl)));
 }
 
-Expected<nlohmann::json> Coordinator::run(const std::function<bool()>& stop_requested,
+nlohmann::json to_json(const CoordinatorSummary& s) {
+  nlohmann::json learners = nlohmann::json::object();
+  for (const auto& [id, r] : s.learner_records) {
+    learners[id] = {{"joins", r.joins}, {"active", r.active}, {"contributions_merged", r.contributions_merged},
+                    {"first_merge_after_join_s", r.first_merge_after_join_s}, {"joined_s", r.joined_s}};
+  }
+  const auto ledger = actors::to_json(s.ledger);
+  const auto& remote = s.remote;
+  auto counter = [&remote](const char* key) { return remote.contains(key) ? remote[key] : nlohmann::json(nullptr); };
+  return {
+      {"role", "coordinator"}, {"run_dir", s.run_dir}, {"shard", s.shard}, {"shards", s.shards}, {"listen", s.listen},
+      {"tls", s.tls}, {"site", s.site}, {"mode", diloco::mode_name(s.mode)},
+      {"parameters", s.parameters}, {"fragment_numel", s.fragment_numel},
+      {"codec", s.codec}, {"downlink_codec", s.downlink_codec}, {"learner_slots", s.learners},
+      {"bytes_up", s.bytes_up}, {"bytes_down", s.bytes_down},
+      {"fragment_commits", s.fragment_commits},
+      {"start_version", s.start_version}, {"final_version", s.final_version}, {"versions_committed", s.rounds},
+      {"resumed_from_version", s.resumed_from_version ? nlohmann::json(*s.resumed_from_version) : nlohmann::json(nullptr)},
+      {"learners_seen", remote.value("learners_seen", 0)}, {"learners", learners},
+      {"tokens", s.tokens}, {"initial_heldout_loss", s.initial_heldout_loss},
+      {"heldout_loss", s.heldout_loss}, {"heldout_bits_per_byte", s.heldout_bits_per_byte}, {"wall_s", s.wall_s},
+      {"bytes_cross_site", s.bytes_cross_site}, {"bytes_links_total", s.bytes_links_total},
+      {"links", s.links}, {"cross_site_vs_data_parallel", s.cross_site_vs_data_parallel},
+      {"joins_accepted", counter("joins_accepted")}, {"joins_refused", counter("joins_refused")},
+      {"admin_sessions", counter("admin_sessions")}, {"edge", counter("edge")},
+      {"rejected_foreign", counter("rejected_foreign")}, {"refused", counter("refused")},
+      {"rejected_updates", s.rejected_updates}, {"rejected_by_reason", s.rejected_by_reason},
+      {"stopped_by", s.stopped_by}, {"first_commit_s", s.first_commit_s},
+      {"goodput", ledger["goodput"]}, {"badput", ledger["badput"]}, {"goodput_seconds", ledger["seconds"]},
+  };
+}
+
+Expected<CoordinatorSummary> Coordinator::run(const std::function<bool()>& stop_requested,
                                           const std::function<void(const nlohmann::json&)>& progress) {
   auto& impl = *impl_;
   const auto& run = impl.runtime->setup.run;
@@ -371,7 +403,7 @@ Expected<nlohmann::json> Coordinator::run(const std::function<bool()>& stop_requ
   const uint64_t final_version = syncer.version;
   // The ledger as the run ends: the nodes' last slot reports came with their learners' exits.
   impl.refresh(monitor, monitor_name());
-  const auto ledger = to_json(ledger_from_status(impl.ledger_wall_s(), slot_ids, monitor, syncer, impl.accounting_at_start));
+  const auto ledger = ledger_from_status(impl.ledger_wall_s(), slot_ids, monitor, syncer, impl.accounting_at_start);
   auto final_eval = sharded ? Expected<nlohmann::json>(nlohmann::json::object())
                             : impl.query(evaluator_name(), "evaluate", {std::to_string(final_version)}, 300);
   if (!final_eval) return make_error(ErrorCode::unavailable, "final evaluation failed: " + final_eval.error().reason);
@@ -404,40 +436,50 @@ Expected<nlohmann::json> Coordinator::run(const std::function<bool()>& stop_requ
                   {"data_parallel_bytes_per_token", e->data_parallel_bytes_per_token},
                   {"fraction_of_data_parallel", e->fraction_of_data_parallel}};
   }
-  nlohmann::json learners = nlohmann::json::object();
-  for (const auto& [id, r] : syncer.learners) {
-    learners[id] = {{"joins", r.joins}, {"active", r.active}, {"contributions_merged", r.contributions_merged},
-                    {"first_merge_after_join_s", r.first_merge_after_join_s}, {"joined_s", r.joined_s}};
-  }
-  std::vector<int64_t> fragment_numel;
-  for (const auto& f : impl.setup.layout->plan.fragments) fragment_numel.push_back(f.numel);
   const uint64_t first_version = start_version.value_or(final_version);
-  nlohmann::json summary = {
-      {"role", "coordinator"}, {"run_dir", impl.runtime->run_dir},
-      {"shard", impl.runtime->shard.index}, {"shards", impl.runtime->shard.count}, {"listen", impl.options.listen.host + ":" + std::to_string(impl.port)},
-      {"tls", impl.options.transport.tls}, {"site", impl.options.site}, {"mode", diloco::mode_name(run.mode)},
-      {"parameters", impl.setup.layout->parameter_count}, {"fragment_numel", fragment_numel},
-      {"codec", impl.runtime->setup.outer.codec}, {"downlink_codec", impl.runtime->setup.outer.downlink_codec},
-      {"learner_slots", run.learners},
-      // Measured on the node links: up = what the nodes sent here, down = what went to them.
-      {"bytes_up", snapshot.total().bytes_received}, {"bytes_down", snapshot.total().bytes_sent},
-      {"fragment_commits", syncer.fragment_commits},
-      {"start_version", first_version}, {"final_version", final_version},
-      {"versions_committed", static_cast<int64_t>(final_version) - static_cast<int64_t>(first_version)},
-      {"resumed_from_version", impl.resumed_from ? nlohmann::json(*impl.resumed_from) : nlohmann::json(nullptr)},
-      {"learners_seen", remote.value("learners_seen", 0)}, {"learners", learners},
-      {"tokens", tokens}, {"initial_heldout_loss", impl.initial_heldout_loss},
-      {"heldout_loss", scored->heldout_loss.value_or(std::nan(""))},
-      {"heldout_bits_per_byte", scored->heldout_bits_per_byte.value_or(std::nan(""))}, {"wall_s", impl.elapsed_s()},
-      {"bytes_cross_site", bytes_cross_site}, {"bytes_links_total", snapshot.total().bytes_sent + snapshot.total().bytes_received},
-      {"links", links}, {"cross_site_vs_data_parallel", efficiency},
-      {"joins_accepted", remote["joins_accepted"]}, {"joins_refused", remote["joins_refused"]},
-      {"admin_sessions", remote["admin_sessions"]}, {"edge", remote["edge"]},
-      {"rejected_foreign", remote["rejected_foreign"]}, {"refused", remote["refused"]}, {"rejected_updates", syncer.rejected_total},
-      {"rejected_by_reason", syncer.rejected}, {"stopped_by", stopped_by},
-      {"first_commit_s", first_commit_s},
-      {"goodput", ledger["goodput"]}, {"badput", ledger["badput"]}, {"goodput_seconds", ledger["seconds"]},
-  };
+  CoordinatorSummary summary;
+  summary.mode = run.mode;
+  summary.learners = run.learners;
+  summary.inner_steps = run.inner_steps;
+  summary.parameters = impl.setup.layout->parameter_count;
+  summary.rounds = static_cast<int64_t>(final_version) - static_cast<int64_t>(first_version);
+  summary.tokens = tokens;
+  summary.initial_heldout_loss = impl.initial_heldout_loss;
+  summary.heldout_loss = scored->heldout_loss.value_or(std::nan(""));
+  summary.train_loss = syncer.train_loss;
+  summary.wall_s = impl.elapsed_s();
+  summary.bytes_up = static_cast<int64_t>(snapshot.total().bytes_received);
+  summary.bytes_down = static_cast<int64_t>(snapshot.total().bytes_sent);
+  summary.bytes_sent = summary.bytes_up + summary.bytes_down;
+  summary.bytes_measured = true;
+  summary.bytes_ddp_equivalent = ddp_equivalent_bytes(tokens, impl.setup.tokens_per_learner_step, summary.parameters);
+  summary.run_dir = impl.runtime->run_dir;
+  summary.shard = impl.runtime->shard.index;
+  summary.shards = impl.runtime->shard.count;
+  summary.listen = impl.options.listen.host + ":" + std::to_string(impl.port);
+  summary.tls = impl.options.transport.tls;
+  summary.site = impl.options.site;
+  for (const auto& f : impl.setup.layout->plan.fragments) summary.fragment_numel.push_back(f.numel);
+  summary.codec = impl.runtime->setup.outer.codec;
+  summary.downlink_codec = impl.runtime->setup.outer.downlink_codec;
+  summary.fragment_commits = syncer.fragment_commits;
+  summary.start_version = first_version;
+  summary.final_version = final_version;
+  summary.resumed_from_version = impl.resumed_from;
+  for (const auto& [id, r] : syncer.learners) {
+    summary.learner_records[id] = {r.joins, r.active, r.contributions_merged, r.first_merge_after_join_s, r.joined_s};
+  }
+  summary.heldout_bits_per_byte = scored->heldout_bits_per_byte.value_or(std::nan(""));
+  summary.bytes_cross_site = bytes_cross_site;
+  summary.bytes_links_total = snapshot.total().bytes_sent + snapshot.total().bytes_received;
+  summary.links = links;
+  summary.cross_site_vs_data_parallel = efficiency;
+  summary.remote = remote;
+  summary.rejected_updates = syncer.rejected_total;
+  summary.rejected_by_reason = syncer.rejected;
+  summary.stopped_by = stopped_by;
+  summary.first_commit_s = first_commit_s;
+  summary.ledger = ledger;
   return summary;
 }
 

@@ -581,7 +581,21 @@ Expected<std::unique_ptr<Node>> Node::start(NodeOptions options) {
   return std::unique_ptr<Node>(new Node(std::move(impl)));
 }
 
-Expected<nlohmann::json> Node::run(const std::function<bool()>& stop_requested,
+nlohmann::json to_json(const NodeSummary& s) {
+  nlohmann::json j = {
+      {"role", "node"}, {"node", s.node}, {"site", s.site}, {"coordinator", s.coordinator},
+      {"first_learner", s.first_learner}, {"learners", s.learners},
+      {"steps", s.steps}, {"restarts", s.restarts}, {"finished", s.finished}, {"failed", s.failed},
+      {"sessions", s.sessions}, {"reconnects", s.reconnects}, {"refused", s.refused},
+      {"bytes_sent", s.bytes_sent}, {"bytes_received", s.bytes_received},
+      {"uplink", {{"bandwidth_mbit", s.uplink_bandwidth_mbit}, {"latency_ms", s.uplink_latency_ms}}},
+      {"wall_s", s.wall_s}, {"stopped_by", s.stopped_by}, {"learner_digests", s.learner_digests}};
+  if (!s.shards.is_null()) j["shards"] = s.shards;
+  if (!s.routed.is_null()) j["routed"] = s.routed;
+  return j;
+}
+
+Expected<NodeSummary> Node::run(const std::function<bool()>& stop_requested,
                                    const std::function<void(const nlohmann::json&)>& progress) {
   auto& impl = *impl_;
   const auto& options = impl.options;
@@ -703,30 +717,37 @@ Expected<nlohmann::json> Node::run(const std::function<bool()>& stop_requested,
     std::lock_guard lock(impl.digests->mutex);
     learner_digests = impl.digests->learners;
   }
-  nlohmann::json summary = {
-      {"role", "node"}, {"node", options.name}, {"site", options.site},
-      {"coordinator", impl.sharded() ? nlohmann::json(addresses) : nlohmann::json(first.name())},
-      {"first_learner", impl.first_learner}, {"learners", options.learners},
-      {"steps", status.steps_computed}, {"restarts", status.restarts},
-      {"finished", status.finished}, {"failed", status.failed},
-      {"sessions", sessions}, {"reconnects", reconnects}, {"refused", impl.refusals->to_json()},
-      {"bytes_sent", traffic.bytes_sent},
-      {"bytes_received", traffic.bytes_received},
-      {"uplink", {{"bandwidth_mbit", first.uplink_spec.bandwidth_bits_per_s / 1e6},
-                  {"latency_ms", first.uplink_spec.latency_s * 1000}}},
-      {"wall_s", elapsed()}, {"stopped_by", stopped_by},
-      // Per learner and fragment, as last asked while it ran: {version, digest} of its global copy.
-      {"learner_digests", learner_digests}};
+  NodeSummary summary;
+  summary.mode = impl.runtime ? impl.runtime->setup.run.mode : diloco::Mode::sync;
+  summary.learners = options.learners;
+  summary.steps = status.steps_computed;
+  summary.wall_s = elapsed();
+  summary.bytes_sent = static_cast<int64_t>(traffic.bytes_sent);
+  summary.bytes_measured = true;
+  summary.node = options.name;
+  summary.site = options.site;
+  summary.coordinator = impl.sharded() ? nlohmann::json(addresses) : nlohmann::json(first.name());
+  summary.first_learner = impl.first_learner;
+  summary.restarts = status.restarts;
+  summary.finished = status.finished;
+  summary.failed = status.failed;
+  summary.sessions = sessions;
+  summary.reconnects = reconnects;
+  summary.refused = impl.refusals->to_json();
+  summary.bytes_received = static_cast<int64_t>(traffic.bytes_received);
+  summary.uplink_bandwidth_mbit = first.uplink_spec.bandwidth_bits_per_s / 1e6;
+  summary.uplink_latency_ms = first.uplink_spec.latency_s * 1000;
+  summary.stopped_by = stopped_by;
+  summary.learner_digests = learner_digests;
   if (impl.sharded()) {
-    nlohmann::json shards = nlohmann::json::array();
+    summary.shards = nlohmann::json::array();
     for (const auto& link : impl.links) {
-      shards.push_back({{"shard", link.shard}, {"address", link.name()}, {"site", link.site},
-                        {"sessions", link.sessions}, {"reconnects", link.reconnects}});
+      summary.shards.push_back({{"shard", link.shard}, {"address", link.name()}, {"site", link.site},
+                                {"sessions", link.sessions}, {"reconnects", link.reconnects}});
     }
     const auto& c = *impl.router_counters;
-    summary["shards"] = shards;
-    summary["routed"] = {{"updates_routed", c.updates_routed.load()}, {"updates_dropped", c.updates_dropped.load()},
-                         {"welcomes_merged", c.welcomes_merged.load()}, {"joins_replayed", c.joins_replayed.load()}};
+    summary.routed = {{"updates_routed", c.updates_routed.load()}, {"updates_dropped", c.updates_dropped.load()},
+                      {"welcomes_merged", c.welcomes_merged.load()}, {"joins_replayed", c.joins_replayed.load()}};
   }
   return summary;
 }

@@ -31,6 +31,7 @@
 #include "remote/remote_protocol.hpp"
 #include "actors/runtime_options.hpp"
 #include "common/error.hpp"
+#include "training/run_summary.hpp"
 #include "net/auth.hpp"
 #include "training/corpus.hpp"
 
@@ -57,6 +58,26 @@ struct NodeOptions {
   std::function<Expected<NodeConfig>(const std::string& config_toml, const std::string& tokenizer_model)> configure;
 };
 
+// What a node's run reports: what every run reports (training::RunSummary: its learner slots, the
+// inner steps they computed, wall time, bytes it sent on its links) and what only a node knows. It
+// becomes JSON only where it is printed (to_json: --json).
+struct NodeSummary : training::RunSummary {
+  std::string node, site;
+  nlohmann::json coordinator;  // its address, or the shards' addresses (a sharded run)
+  int first_learner = 0;
+  int64_t restarts = 0;
+  int finished = 0, failed = 0;
+  int64_t sessions = 0, reconnects = 0;
+  nlohmann::json refused;  // messages refused on its links, by reason
+  int64_t bytes_received = 0;
+  double uplink_bandwidth_mbit = 0, uplink_latency_ms = 0;
+  std::string stopped_by;
+  nlohmann::json learner_digests;  // per learner and fragment, as last asked while it ran: {version, digest}
+  nlohmann::json shards;           // a sharded run: per shard, its link (null otherwise)
+  nlohmann::json routed;           // a sharded run: the shard router's counters (null otherwise)
+};
+nlohmann::json to_json(const NodeSummary& s);
+
 class Node {
  public:
   static Expected<std::unique_ptr<Node>> start(NodeOptions options);
@@ -66,7 +87,7 @@ class Node {
 
   // Errors: refused by the coordinator as unauthenticated (ErrorCode::conflict), a bad
   // configuration from it, or give_up_after_s exceeded (unavailable).
-  Expected<nlohmann::json> run(const std::function<bool()>& stop_requested,
+  Expected<NodeSummary> run(const std::function<bool()>& stop_requested,
                                const std::function<void(const nlohmann::json&)>& progress = {});
 
   struct Impl;
