@@ -794,6 +794,36 @@ bool from_this_process(LearnerActor* self) {
   return false;
 }
 
+// What a learner does with each message its mailbox brings (messages::Handler): a global
+// fragment's chunks are taken only while it can use them, its whole tensor is installed
+// (on_global); a Welcome answers its join.
+struct LearnerHandler : messages::Handler {
+  using messages::Handler::on;
+  LearnerActor* self;
+
+  explicit LearnerHandler(LearnerActor* self) : self(self) {}
+
+  bool screen(const DecodedEnvelope& envelope, const TensorChunk&) override {
+    const auto* global = std::get_if<GlobalFragment>(&envelope.body);
+    return global && takes_global_chunk(self, *global);
+  }
+
+  void refused(const DecodedEnvelope* envelope, const Error& error) override {
+    auto& st = self->state;
+    const auto* global = envelope ? std::get_if<GlobalFragment>(&envelope->body) : nullptr;
+    if (!envelope) st.log->warn("{}: dropped a malformed message: {}", st.id, error.to_string());
+    else if (global) st.log->warn("{}: dropped a bad global fragment {}: {}", st.id, global->fragment_id, error.to_string());
+  }
+
+  void on(const DecodedEnvelope&, const GlobalFragment& global, ReceivedTensor&& tensor) override {
+    on_global(self, global, std::move(tensor.values));
+  }
+
+  void on(const DecodedEnvelope& envelope, const Welcome& welcome) override {
+    on_welcome(self, envelope.sender_id, welcome);
+  }
+};
+
 caf::behavior learner_behavior(LearnerActor* self, LearnerSpec spec) {
   auto& st = self->state;
   st.spec = std::move(spec);
@@ -902,27 +932,9 @@ caf::behavior learner_behavior(LearnerActor* self, LearnerSpec spec) {
         self->quit(caf::exit_reason::user_shutdown);  // not normal: its supervisor starts the next incarnation
       },
       [=](WireBytes& bytes) {
-        auto& st = self->state;
         if (!from_this_process(self)) return;
-        auto received = st.link.receiver.receive(std::move(bytes), [&](const DecodedEnvelope& envelope, const TensorChunk&) {
-          const auto* global = std::get_if<GlobalFragment>(&envelope.body);
-          return global && takes_global_chunk(self, *global);
-        });
-        if (!received) {
-          st.log->warn("{}: dropped a malformed message: {}", st.id, received.error().to_string());
-          return;
-        }
-        const auto& body = received->envelope.body;
-        if (auto* global = std::get_if<GlobalFragment>(&body)) {
-          if (received->state == Received::State::refused) {
-            st.log->warn("{}: dropped a bad global fragment {}: {}", st.id, global->fragment_id,
-                         received->error.to_string());
-          } else if (received->state == Received::State::whole) {
-            on_global(self, *global, std::move(received->tensor.values));
-          }
-        } else if (auto* welcome = std::get_if<Welcome>(&body)) {
-          on_welcome(self, received->envelope.sender_id, *welcome);
-        }
+        LearnerHandler handler{self};
+        self->state.link.receiver.dispatch(std::move(bytes), handler);
       },
       [=](admin_atom, WireBytes& bytes) -> caf::result<WireBytes> {
         auto& st = self->state;

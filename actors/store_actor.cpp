@@ -251,49 +251,71 @@ void serve_latest(StoreActor* self, const caf::actor& to, bool as_persist, const
   }
 }
 
+// What the store does with each message its mailbox brings (messages::Handler): a commit's Persist
+// chunks are placed (checked, then written straight into their tensor's file), its CommitEnd
+// prepares or records it, a Fetch or a Restore is served the latest version.
+struct StoreHandler : messages::Handler {
+  using messages::Handler::on;
+  StoreActor* self;
+  caf::actor sender;  // of the message being dispatched
+
+  StoreHandler(StoreActor* self, caf::actor sender) : self(self), sender(std::move(sender)) {}
+
+  bool screen(const DecodedEnvelope& envelope, const TensorChunk&) override {
+    const auto* persist = std::get_if<Persist>(&envelope.body);
+    return persist && takes_chunk(self, *persist);  // the store takes no other tensor
+  }
+
+  void refused(const DecodedEnvelope* envelope, const Error& error) override {
+    auto& st = self->state;
+    const auto* persist = envelope ? std::get_if<Persist>(&envelope->body) : nullptr;
+    if (!persist) {
+      if (!envelope) st.log->warn("dropped a malformed message: {}", error.to_string());
+      return;
+    }
+    st.log->warn("version {} (ticket {}): bad chunk for fragment {}: {}", persist->version, persist->ticket,
+                 persist->fragment_id, error.to_string());
+    st.tickets->lose_piece(persist->ticket);  // its commit cannot be whole: it fails, counted, at its end
+  }
+
+  void placed(const DecodedEnvelope&, const Persist& persist, const ChunkPlacement& placement) override {
+    on_persist(self, persist, placement);
+  }
+
+  void on(const DecodedEnvelope&, const CommitEnd& end) override { on_commit_end(self, sender, end); }
+
+  // syncer -> store: it gave ticket `ticket` up (timed out); its prepared blobs are dropped.
+  void on(const DecodedEnvelope& envelope, const Persisted& abandon) override {
+    if (abandon.ok) ignored(envelope);
+    else drop_ticket(self, abandon.ticket);
+  }
+
+  void on(const DecodedEnvelope&, const Fetch& fetch) override {
+    serve_latest(self, sender, false, fetch.learner_id, fetch.held_digests);
+  }
+
+  // A syncer that restores has no commit under way: what an earlier incarnation left (chunks,
+  // prepared blobs, staged files) is dropped, and its tickets may be reused.
+  void on(const DecodedEnvelope&, const Restore&) override {
+    self->state.tickets->drop_all();
+    self->state.receiver.drop_persist();
+    serve_latest(self, sender, true);
+  }
+
+  void ignored(const DecodedEnvelope& envelope) override {
+    self->state.log->warn("ignored a {} message", message_name(envelope.body));
+  }
+};
+
 caf::behavior store_behavior(StoreActor* self, std::shared_ptr<storage::CheckpointStore> store, ShardOptions shard) {
   self->state.store = std::move(store);
   self->state.shard = shard;
   self->state.tickets.emplace(self->state.store);
   return {
       [=](WireBytes& bytes) {
-        auto& st = self->state;
-        st.bytes_received += static_cast<int64_t>(bytes.size());
-        auto sender = caf::actor_cast<caf::actor>(self->current_sender());
-        auto received = st.receiver.receive(std::move(bytes), [&](const DecodedEnvelope& envelope, const TensorChunk&) {
-          const auto* persist = std::get_if<Persist>(&envelope.body);
-          return persist && takes_chunk(self, *persist);  // the store takes no other tensor
-        });
-        if (!received) {
-          st.log->warn("dropped a malformed message: {}", received.error().to_string());
-          return;
-        }
-        const auto& body = received->envelope.body;
-        if (auto* persist = std::get_if<Persist>(&body)) {
-          if (received->state == Received::State::placed) {
-            on_persist(self, *persist, received->placement);
-          } else if (received->state == Received::State::refused) {
-            st.log->warn("version {} (ticket {}): bad chunk for fragment {}: {}", persist->version, persist->ticket,
-                         persist->fragment_id, received->error.to_string());
-          }
-        } else if (received->state != Received::State::whole) {
-          return;  // a tensor the store does not take
-        } else if (auto* end = std::get_if<CommitEnd>(&body)) {
-          on_commit_end(self, sender, *end);
-        } else if (auto* abandon = std::get_if<Persisted>(&body); abandon && !abandon->ok) {
-          // syncer -> store: it gave ticket `ticket` up (timed out); its prepared blobs are dropped.
-          drop_ticket(self, abandon->ticket);
-        } else if (auto* fetch = std::get_if<Fetch>(&body)) {
-          serve_latest(self, sender, false, fetch->learner_id, fetch->held_digests);
-        } else if (std::holds_alternative<Restore>(body)) {
-          // A syncer that restores has no commit under way: what an earlier incarnation left
-          // (chunks, prepared blobs, staged files) is dropped, and its tickets may be reused.
-          st.tickets->drop_all();
-          st.receiver.drop_persist();
-          serve_latest(self, sender, true);
-        } else {
-          st.log->warn("ignored a {} message", message_name(body));
-        }
+        self->state.bytes_received += static_cast<int64_t>(bytes.size());
+        StoreHandler handler{self, caf::actor_cast<caf::actor>(self->current_sender())};
+        self->state.receiver.dispatch(std::move(bytes), handler);
       },
       [=](prepared_atom, uint64_t ticket) { on_prepared(self, ticket); },
       [=](taken_atom) {},  // answered once the chunks sent before it are taken (the syncer paces a commit by it)

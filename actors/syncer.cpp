@@ -87,8 +87,6 @@ caf::actor store_of(SyncerActor* self) {
   return self->state.spec.store ? self->state.spec.store : lookup(self, store_name());
 }
 
-void handle(SyncerActor* self, WireBytes&& bytes, const caf::actor& sender);
-
 void request_restore(SyncerActor* self) {
   auto& st = self->state;
   auto store = store_of(self);
@@ -403,119 +401,134 @@ void on_persisted(SyncerActor* self, const Persisted& persisted) {
   record_next(self);
 }
 
-// A chunk of a learner's update, before it is buffered: counted, and refused here (with the reason
-// counted) when the syncer would not take the update it belongs to.
-bool screen_update_chunk(SyncerActor* self, const caf::actor& sender, const DecodedEnvelope& envelope,
-                         const FragmentUpdate& update, int64_t size) {
-  auto& st = self->state;
-  st.core->bytes_from_learners += size;
-  // A refused update's compute counts once (its first chunk), as rejected work.
-  const double compute_s = update.chunk.chunk_index == 0 ? update.compute_seconds : 0;
-  if (auto reject = st.core->screen(envelope.sender_id, envelope.sequence, update)) {
-    st.core->count_reject(*reject, update.learner_id, 0, compute_s);
-    st.log->warn("rejected a fragment update from {} (fragment {}): {}", update.learner_id, update.fragment_id,
-                 to_string(*reject));
-    if (*reject == RejectReason::unknown_learner) {
-      // Tell it to join (again): e.g. it was declared dead while it was only slow.
-      Welcome again{st.core->latest_version(), 0, false, "not joined: send Join first"};
-      again.refusal = JoinRefusal::unknown_learner;
-      auto bytes = st.outbox.wrap(again);
-      if (sender && bytes) self->send(sender, std::move(*bytes));
+// What the syncer does with each message its mailbox brings (messages::Handler): a learner's
+// update is screened chunk by chunk before anything is buffered, the store's replay is taken only
+// while restoring, and until the syncer is ready every other kind is held back and dispatched again
+// once it is (replay_held).
+struct SyncerHandler : messages::Handler {
+  using messages::Handler::on;
+  SyncerActor* self;
+  caf::actor sender;  // of the message being dispatched
+  int64_t size = 0;   // its bytes
+
+  SyncerHandler(SyncerActor* self, caf::actor sender, int64_t size) : self(self), sender(std::move(sender)), size(size) {}
+
+  SyncerState& st() { return self->state; }
+
+  bool hold(const Message& body) override {
+    const bool restore_stream = std::holds_alternative<Persist>(body) || std::holds_alternative<CommitEnd>(body) ||
+                                std::holds_alternative<Persisted>(body);
+    return !restore_stream;
+  }
+  void held(WireBytes&& bytes) override { st().deferred.emplace_back(std::move(bytes), sender); }
+
+  bool screen(const DecodedEnvelope& envelope, const TensorChunk&) override {
+    if (const auto* update = std::get_if<FragmentUpdate>(&envelope.body)) return screen_update(envelope, *update);
+    const auto* replay = std::get_if<Persist>(&envelope.body);
+    return replay && st().phase == Phase::restoring &&
+           replay->fragment_id < static_cast<uint32_t>(st().core->fragment_count());
+  }
+
+  // A chunk of a learner's update, before it is buffered: counted, and refused here (with the
+  // reason counted) when the syncer would not take the update it belongs to.
+  bool screen_update(const DecodedEnvelope& envelope, const FragmentUpdate& update) {
+    auto& s = st();
+    s.core->bytes_from_learners += size;
+    // A refused update's compute counts once (its first chunk), as rejected work.
+    const double compute_s = update.chunk.chunk_index == 0 ? update.compute_seconds : 0;
+    if (auto reject = s.core->screen(envelope.sender_id, envelope.sequence, update)) {
+      s.core->count_reject(*reject, update.learner_id, 0, compute_s);
+      s.log->warn("rejected a fragment update from {} (fragment {}): {}", update.learner_id, update.fragment_id,
+                  to_string(*reject));
+      if (*reject == RejectReason::unknown_learner) {
+        // Tell it to join (again): e.g. it was declared dead while it was only slow.
+        Welcome again{s.core->latest_version(), 0, false, "not joined: send Join first"};
+        again.refusal = JoinRefusal::unknown_learner;
+        auto bytes = s.outbox.wrap(again);
+        if (sender && bytes) self->send(sender, std::move(*bytes));
+      }
+      return false;
     }
-    return false;
+    if (update.chunk.chunk_index == 0) {
+      s.core->updates_by_codec[codec_name(update.chunk.codec)] += 1;
+      s.core->updates_by_period[std::to_string(update.inner_steps)] += 1;
+    }
+    return true;
   }
-  if (update.chunk.chunk_index == 0) {
-    st.core->updates_by_codec[codec_name(update.chunk.codec)] += 1;
-    st.core->updates_by_period[std::to_string(update.inner_steps)] += 1;
-  }
-  return true;
-}
 
-// A chunk the receiver refused (inconsistent, corrupt, non-finite, ...): the update is rejected.
-void on_bad_update_chunk(SyncerActor* self, const FragmentUpdate& update, const Error& error) {
-  auto& st = self->state;
-  const double compute_s = update.chunk.chunk_index == 0 ? update.compute_seconds : 0;
-  st.core->count_reject(reject_reason_of(error), update.learner_id, 0, compute_s);
-  st.log->warn("rejected an update from {}: {}", update.learner_id, error.to_string());
-}
-
-// A learner's whole update (its tensor as it came: int8/int4 as its codes, folded from them).
-void on_update(SyncerActor* self, const FragmentUpdate& update, ReceivedTensor&& tensor) {
-  auto& st = self->state;
-  UpdateHeader header{update.learner_id, update.fragment_id, update.base_version, update.inner_steps, update.tokens,
-                      update.train_loss, update.round, update.from_step, update.to_step, update.compute_seconds};
-  SyncerCore::Payload payload{tensor.codec, std::move(tensor.encoded), std::move(tensor.values)};
-  if (st.core->accept(header, std::move(payload), st.now())) return;
-  try_merge(self);
-}
-
-void handle(SyncerActor* self, WireBytes&& bytes, const caf::actor& sender) {
-  auto& st = self->state;
-  const auto size = static_cast<int64_t>(bytes.size());
-  if (st.phase != Phase::ready) {
-    auto peek = unwrap(WireBytes(bytes));
-    const bool restore_stream = peek && (std::holds_alternative<Persist>(peek->body) ||
-                                         std::holds_alternative<CommitEnd>(peek->body) ||
-                                         std::holds_alternative<Persisted>(peek->body));
-    if (!restore_stream) {
-      st.deferred.emplace_back(std::move(bytes), sender);
+  // Bytes that are no envelope, or an update chunk the receiver refused (inconsistent, corrupt,
+  // non-finite, ...): the update is rejected, its reason counted.
+  void refused(const DecodedEnvelope* envelope, const Error& error) override {
+    auto& s = st();
+    const auto* update = envelope ? std::get_if<FragmentUpdate>(&envelope->body) : nullptr;
+    if (!update) {
+      if (envelope) return;  // a replay chunk of the store: the restore fails at its end
+      s.core->count_reject(reject_reason_of(error), "");
+      s.log->warn("rejected a message: {}", error.to_string());
       return;
     }
+    const double compute_s = update->chunk.chunk_index == 0 ? update->compute_seconds : 0;
+    s.core->count_reject(reject_reason_of(error), update->learner_id, 0, compute_s);
+    s.log->warn("rejected an update from {}: {}", update->learner_id, error.to_string());
   }
-  // Update chunks are screened before they are buffered; the store's replay is taken only while restoring.
-  auto received = st.receiver.receive(std::move(bytes), [&](const DecodedEnvelope& envelope, const TensorChunk&) {
-    if (const auto* update = std::get_if<FragmentUpdate>(&envelope.body)) {
-      return screen_update_chunk(self, sender, envelope, *update, size);
+
+  void on(const DecodedEnvelope&, const Join& join) override {
+    auto& s = st();
+    auto welcome = s.core->join(join, s.now());
+    if (welcome.accepted) {
+      s.learner_handles[join.learner_id] = sender;
+      s.log->info("{} joined at version {}", join.learner_id, welcome.version);
+    } else {
+      s.log->warn("refused {}: {}", join.learner_id, welcome.reason);
     }
-    const auto* replay = std::get_if<Persist>(&envelope.body);
-    return replay && st.phase == Phase::restoring &&
-           replay->fragment_id < static_cast<uint32_t>(st.core->fragment_count());
-  });
-  if (!received) {
-    const auto reason = reject_reason_of(received.error());
-    st.core->count_reject(reason, "");
-    st.log->warn("rejected a message: {}", received.error().to_string());
-    return;
+    auto reply = s.outbox.wrap(welcome);
+    if (reply && sender) self->send(sender, std::move(*reply));
   }
-  const auto* update = std::get_if<FragmentUpdate>(&received->envelope.body);
-  if (update && received->state == Received::State::refused) on_bad_update_chunk(self, *update, received->error);
-  if (received->state != Received::State::whole) return;
-  const auto& envelope = received->envelope;
-  std::visit(
-      [&](const auto& body) {
-        using T = std::decay_t<decltype(body)>;
-        if constexpr (std::is_same_v<T, Join>) {
-          auto welcome = st.core->join(body, st.now());
-          if (welcome.accepted) {
-            st.learner_handles[body.learner_id] = sender;
-            st.log->info("{} joined at version {}", body.learner_id, welcome.version);
-          } else {
-            st.log->warn("refused {}: {}", body.learner_id, welcome.reason);
-          }
-          auto reply = st.outbox.wrap(welcome);
-          if (reply && sender) self->send(sender, std::move(*reply));
-        } else if constexpr (std::is_same_v<T, FragmentUpdate>) {
-          on_update(self, body, std::move(received->tensor));
-        } else if constexpr (std::is_same_v<T, Leave>) {
-          st.core->leave(body.learner_id, body.code == LeaveCode::finished, body.reason, st.now());
-          try_merge(self);
-        } else if constexpr (std::is_same_v<T, Persisted>) {
-          on_persisted(self, body);
-          try_merge(self);
-        } else if constexpr (std::is_same_v<T, Persist>) {
-          const bool params = body.kind == PersistKind::parameters;
-          (params ? st.restore_broadcast : st.restore_outer)[body.fragment_id] = std::move(received->tensor.values);
-        } else if constexpr (std::is_same_v<T, CommitEnd>) {
-          if (st.phase == Phase::restoring) finish_restore(self, body);
-        } else {
-          st.log->warn("ignored a {} message from {}", message_name(envelope.body), envelope.sender_id);
-        }
-      },
-      envelope.body);
-  if (st.phase == Phase::ready && !st.deferred.empty()) {
-    auto deferred = std::move(st.deferred);
-    st.deferred.clear();
-    for (auto& [m, from] : deferred) handle(self, std::move(m), from);
+
+  // A learner's whole update (its tensor as it came: int8/int4 as its codes, folded from them).
+  void on(const DecodedEnvelope&, const FragmentUpdate& update, ReceivedTensor&& tensor) override {
+    auto& s = st();
+    UpdateHeader header{update.learner_id, update.fragment_id, update.base_version, update.inner_steps, update.tokens,
+                        update.train_loss, update.round, update.from_step, update.to_step, update.compute_seconds};
+    SyncerCore::Payload payload{tensor.codec, std::move(tensor.encoded), std::move(tensor.values)};
+    if (s.core->accept(header, std::move(payload), s.now())) return;
+    try_merge(self);
+  }
+
+  void on(const DecodedEnvelope&, const Leave& leave) override {
+    st().core->leave(leave.learner_id, leave.code == LeaveCode::finished, leave.reason, st().now());
+    try_merge(self);
+  }
+
+  void on(const DecodedEnvelope&, const Persisted& persisted) override {
+    on_persisted(self, persisted);
+    try_merge(self);
+  }
+
+  // A tensor of the store's replay (only taken while restoring: see screen).
+  void on(const DecodedEnvelope&, const Persist& replay, ReceivedTensor&& tensor) override {
+    const bool params = replay.kind == PersistKind::parameters;
+    (params ? st().restore_broadcast : st().restore_outer)[replay.fragment_id] = std::move(tensor.values);
+  }
+
+  void on(const DecodedEnvelope&, const CommitEnd& end) override {
+    if (st().phase == Phase::restoring) finish_restore(self, end);
+  }
+
+  void ignored(const DecodedEnvelope& envelope) override {
+    st().log->warn("ignored a {} message from {}", message_name(envelope.body), envelope.sender_id);
+  }
+};
+
+// What was held back while the syncer was not ready, dispatched now that it is.
+void replay_held(SyncerActor* self) {
+  auto& st = self->state;
+  if (st.phase != Phase::ready || st.deferred.empty()) return;
+  auto deferred = std::move(st.deferred);
+  st.deferred.clear();
+  for (auto& [bytes, from] : deferred) {
+    SyncerHandler handler{self, from, static_cast<int64_t>(bytes.size())};
+    st.receiver.dispatch(std::move(bytes), handler);
   }
 }
 
@@ -526,7 +539,12 @@ caf::behavior syncer_behavior(SyncerActor* self, SyncerSpec spec) {
   request_restore(self);
   self->send(self, tick_atom::value);
   return {
-      [=](WireBytes& bytes) { handle(self, std::move(bytes), caf::actor_cast<caf::actor>(self->current_sender())); },
+      [=](WireBytes& bytes) {
+        SyncerHandler handler{self, caf::actor_cast<caf::actor>(self->current_sender()),
+                              static_cast<int64_t>(bytes.size())};
+        self->state.receiver.dispatch(std::move(bytes), handler, /*holding=*/self->state.phase != Phase::ready);
+        replay_held(self);
+      },
       [=](ledger_atom, const std::string& carry) {
         auto j = nlohmann::json::parse(carry, nullptr, false);
         if (j.is_object()) self->state.ledger_carry = std::move(j);

@@ -1,6 +1,7 @@
 #include "messages/receiver.hpp"
 
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <variant>
 
@@ -79,6 +80,71 @@ void Receiver::place(Received& received, const Persist& persist) {
   received.state = Received::State::placed;
   received.placement = *placement;
 }
+
+void Receiver::dispatch(WireBytes&& bytes, Handler& handler, bool holding) {
+  if (holding) {
+    auto peek = unwrap(WireBytes(bytes), options_.limits);
+    if (peek && handler.hold(peek->body)) {
+      handler.held(std::move(bytes));
+      return;
+    }
+  }
+  auto received = receive(std::move(bytes), [&handler](const DecodedEnvelope& envelope, const TensorChunk& chunk) {
+    return handler.screen(envelope, chunk);
+  });
+  if (!received) {
+    handler.refused(nullptr, received.error());
+    return;
+  }
+  const DecodedEnvelope& envelope = received->envelope;
+  switch (received->state) {
+    case Received::State::not_yet:
+    case Received::State::screened:
+      return;
+    case Received::State::refused:
+      handler.refused(&envelope, received->error);
+      return;
+    case Received::State::placed:
+      handler.placed(envelope, std::get<Persist>(envelope.body), received->placement);
+      return;
+    case Received::State::whole:
+      break;
+  }
+  std::visit(
+      [&](const auto& body) {
+        using T = std::decay_t<decltype(body)>;
+        if constexpr (std::is_same_v<T, FragmentUpdate> || std::is_same_v<T, GlobalFragment> ||
+                      std::is_same_v<T, Persist>) {
+          handler.on(envelope, body, std::move(received->tensor));
+        } else {
+          handler.on(envelope, body);
+        }
+      },
+      envelope.body);
+}
+
+bool Handler::screen(const DecodedEnvelope&, const TensorChunk&) { return true; }
+void Handler::refused(const DecodedEnvelope*, const Error&) {}
+void Handler::placed(const DecodedEnvelope& envelope, const Persist&, const ChunkPlacement&) { ignored(envelope); }
+bool Handler::hold(const Message&) { return false; }
+void Handler::held(WireBytes&&) {}
+void Handler::on(const DecodedEnvelope& e, const Join&) { ignored(e); }
+void Handler::on(const DecodedEnvelope& e, const Welcome&) { ignored(e); }
+void Handler::on(const DecodedEnvelope& e, const FragmentUpdate&, ReceivedTensor&&) { ignored(e); }
+void Handler::on(const DecodedEnvelope& e, const GlobalFragment&, ReceivedTensor&&) { ignored(e); }
+void Handler::on(const DecodedEnvelope& e, const Heartbeat&) { ignored(e); }
+void Handler::on(const DecodedEnvelope& e, const Persist&, ReceivedTensor&&) { ignored(e); }
+void Handler::on(const DecodedEnvelope& e, const Persisted&) { ignored(e); }
+void Handler::on(const DecodedEnvelope& e, const Leave&) { ignored(e); }
+void Handler::on(const DecodedEnvelope& e, const AdminRequest&) { ignored(e); }
+void Handler::on(const DecodedEnvelope& e, const AdminReply&) { ignored(e); }
+void Handler::on(const DecodedEnvelope& e, const Fetch&) { ignored(e); }
+void Handler::on(const DecodedEnvelope& e, const Restore&) { ignored(e); }
+void Handler::on(const DecodedEnvelope& e, const CommitEnd&) { ignored(e); }
+void Handler::on(const DecodedEnvelope& e, const AdminCommand&) { ignored(e); }
+void Handler::on(const DecodedEnvelope& e, const SlotReport&) { ignored(e); }
+void Handler::on(const DecodedEnvelope& e, const LearnerControl&) { ignored(e); }
+void Handler::ignored(const DecodedEnvelope&) {}
 
 void Receiver::drop_persist(uint64_t ticket) {
   placing_.erase(placing_.lower_bound(std::make_tuple(ticket, uint32_t{0}, PersistKind::parameters)),

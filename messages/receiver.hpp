@@ -1,6 +1,12 @@
 // Receiving: wire bytes in, whole messages out — the one path by which an owner (an actor, the
 // plane) takes Envelopes off its wire.
 //
+// dispatch() is how an actor takes its mailbox's bytes: it receives them and hands what they make
+// to the owner's Handler, typed: each whole message to the handler of its kind (with its tensor),
+// a placed Persist chunk to placed(), a refusal to refused(). The actor never sees bytes, only
+// typed messages; an owner not ready for some kinds yet holds their bytes back (hold / held) and
+// dispatches them again later.
+//
 // receive() unwraps and decodes one wire message with limits (framing.hpp, envelope.hpp). A message
 // without a tensor is whole at once. A tensor chunk (FragmentUpdate, GlobalFragment, Persist) is
 // first shown to the owner's screen, which may refuse it before anything is buffered, then taken
@@ -63,6 +69,42 @@ struct ReceiveOptions {
   bool place_persist = false;
 };
 
+// What an owner does with what it receives. Every hook has a default: a chunk passes the screen,
+// a refusal and a kind the owner does not take are dropped (ignored() is told of the latter).
+class Handler {
+ public:
+  virtual ~Handler() = default;
+  // Asked about each tensor chunk that decoded, before it is buffered or placed; false refuses it
+  // (the handler does whatever a refusal means to its owner: count it, answer the sender).
+  virtual bool screen(const DecodedEnvelope& envelope, const TensorChunk& chunk);
+  // Bytes that are not a valid envelope (`envelope` null), or a chunk or its tensor refused.
+  virtual void refused(const DecodedEnvelope* envelope, const Error& error);
+  // place_persist: a Persist chunk that passed its checks, and where its bytes go.
+  virtual void placed(const DecodedEnvelope& envelope, const Persist& persist, const ChunkPlacement& placement);
+  // An owner not ready for a kind yet: true hands the message's bytes back untouched through held().
+  virtual bool hold(const Message& body);
+  virtual void held(WireBytes&& bytes);
+  // Whole messages, one handler per kind; a tensor's message comes with its whole tensor.
+  virtual void on(const DecodedEnvelope& envelope, const Join& join);
+  virtual void on(const DecodedEnvelope& envelope, const Welcome& welcome);
+  virtual void on(const DecodedEnvelope& envelope, const FragmentUpdate& update, ReceivedTensor&& tensor);
+  virtual void on(const DecodedEnvelope& envelope, const GlobalFragment& global, ReceivedTensor&& tensor);
+  virtual void on(const DecodedEnvelope& envelope, const Heartbeat& heartbeat);
+  virtual void on(const DecodedEnvelope& envelope, const Persist& persist, ReceivedTensor&& tensor);
+  virtual void on(const DecodedEnvelope& envelope, const Persisted& persisted);
+  virtual void on(const DecodedEnvelope& envelope, const Leave& leave);
+  virtual void on(const DecodedEnvelope& envelope, const AdminRequest& request);
+  virtual void on(const DecodedEnvelope& envelope, const AdminReply& reply);
+  virtual void on(const DecodedEnvelope& envelope, const Fetch& fetch);
+  virtual void on(const DecodedEnvelope& envelope, const Restore& restore);
+  virtual void on(const DecodedEnvelope& envelope, const CommitEnd& end);
+  virtual void on(const DecodedEnvelope& envelope, const AdminCommand& command);
+  virtual void on(const DecodedEnvelope& envelope, const SlotReport& report);
+  virtual void on(const DecodedEnvelope& envelope, const LearnerControl& control);
+  // A whole message of a kind the owner does not take.
+  virtual void ignored(const DecodedEnvelope& envelope);
+};
+
 class Receiver {
  public:
   // Asked about each tensor chunk that decoded, before it is buffered or placed; false refuses it
@@ -73,6 +115,9 @@ class Receiver {
 
   // Errors: whatever decode says of bytes that are not a valid envelope (no sender is known then).
   Expected<Received> receive(WireBytes&& bytes, const Screen& screen = {});
+  // Receives `bytes` and hands what they make to `handler` (see above). `holding`: the handler may
+  // hold some kinds back now (the bytes are then peeked at first, copied).
+  void dispatch(WireBytes&& bytes, Handler& handler, bool holding = false);
 
   // Forgets the placed streams of one commit ticket (given up by its sender).
   void drop_persist(uint64_t ticket);

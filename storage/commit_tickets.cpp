@@ -57,12 +57,17 @@ Status CommitTickets::add_piece(const TensorPiece& piece) {
   return Status::success();
 }
 
+void CommitTickets::lose_piece(uint64_t ticket) {
+  if (ticket == 0 || !takes_pieces(ticket)) return;
+  tickets_[ticket].lost_piece = true;
+}
+
 Expected<CheckpointStore::IncomingCommit> CommitTickets::begin_prepare(uint64_t ticket) {
   auto it = tickets_.find(ticket);
   if (it == tickets_.end() || it->second.preparing || it->second.prepared) {
     return make_error(ErrorCode::not_found, "ticket " + std::to_string(ticket) + " has no chunks to prepare");
   }
-  if (!it->second.tensors.empty()) {
+  if (!it->second.tensors.empty() || it->second.lost_piece) {
     tickets_.erase(it);
     return make_error(ErrorCode::truncated, "incomplete tensors");
   }

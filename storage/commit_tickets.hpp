@@ -57,6 +57,10 @@ class CommitTickets {
   // refuses every later piece).
   Status add_piece(const TensorPiece& piece);
 
+  // A piece of `ticket` was refused before it got here (its checksum or geometry): the ticket
+  // cannot be whole, and begin_prepare fails it as incomplete. Nothing for a ticket whose pieces ended.
+  void lose_piece(uint64_t ticket);
+
   // The ticket's pieces have ended: its whole tensors as one commit for `prepare`; the ticket is
   // preparing until finish_prepare. Errors: not_found (no pieces, or already preparing or prepared;
   // nothing changes), truncated ("incomplete tensors": the ticket is dropped).
@@ -96,6 +100,7 @@ class CommitTickets {
     bool failed = false;
   };
   struct Ticket {
+    bool lost_piece = false;  // a piece was refused on its way (lose_piece)
     std::map<std::pair<uint32_t, BlobRole>, IncomingTensor> tensors;  // not whole yet
     CheckpointStore::IncomingCommit whole;
     bool preparing = false;

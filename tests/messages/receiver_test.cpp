@@ -183,3 +183,126 @@ TEST_CASE("receiver: Persist chunks are reassembled when not placed, and dropped
   REQUIRE(whole->state == Received::State::whole);
   CHECK(whole->tensor.values == values);
 }
+
+namespace {
+
+// Records what dispatch hands it: the kinds, in order, with what came along.
+struct Recorder : Handler {
+  using Handler::on;
+  std::vector<std::string> calls;
+  std::vector<float> tensor;
+  std::vector<WireBytes> held_bytes;
+  bool holding_updates = false;
+  bool refuse_chunks = false;
+
+  bool screen(const DecodedEnvelope&, const TensorChunk&) override {
+    calls.push_back("screen");
+    return !refuse_chunks;
+  }
+  void refused(const DecodedEnvelope* envelope, const Error& error) override {
+    calls.push_back(std::string("refused ") + (envelope ? message_name(envelope->body) : "bytes") + ": " +
+                    archipelago::to_string(error.code));
+  }
+  void placed(const DecodedEnvelope&, const Persist& persist, const ChunkPlacement& placement) override {
+    calls.push_back("placed " + std::to_string(persist.ticket) + " at " + std::to_string(placement.offset));
+  }
+  bool hold(const Message& body) override { return holding_updates && std::holds_alternative<FragmentUpdate>(body); }
+  void held(WireBytes&& bytes) override {
+    calls.push_back("held");
+    held_bytes.push_back(std::move(bytes));
+  }
+  void on(const DecodedEnvelope& envelope, const Join& join) override {
+    calls.push_back("join " + join.learner_id + " from " + envelope.sender_id);
+  }
+  void on(const DecodedEnvelope&, const FragmentUpdate& update, ReceivedTensor&& whole) override {
+    calls.push_back("update " + std::to_string(update.fragment_id));
+    tensor = std::move(whole.values);
+  }
+  void ignored(const DecodedEnvelope& envelope) override { calls.push_back(std::string("ignored ") + message_name(envelope.body)); }
+};
+
+}  // namespace
+
+TEST_CASE("receiver dispatch: each whole message to its kind's handler, typed; what is not taken is told as such") {
+  Receiver receiver;
+  Recorder recorder;
+  Outbox outbox("learner-1");
+  Join join;
+  join.learner_id = "learner-1";
+  auto bytes = outbox.wrap(join);
+  REQUIRE(bytes);
+  receiver.dispatch(std::move(*bytes), recorder);
+  auto leave = outbox.wrap(Leave{});
+  REQUIRE(leave);
+  receiver.dispatch(std::move(*leave), recorder);  // a kind the recorder does not take
+  receiver.dispatch(WireBytes{'n', 'o', 't', ' ', 'a', 'n', ' ', 'e', 'n', 'v', 'e', 'l', 'o', 'p', 'e'}, recorder);
+  REQUIRE(recorder.calls.size() == 3);
+  CHECK(recorder.calls[0] == "join learner-1 from learner-1");
+  CHECK(recorder.calls[1] == "ignored leave");
+  CHECK(recorder.calls[2].rfind("refused bytes: ", 0) == 0);
+
+  // A tensor's message reaches its handler once, whole, after each chunk passed the screen.
+  recorder.calls.clear();
+  const auto values = ramp(kOneAndAHalfChunks);
+  for (auto& chunk : wrap_update(outbox, Codec::fp32, values)) receiver.dispatch(std::move(chunk), recorder);
+  REQUIRE(recorder.calls.size() == 3);
+  CHECK(recorder.calls[0] == "screen");
+  CHECK(recorder.calls[1] == "screen");
+  CHECK(recorder.calls[2] == "update 3");
+  CHECK(recorder.tensor == values);
+
+  // A screen that refuses: nothing is buffered, no handler runs.
+  recorder.calls.clear();
+  recorder.refuse_chunks = true;
+  for (auto& chunk : wrap_update(outbox, Codec::fp32, values)) receiver.dispatch(std::move(chunk), recorder);
+  CHECK(recorder.calls == std::vector<std::string>{"screen", "screen"});
+}
+
+TEST_CASE("receiver dispatch: an owner not ready holds a kind back untouched and dispatches it again later") {
+  Receiver receiver;
+  Recorder recorder;
+  recorder.holding_updates = true;
+  Outbox outbox("learner-2");
+  const auto values = ramp(16);
+  for (auto& chunk : wrap_update(outbox, Codec::fp32, values)) receiver.dispatch(std::move(chunk), recorder, true);
+  Join join;
+  join.learner_id = "learner-2";
+  auto bytes = outbox.wrap(join);
+  REQUIRE(bytes);
+  receiver.dispatch(std::move(*bytes), recorder, true);  // a kind it is ready for
+  REQUIRE(recorder.calls.size() == 2);
+  CHECK(recorder.calls[0] == "held");
+  CHECK(recorder.calls[1] == "join learner-2 from learner-2");
+
+  recorder.calls.clear();
+  recorder.holding_updates = false;
+  for (auto& held : recorder.held_bytes) receiver.dispatch(std::move(held), recorder);
+  CHECK(recorder.calls == std::vector<std::string>{"screen", "update 3"});
+  CHECK(recorder.tensor == values);
+}
+
+TEST_CASE("receiver dispatch: a placed Persist chunk goes to placed(), a bad one to refused() with its envelope") {
+  Receiver receiver(ReceiveOptions{DecodeLimits{}, false, /*place_persist=*/true});
+  Recorder recorder;
+  Outbox outbox("syncer");
+  auto chunks = wrap_persist(outbox, 7, ramp(kOneAndAHalfChunks));
+  REQUIRE(chunks.size() == 2);
+  for (auto& chunk : chunks) receiver.dispatch(std::move(chunk), recorder);
+  // A chunk whose payload does not match its checksum.
+  auto bad = wrap(outbox, Codec::fp32, ramp(16), [&](TensorChunk chunk) {
+    Persist persist;
+    persist.ticket = 8;
+    chunk.checksum += 1;
+    persist.chunk = std::move(chunk);
+    return Message{std::move(persist)};
+  });
+  REQUIRE(bad.size() == 1);
+  receiver.dispatch(std::move(bad[0]), recorder);
+  REQUIRE(recorder.calls.size() == 6);
+  CHECK(recorder.calls[1] == "placed 7 at 0");
+  CHECK(recorder.calls[3].rfind("placed 7 at ", 0) == 0);
+  CHECK(recorder.calls[3] != "placed 7 at 0");
+  CHECK(recorder.calls[4] == "screen");
+  INFO(recorder.calls[5]);
+  CHECK(recorder.calls[5].rfind("refused persist: corrupt", 0) == 0);
+}
