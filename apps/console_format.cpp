@@ -20,13 +20,29 @@ std::string printf_string(const char* format, double v) {
   return buffer;
 }
 
-std::string utc_time(int64_t unix_ms) {
+// The console's local time (TZ), with its zone's name.
+std::string local_time(int64_t unix_ms) {
   const std::time_t seconds = static_cast<std::time_t>(unix_ms / 1000);
   std::tm tm{};
-  gmtime_r(&seconds, &tm);
-  char buffer[32];
-  std::strftime(buffer, sizeof buffer, "%Y-%m-%d %H:%M:%S", &tm);
-  return std::string(buffer) + " UTC";
+  localtime_r(&seconds, &tm);
+  char buffer[48];
+  std::strftime(buffer, sizeof buffer, "%Y-%m-%d %H:%M:%S %Z", &tm);
+  return buffer;
+}
+
+// A byte count in SI units, three significant digits (whole bytes below 1 kB).
+std::string byte_size(double bytes) {
+  const double a = std::fabs(bytes);
+  if (a < 1e3) return printf_string("%.0f B", bytes);
+  static const char* kUnits[] = {"kB", "MB", "GB", "TB"};
+  int unit = 0;
+  double scaled = bytes / 1e3;
+  while (std::fabs(scaled) >= 1e3 && unit < 3) {
+    scaled /= 1e3;
+    unit += 1;
+  }
+  return printf_string(std::fabs(scaled) >= 100 ? "%.0f" : std::fabs(scaled) >= 10 ? "%.1f" : "%.2f", scaled) + " " +
+         kUnits[unit];
 }
 
 // Display width of UTF-8 text (one column per code point: the table's own characters are such).
@@ -96,16 +112,18 @@ std::string format_value(const std::string& key, const nlohmann::json& value) {
     const double v = value.get<double>();
     if (!std::isfinite(v)) return "\u2014";
     if (key.find("digest") != std::string::npos && value.is_number_unsigned()) {
+      // The first 12 of its 16 hex digits, as short commit ids are shown (`--json` has it whole).
       char buffer[24];
       std::snprintf(buffer, sizeof buffer, "%016llx", static_cast<unsigned long long>(value.get<uint64_t>()));
-      return buffer;
+      return std::string(buffer, 12);
     }
-    if (ends_with(key, "unix_ms")) return utc_time(value.get<int64_t>());
-    if (ends_with(key, "unix_s")) return utc_time(static_cast<int64_t>(v * 1000));
+    if (ends_with(key, "unix_ms")) return local_time(value.get<int64_t>());
+    if (ends_with(key, "unix_s")) return local_time(static_cast<int64_t>(v * 1000));
+    if (key.find("bytes_per") != std::string::npos) return printf_string(std::fabs(v) >= 1000 ? "%.0f" : "%.4g", v);
     if (ends_with(key, "_per_s")) return printf_string("%.0f", v);
     if (ends_with(key, "_s") || key == "s") return printf_string(std::fabs(v) < 10 ? "%.2f s" : "%.1f s", v);
+    if (key.find("bytes") != std::string::npos) return byte_size(v);
     if (value.is_number_integer() || value.is_number_unsigned()) return value.dump();
-    if (key.find("bytes") != std::string::npos) return printf_string("%.0f", v);
     return printf_string(std::fabs(v) >= 1000 ? "%.0f" : "%.4g", v);
   }
   if (value.is_array()) {

@@ -5,8 +5,9 @@
 //     columns that name the row first (id, learner, node, ..., version), then the others
 //     alphabetically, nested values as compact JSON; a sharded run's answers, one per shard;
 //   - the other keys are `key: value` lines;
-//   - values read as what they measure: seconds as "0.14 s", throughputs and byte counts whole,
-//     epoch milliseconds as UTC times, digests as 16 hex digits, ratios to 3 decimals, null as "—".
+//   - values read as what they measure: seconds as "0.14 s", throughputs whole, byte counts in SI
+//     units ("46.9 MB"), epoch times as the console's local time with its zone, digests as their
+//     first 12 hex digits, other numbers to 4 significant digits, null as "—".
 #pragma once
 
 #include <string>

@@ -577,6 +577,15 @@ TEST_CASE("the console: an admin session with the admin token answers status, le
                                              "pin requested", "pin done failed", "kill_syncer requested",
                                              "kill_syncer done ok"};
   CHECK(trail == expected);
+  // Amid a running run: every commit after the commands is an event of the same log (ten and more
+  // here, beyond the eight per entry asked for that a window over the newest events would read);
+  // `audit 1` still answers the newest admin entry, however many other events came after it.
+  const uint64_t after_commands = answer("status")["committed_version"].get<uint64_t>();
+  REQUIRE(wait_until([&] { return answer("status")["committed_version"].get<uint64_t>() >= after_commands + 10; }, 60));
+  auto newest = answer("audit 1")["audit"];
+  REQUIRE(newest.size() == 1);
+  CHECK(newest[0]["entry"]["command"]["verb"] == "kill_syncer");
+  CHECK(newest[0]["entry"]["phase"] == "done");
 
   // The prompt reads commands from standard input too (libedit; it shows no prompt off a terminal).
   {

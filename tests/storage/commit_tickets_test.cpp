@@ -118,6 +118,31 @@ TEST_CASE("commit tickets: a ticket with a tensor not whole fails at its end and
   CHECK(tickets.record(4, 1, "{}", {}).error().code == ErrorCode::not_found);  // not prepared
 }
 
+TEST_CASE("commit tickets: a ticket that lost a piece on its way fails at its end, whole tensors or none") {
+  TempDir dir;
+  auto store = open_store(dir.store());
+  CommitTickets tickets(store);
+  // Every piece refused before it got here: the ticket has nothing, and still fails as incomplete.
+  tickets.lose_piece(6);
+  auto nothing = tickets.begin_prepare(6);
+  REQUIRE_FALSE(nothing.ok());
+  CHECK(nothing.error().code == ErrorCode::truncated);
+  // Whole tensors, and one piece lost: incomplete all the same, and its files are gone.
+  add_tensor(tickets, 7, 0, BlobRole::parameters, pattern_blob(42, 2048));
+  tickets.lose_piece(7);
+  auto ended = tickets.begin_prepare(7);
+  REQUIRE_FALSE(ended.ok());
+  CHECK(ended.error().reason == "incomplete tensors");
+  CHECK(count_temporaries(dir.store()) == 0);
+  // A ticket whose pieces have ended is not touched by a late loss.
+  add_tensor(tickets, 8, 0, BlobRole::parameters, pattern_blob(43, 2048));
+  REQUIRE(tickets.begin_prepare(8).ok());
+  tickets.lose_piece(8);
+  tickets.lose_piece(0);  // no ticket
+  CHECK(tickets.size() == 1);
+  tickets.drop(8);
+}
+
 TEST_CASE("commit tickets: a ticket given up is discarded, at once or when its prepare is done") {
   TempDir dir;
   auto store = open_store(dir.store());
