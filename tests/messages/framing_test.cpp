@@ -8,18 +8,14 @@
 
 #include "messages/framing.hpp"
 #include "messages/tensor_codec.hpp"
+#include "tests/messages/test_data.hpp"
 
 using namespace archipelago;
 using namespace archipelago::messages;
 
 namespace {
 
-// A tensor large enough to need several chunks (kMaxChunkBytes of fp32 payload each).
-std::vector<float> ramp(size_t count) {
-  std::vector<float> values(count);
-  for (size_t i = 0; i < count; ++i) values[i] = std::sin(0.001f * static_cast<float>(i));
-  return values;
-}
+using test::ramp;
 
 // Wraps `values` encoded with `codec` as FragmentUpdate messages of `sender`.
 std::vector<WireBytes> wrap_update(Outbox& outbox, Codec codec, const std::vector<float>& values) {

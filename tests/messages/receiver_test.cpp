@@ -8,17 +8,14 @@
 
 #include "messages/receiver.hpp"
 #include "messages/tensor_codec.hpp"
+#include "tests/messages/test_data.hpp"
 
 using namespace archipelago;
 using namespace archipelago::messages;
 
 namespace {
 
-std::vector<float> ramp(size_t count) {
-  std::vector<float> values(count);
-  for (size_t i = 0; i < count; ++i) values[i] = std::sin(0.001f * static_cast<float>(i));
-  return values;
-}
+using test::ramp;
 
 // `values` encoded with `codec`, as the messages `make_body` builds from its chunks.
 std::vector<WireBytes> wrap(Outbox& outbox, Codec codec, const std::vector<float>& values,

@@ -29,6 +29,13 @@ inline std::vector<float> heavy_tailed(size_t n, uint32_t seed) {
   return v;
 }
 
+// A smooth ramp sin(0.001 i): large enough counts need several chunks (kMaxChunkBytes each).
+inline std::vector<float> ramp(size_t count) {
+  std::vector<float> values(count);
+  for (size_t i = 0; i < count; ++i) values[i] = std::sin(0.001f * static_cast<float>(i));
+  return values;
+}
+
 inline double relative_l2(const std::vector<float>& truth, const std::vector<float>& approx) {
   double err = 0.0, norm = 0.0;
   for (size_t i = 0; i < truth.size(); ++i) {
