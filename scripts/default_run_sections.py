@@ -2,14 +2,35 @@
 commands (between `<!-- default-run:begin ... -->` and `<!-- default-run:end -->`) and those of
 "Using the trained model" (`<!-- using-model:begin ... -->` to `<!-- using-model:end -->`).
 
-    python3 scripts/default_run_sections.py COMMIT CPU [--readme FILE]     (FILE: README.md)
+The default run's figures are given for both kinds of CPU: one with bf16 matmuls (`inner.precision =
+"auto"` trains in bf16 there) and one without (fp32). Once new result files are in
+bench/results/default-run/, one command rewrites the paragraph (COMMIT: the commit each run was
+built at; CPU: the CPU it ran on, as /proc/cpuinfo's "model name" says, and the machine):
+
+    python3 scripts/default_run_sections.py \\
+        --run bench/results/default-run/default-run-DATE.json COMMIT "AMD EPYC (2-core VM)" \\
+        --run bench/results/default-run/default-run-DATE-fp32.json COMMIT "CPU (2-core VM)"
+
+Each `--run` names one `./dev.sh run --json` summary; its `precision` says which CPU kind it
+stands for. With one `--run` the paragraph says that no result of the other kind is recorded yet.
+"Using the trained model" stays on its own run, sample and eval files unless given:
+`--using RUN SAMPLE EVAL COMMIT` (the sample and eval commands run on that run's directory).
+`--readme FILE` writes another file than README.md (scripts/check_generated.py runs this on a copy).
 """
+import argparse
 import json
+import os
 import sys
 
-RUN = "bench/results/default-run/default-run-2026-12-05.json"
-SAMPLE = "bench/results/default-run/default-run-sample-2026-12-05.json"
-EVAL = "bench/results/default-run/default-run-eval-gpl3-2026-12-05.json"
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import figures  # noqa: E402
+
+USING = ("bench/results/default-run/default-run-2026-12-05.json",
+         "bench/results/default-run/default-run-sample-2026-12-05.json",
+         "bench/results/default-run/default-run-eval-gpl3-2026-12-05.json",
+         "e4b349c")
+KINDS = {"bf16": "a CPU with bf16 matmuls (bf16 by `inner.precision = \"auto\"`)",
+         "fp32": "a CPU without bf16 matmuls (fp32 by `inner.precision = \"auto\"`)"}
 
 
 def replace(text, name, lines):
@@ -19,31 +40,56 @@ def replace(text, name, lines):
     return head + begin + "\n".join(lines) + "\n" + end + tail
 
 
-def default_run(run, commit, cpu):
+def run_sentence(path, run, commit, cpu):
     t = run["tokenizer"]
     tokenizer = (f"{t['vocab']} SentencePiece BPE pieces trained on the corpus, {t['heldout_bytes_per_token']:.2f} bytes "
                  f"per held-out token" if t["kind"] == "spm" else "byte-level tokens")
     mb = 1e6
-    return [
-        f"From `{RUN}` (`./dev.sh run --json` at `{commit}` on the 2-core VM, {cpu}): the default run "
+    base, basis = figures.baseline(run)
+    if base is None:
+        against = "one learner: data-parallel would send nothing, so no ratio is given"
+    else:
+        against = (f"where {figures.RING_TEXT} would send {base / mb:,.0f} MB ({basis}), "
+                   f"**{figures.fmt_ratio(figures.ddp_ratio(run))}** as many bytes for the same tokens")
+    return (
+        f"- **{run['precision']}**, on {KINDS.get(run['precision'], run['precision'])}: from `{path}` "
+        f"(`./dev.sh run --json` at `{commit}` on CPU `{cpu}`): the default run "
         f"({run['model']}, {run['parameters'] / 1e6:.2f} M parameters, {tokenizer}; {run['precision']} by "
         f"`inner.precision = \"{run['precision_setting']}\"` on this CPU; {run['uplink_codec']} pseudo-gradients up, "
         f"{run['downlink_codec']} broadcast deltas down, M = {run['learners']}, H = {run['inner_steps']}) took the held-out "
         f"loss from {run['initial_heldout_loss']:.3f} to {run['heldout_loss']:.4f} nats/token "
         f"({run['initial_heldout_bits_per_byte']:.3f} to **{run['heldout_bits_per_byte']:.3f} bits per byte**) in "
         f"{run['wall_s']:.0f} s ({run['steps']} inner steps per learner, {run['tokens'] / 1e6:.2f} M tokens, "
-        f"{run['versions_committed']} committed versions, goodput {run['goodput']:.3f}) and sent "
-        f"{run['bytes_sent'] / mb:.1f} MB, measured on the links ({run['bytes_up'] / mb:.1f} up, "
-        f"{run['bytes_down'] / mb:.1f} down), where data-parallel training would send "
-        f"**{run['ddp_bytes_ratio']:.0f}×** as many bytes for the same tokens.",
-    ]
+        f"{run['tokens_per_s']:,.0f} tokens/s, {run['versions_committed']} committed versions, goodput "
+        f"{run['goodput']:.3f}) and sent {run['bytes_sent'] / mb:.1f} MB, measured on the links "
+        f"({run['bytes_up'] / mb:.1f} up, {run['bytes_down'] / mb:.1f} down), {against}.")
 
 
-def main(commit, cpu, readme="README.md"):
-    run, sample, score = (json.load(open(p)) for p in (RUN, SAMPLE, EVAL))
+def default_run(runs):
+    """runs: [(path, summary, commit, cpu)], at most one per precision."""
+    by = {}
+    for r in runs:
+        if r[1]["precision"] in by:
+            raise SystemExit(f"default_run_sections.py: two runs in {r[1]['precision']}: {by[r[1]['precision']][0]}, {r[0]}")
+        by[r[1]["precision"]] = r
+    lines = ["The default run on both kinds of CPU, each from its result file:", ""]
+    for kind in ("bf16", "fp32"):
+        if kind in by:
+            path, run, commit, cpu = by[kind]
+            lines.append(run_sentence(path, run, commit, cpu))
+        else:
+            lines.append(f"- **{kind}**, on {KINDS[kind]}: no {kind}-CPU result recorded yet.")
+    for kind, r in by.items():
+        if kind not in KINDS:
+            lines.append(run_sentence(r[0], r[1], r[2], r[3]))
+    return lines
+
+
+def using_model(run_path, sample_path, eval_path, commit):
+    run, sample, score = (json.load(open(p)) for p in (run_path, sample_path, eval_path))
     s = run["sample"]
-    lines = [
-        f"From `{RUN}`, `{SAMPLE}` and `{EVAL}` (`./dev.sh run` at `{commit}` on the 2-core VM; the",
+    return [
+        f"From `{run_path}`, `{sample_path}` and `{eval_path}` (`./dev.sh run` at `{commit}` on the 2-core VM; the",
         "sample and eval commands below, on its run directory):",
         "",
         f"- The run ended at held-out loss {run['heldout_loss']:.4f} nats/token, "
@@ -67,10 +113,19 @@ def main(commit, cpu, readme="README.md"):
         f"English legal prose) gives {score['loss']:.4f} nats/token, {score['bits_per_byte']:.3f} bits per byte: "
         "a model of the King James Bible, not of English.",
     ]
-    text = open(readme).read()
-    text = replace(text, "default-run", default_run(run, commit, cpu))
-    open(readme, "w").write(replace(text, "using-model", lines))
+
+
+def main(argv):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--run", nargs=3, action="append", metavar=("FILE", "COMMIT", "CPU"), required=True)
+    ap.add_argument("--using", nargs=4, metavar=("RUN", "SAMPLE", "EVAL", "COMMIT"), default=USING)
+    ap.add_argument("--readme", default="README.md")
+    args = ap.parse_args(argv)
+    runs = [(path, json.load(open(path)), commit, cpu) for path, commit, cpu in args.run]
+    text = open(args.readme).read()
+    text = replace(text, "default-run", default_run(runs))
+    open(args.readme, "w").write(replace(text, "using-model", using_model(*args.using)))
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2], *(sys.argv[sys.argv.index("--readme") + 1:][:1] if "--readme" in sys.argv else []))
+    main(sys.argv[1:])
