@@ -4,11 +4,15 @@
 #include <chrono>
 #include <cmath>
 #include <deque>
+#include <fstream>
 #include <map>
 #include <optional>
 
+#include <unistd.h>
+
 #include <caf/all.hpp>
 
+#include "actors/accounting.hpp"
 #include "actors/syncer_core.hpp"
 #include "actors/wire.hpp"
 #include "common/free_memory.hpp"
@@ -72,6 +76,7 @@ struct SyncerState {
   nlohmann::json ledger_carry;             // the failure monitor's latest (accounting.hpp, LedgerCarry)
   int64_t bytes_to_store = 0;
   Clock::time_point started = Clock::now();
+  int64_t started_unix_ms = static_cast<int64_t>(unix_seconds() * 1000);  // names this syncer in the commit log
   std::shared_ptr<spdlog::logger> log = component_logger("syncer");
   const char* name = "syncer";
 
@@ -344,6 +349,17 @@ void finish_restore(SyncerActor* self, const CommitEnd& marker) {
   st.phase = Phase::ready;
 }
 
+// The commit log's line for a version the store said is durable (actors/syncer.hpp).
+void log_commit(SyncerState& st, uint64_t version) {
+  const std::string& dir = st.spec.options->run_dir;
+  if (dir.empty()) return;
+  std::ofstream out(dir + "/" + kCommitLogFile, std::ios::app);
+  out << nlohmann::json{{"version", version}, {"pid", static_cast<int64_t>(getpid())},
+                        {"syncer_started_unix_ms", st.started_unix_ms}}.dump()
+      << "\n";
+  if (!out) st.log->warn("cannot append committed version {} to {}/{}", version, dir, kCommitLogFile);
+}
+
 void on_persisted(SyncerActor* self, const Persisted& persisted) {
   auto& st = self->state;
   if (st.phase == Phase::restoring) {
@@ -387,6 +403,7 @@ void on_persisted(SyncerActor* self, const Persisted& persisted) {
   st.commits.erase(it);
   st.recording = 0;
   st.core->commit_succeeded(commit, st.now());
+  log_commit(st, commit.version);
   st.spec.initial_fragments->release();  // every later start restores from the store
   if (commit.initial) {
     st.phase = Phase::ready;

@@ -36,6 +36,10 @@
 //   sends    Persist*, CommitEnd, (taken)       to the store; GlobalFragment* to learners and evaluator
 // Guarantees: a version is announced only after the store says it is durable; a learner's update
 // is merged at most once; nothing a learner sends can stop the syncer.
+// Commit log: once the store says a version is durable, one JSON line is appended to
+// <run_dir>/commits.jsonl (kCommitLogFile), {"version", "pid", "syncer_started_unix_ms"}: the
+// versions each process committed, in the order it committed them, across restarts on the same
+// run directory (the recovery drills compare it with the store). No line without a run_dir.
 #pragma once
 
 #include <memory>
@@ -48,6 +52,8 @@
 #include "actors/runtime_options.hpp"
 
 namespace archipelago::actors {
+
+inline constexpr const char* kCommitLogFile = "commits.jsonl";  // in the run directory
 
 struct SyncerSpec {
   std::shared_ptr<const RuntimeOptions> options;

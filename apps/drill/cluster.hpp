@@ -66,6 +66,8 @@ class DrillCluster {
   void stop_all();
 
   ChildProcess& coordinator() { return *coordinator_; }
+  // The coordinator processes started so far; incarnation i's log is DIR/coordinator.i.err.
+  int coordinator_incarnations() const { return coordinator_incarnation_; }
   ChildProcess& shard(int k) { return *shards_[k]; }  // k >= 1
   bool shard_started(int k) const { return shards_[k] != nullptr; }
   ChildProcess& node(int i) { return *nodes_[i]; }

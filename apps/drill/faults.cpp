@@ -69,6 +69,9 @@ bool FaultInjector::apply(const Fault& f) {
     if (aim_at_learner("corrupt", c_.learner_bound_s).empty()) return skip(f, "not alive");
     t.malformed_at = refused("malformed");
     if (t.malformed_at < 0) return skip(f, "no status from the coordinator");
+    // Where the coordinator's log stands: its refusal of the corrupted update can only come later.
+    t.r.detail["log_incarnation"] = cluster_.coordinator_incarnations() - 1;
+    t.r.detail["log_offset"] = cluster_.coordinator().err().size();
     auto answer = stall_and_command(AdminVerb::corrupt_update, f.target);
     if (!answer) return skip(f, "console: " + answer.error().reason);
     t.r.at_s = t.r.from_s = clock_.now();

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <set>
+#include <sstream>
 #include <utility>
 
 #include "diloco/version_manifest.hpp"
@@ -45,7 +47,82 @@ std::pair<int, std::string> next_commits(const std::vector<Recovery>& recoveries
   return {ok, late};
 }
 
+// "pid@syncer_started_unix_ms": one process's syncer, whatever its pid is reused for later.
+std::string incarnation_of(const json& line) {
+  return std::to_string(line["pid"].get<int64_t>()) + "@" + std::to_string(line["syncer_started_unix_ms"].get<int64_t>());
+}
+
+// The text after `needle` in `line` up to `end` (npos: to the end); false when `needle` is not there.
+bool field_after(const std::string& line, const std::string& needle, const std::string& end, std::string& field,
+                 size_t& rest) {
+  const size_t at = line.find(needle);
+  if (at == std::string::npos) return false;
+  const size_t begin = at + needle.size();
+  const size_t stop = end.empty() ? std::string::npos : line.find(end, begin);
+  if (!end.empty() && stop == std::string::npos) return false;
+  field = line.substr(begin, stop == std::string::npos ? std::string::npos : stop - begin);
+  rest = stop == std::string::npos ? line.size() : stop + end.size();
+  return true;
+}
+
+// The reject class of an error logged as "CODE: reason" (actors/syncer_rejects.cpp, reject_reason_of).
+std::string reason_of_error(const std::string& error) {
+  return error.rfind("non_finite:", 0) == 0 ? "non_finite" : "malformed";
+}
+
 }  // namespace
+
+std::vector<LoggedCommit> read_commit_log(const std::string& text) {
+  std::vector<LoggedCommit> commits;
+  std::istringstream in(text);
+  std::string line;
+  for (int number = 1; std::getline(in, line); ++number) {
+    if (line.empty()) continue;
+    LoggedCommit c;
+    c.line = number;
+    const json j = json::parse(line, nullptr, false);
+    if (!j.is_object() || !j.contains("version") || !j["version"].is_number_unsigned() || !j.contains("pid") ||
+        !j["pid"].is_number_integer() || !j.contains("syncer_started_unix_ms") ||
+        !j["syncer_started_unix_ms"].is_number_integer()) {
+      c.error = "is no commit: " + line.substr(0, 80);
+    } else {
+      c.version = j["version"].get<uint64_t>();
+      c.incarnation = incarnation_of(j);
+    }
+    commits.push_back(std::move(c));
+  }
+  return commits;
+}
+
+std::vector<LoggedRefusal> read_refusals(const std::string& log) {
+  std::vector<LoggedRefusal> refusals;
+  size_t begin = 0;
+  while (begin < log.size()) {
+    size_t end = log.find('\n', begin);
+    if (end == std::string::npos) end = log.size();
+    const std::string line = log.substr(begin, end - begin);
+    LoggedRefusal r;
+    r.offset = static_cast<int64_t>(begin);
+    if (!line.empty() && line[0] == '[') r.logged_at = line.substr(1, line.find(']') - 1);
+    std::string field;
+    size_t rest = 0;
+    if (field_after(line, "rejected a fragment update from ", " (fragment ", r.learner, rest)) {
+      const size_t close = line.find("): ", rest);
+      if (close != std::string::npos) {
+        r.reason = line.substr(close + 3);
+        refusals.push_back(r);
+      }
+    } else if (field_after(line, "rejected an update from ", ": ", r.learner, rest)) {
+      r.reason = reason_of_error(line.substr(rest));
+      refusals.push_back(r);
+    } else if (field_after(line, "rejected a message: ", "", field, rest)) {
+      r.reason = reason_of_error(field);
+      refusals.push_back(r);
+    }
+    begin = end + 1;
+  }
+  return refusals;
+}
 
 void compare_snapshots(const Hashes& now_stored, StoreMemory& memory) {
   const uint64_t oldest = now_stored.empty() ? 0 : now_stored.begin()->first;
@@ -62,32 +139,63 @@ void compare_snapshots(const Hashes& now_stored, StoreMemory& memory) {
   }
 }
 
-Check versions_strictly_increasing_and_verified(const StoreObservation& store, uint64_t final_version,
-                                                const std::string& prefix) {
+Check versions_strictly_increasing_and_verified(const std::string& commit_log, const StoreObservation& store,
+                                                uint64_t final_version, const std::string& prefix) {
   const std::string name = prefix + "versions_strictly_increasing_and_verified";
   if (!store.error.empty()) return Check(name, false, 0, store.error);
-  const auto& versions = store.versions;
-  bool increasing = true;
-  int verified = 0;
-  std::string failures;
+  std::map<uint64_t, const StoreObservation::Version*> stored;
+  for (const auto& v : store.versions) stored[v.version] = &v;
+
+  const auto lines = read_commit_log(commit_log);
+  bool increasing = true, all_stored = true;
+  std::string failures, ranges;
+  size_t incarnations = 0;
   uint64_t previous = 0;
-  for (const auto& v : versions) {
-    if (v.version <= previous) increasing = false;
-    previous = v.version;
-    if (v.verified) {
-      verified += 1;
-    } else if (failures.size() < 200) {
-      failures += " v" + std::to_string(v.version) + ": " + v.failure;
+  std::set<uint64_t> logged;
+  auto note = [&](const std::string& what) {
+    if (failures.size() < 300) failures += "; " + what;
+  };
+  for (size_t i = 0; i < lines.size(); ++i) {
+    const LoggedCommit& c = lines[i];
+    if (!c.error.empty()) {
+      increasing = false;
+      note("line " + std::to_string(c.line) + " " + c.error);
+      continue;
+    }
+    const bool first_of_incarnation = i == 0 || c.incarnation != lines[i - 1].incarnation;
+    if (first_of_incarnation) {
+      incarnations += 1;
+      ranges += std::string(ranges.empty() ? "" : ", ") + "v" + std::to_string(c.version);
+    }
+    const bool last_of_incarnation = i + 1 == lines.size() || c.incarnation != lines[i + 1].incarnation;
+    if (last_of_incarnation && !first_of_incarnation) ranges += "..v" + std::to_string(c.version);
+    if (c.version <= previous) {
+      increasing = false;
+      note("incarnation " + std::to_string(incarnations) + " (" + c.incarnation + ") committed v" +
+           std::to_string(c.version) + " after v" + std::to_string(previous));
+    }
+    previous = std::max(previous, c.version);
+    logged.insert(c.version);
+    if (!stored.count(c.version)) {
+      all_stored = false;
+      note("v" + std::to_string(c.version) + " logged as committed, not in the store");
     }
   }
-  const bool complete = !versions.empty() && versions.back().version == final_version;
-  return Check(name, increasing && verified == static_cast<int>(versions.size()) && complete,
-               static_cast<int64_t>(versions.size()),
-               std::to_string(versions.size()) + " versions " +
-                   (versions.empty() ? "" : std::to_string(versions.front().version) + ".." + std::to_string(versions.back().version)) +
-                   ", strictly increasing: " + yes_no(increasing) + ", " + std::to_string(verified) +
-                   " read back with every blob verified; newest = the final summary's final_version " +
-                   std::to_string(final_version) + ": " + yes_no(complete) + failures);
+  int verified = 0, unlogged = 0;
+  for (const auto& v : store.versions) {
+    if (v.verified) verified += 1;
+    else note("v" + std::to_string(v.version) + ": " + v.failure);
+    unlogged += logged.count(v.version) ? 0 : 1;
+  }
+  const bool complete = !store.versions.empty() && store.versions.back().version == final_version;
+  const auto commits = static_cast<int64_t>(lines.size());
+  return Check(name, increasing && all_stored && verified == static_cast<int>(store.versions.size()) && complete, commits,
+               std::to_string(commits) + " commits in the commit log from " + std::to_string(incarnations) +
+                   " incarnation(s) (" + ranges + "), strictly increasing within and across them: " + yes_no(increasing) +
+                   "; every logged version in the store: " + yes_no(all_stored) + "; " + std::to_string(verified) + " of " +
+                   std::to_string(store.versions.size()) + " stored versions read back with every blob verified, " +
+                   std::to_string(unlogged) + " of them in no log line (allowed: the store may record a version just "
+                   "before a kill ends its process); newest stored = the final summary's final_version " + std::to_string(final_version) + ": " + yes_no(complete) + failures);
 }
 
 Check digests_never_change(const DigestComparisons& d, const std::string& prefix) {
@@ -159,25 +267,60 @@ std::optional<Check> killed_learners_back_within_bound(const std::vector<Recover
                    "victim restarted (or resumed) and merged a contribution again within its bound" + late);
 }
 
-std::optional<Check> corrupted_updates_refused(const std::vector<Recovery>& recoveries, double origin_s) {
-  int corrupt = 0, refused = 0;
+std::optional<Check> corrupted_updates_refused(const std::vector<Recovery>& recoveries,
+                                               const std::vector<std::string>& coordinator_logs, double origin_s) {
+  std::vector<std::vector<LoggedRefusal>> refusals;
+  for (const auto& log : coordinator_logs) refusals.push_back(read_refusals(log));
+  std::vector<std::vector<bool>> explained;
+  for (const auto& in_log : refusals) explained.emplace_back(in_log.size(), false);
+  int injected = 0, matched = 0;
   std::string evidence;
   for (const auto& r : recoveries) {
     if (r.kind != "corrupt") continue;
-    corrupt += 1;
-    const bool seen = r.detail.contains("malformed_after");
-    refused += seen;
-    evidence += " " + r.target + " at " + fixed(r.at_s - origin_s, 1) + " s: " +
-                (seen ? "malformed " + r.detail.value("malformed_before", json()).dump() + " -> " +
-                            r.detail["malformed_after"].dump() + " after " +
-                            fixed(r.detail.value("refused_after_s", 0.0)) + " s"
-                      : "no refusal seen");
+    injected += 1;
+    const int incarnation = r.detail.value("log_incarnation", -1);
+    const int64_t offset = r.detail.value("log_offset", int64_t{-1});
+    evidence += " " + r.target + " at " + fixed(r.at_s - origin_s, 1) + " s: ";
+    if (incarnation < 0 || incarnation >= static_cast<int>(refusals.size()) || offset < 0) {
+      evidence += "no coordinator log to look in;";
+      continue;
+    }
+    const auto& in_log = refusals[incarnation];
+    size_t found = in_log.size();
+    for (size_t i = 0; i < in_log.size() && found == in_log.size(); ++i) {
+      if (!explained[incarnation][i] && in_log[i].offset >= offset && in_log[i].learner == r.target &&
+          in_log[i].reason == "malformed") {
+        found = i;
+      }
+    }
+    if (found == in_log.size()) {
+      evidence += "no refusal of its update as malformed in coordinator." + std::to_string(incarnation) +
+                  "'s log after byte " + std::to_string(offset) + ";";
+      continue;
+    }
+    explained[incarnation][found] = true;
+    matched += 1;
+    evidence += "refused as malformed, coordinator." + std::to_string(incarnation) + "'s log at " +
+                in_log[found].logged_at + " (byte " + std::to_string(in_log[found].offset) + ");";
   }
-  if (corrupt == 0) return std::nullopt;
-  return Check("corrupted_updates_refused", refused == corrupt, corrupt,
-               std::to_string(refused) + " of " + std::to_string(corrupt) +
-                   " updates sent with a flipped payload bit were refused by the syncer (reason malformed: the chunk's "
-                   "checksum);" + evidence);
+  int unexplained = 0;
+  for (size_t k = 0; k < refusals.size(); ++k) {
+    for (size_t i = 0; i < refusals[k].size(); ++i) {
+      if (refusals[k][i].reason != "malformed" || explained[k][i]) continue;
+      unexplained += 1;
+      if (unexplained <= 3) {
+        evidence += " a malformed refusal no injected corruption explains: coordinator." + std::to_string(k) + " at " +
+                    refusals[k][i].logged_at + " (" + (refusals[k][i].learner.empty() ? "no learner" : refusals[k][i].learner) +
+                    ");";
+      }
+    }
+  }
+  if (injected == 0 && unexplained == 0) return std::nullopt;
+  return Check("corrupted_updates_refused", matched == injected && unexplained == 0, injected + unexplained,
+               std::to_string(matched) + " of " + std::to_string(injected) +
+                   " updates sent with a flipped payload bit matched, one to one, to the syncer's refusal of that "
+                   "learner's update as malformed (its chunk's checksum) after the injection in the same coordinator's "
+                   "log; " + std::to_string(unexplained) + " malformed refusals without an injection;" + evidence);
 }
 
 std::optional<Check> coordinator_resumed_from_last_committed(const std::vector<Resume>& resumes) {

@@ -38,6 +38,8 @@ struct Recovery {
   double recovered_s = -1;
   double bound_s = 0;
   std::string evidence;
+  // What its kind adds: e.g. a coordinator kill's store_latest_at_kill; a corruption's log_incarnation
+  // and log_offset (the coordinator's log, where it stood when the console sent it).
   nlohmann::json detail = nlohmann::json::object();
   bool recovered() const { return recovered_s >= 0; }
   double recovery_s() const { return recovered() ? recovered_s - from_s : -1; }
@@ -99,6 +101,23 @@ struct StoreObservation {
   std::string error;              // not empty: the store could not be opened or listed, and nothing else was read
   std::vector<Version> versions;  // as the store lists them
   std::optional<DigestComparisons> digests;  // after the last comparison; none when no kill read this store
+};
+
+// One line of a store's process's commit log (<run_dir>/commits.jsonl, actors/syncer.hpp): a
+// version it committed once the store said it was durable, and which incarnation committed it.
+struct LoggedCommit {
+  int line = 0;             // 1-based, in the file
+  std::string error;        // not empty: the line is no commit line (and nothing else is set)
+  uint64_t version = 0;
+  std::string incarnation;  // "pid@syncer_started_unix_ms": consecutive lines of one process share it
+};
+
+// One refusal of an update as a coordinator logged it (actors/syncer.cpp's "rejected ..." lines).
+struct LoggedRefusal {
+  int64_t offset = 0;      // of its line, in bytes from the log's start
+  std::string logged_at;   // the line's timestamp
+  std::string learner;     // empty: a message no learner could be named for
+  std::string reason;      // the reject class: malformed, non_finite, stale, ...
 };
 
 struct LossPoint {

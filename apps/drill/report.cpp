@@ -85,7 +85,16 @@ std::string report_markdown(const DrillOutcome& o, const json& line) {
      << " s in the DiLoCo run), when the learners trained on and the next coordinator merged their work. The `ddp` run is the same DiLoCo cluster under the same schedule where every fault also "
         "stalls every other learner (console `pause`) until the victim has merged a contribution again, which is what a "
         "data-parallel job's barrier does; `ddp` across processes does not exist.\n\n"
-        "![goodput](goodput.svg)\n\n![loss](loss.svg)\n\n## Invariants (DiLoCo run)\n\n| invariant | | observations | evidence |\n|---|---|---:|---|\n";
+        "![goodput](goodput.svg)\n\n![loss](loss.svg)\n\n## Invariants (DiLoCo run)\n\n"
+        "Two checks read what the coordinators wrote themselves, not the drill's view of them. "
+        "`versions_strictly_increasing_and_verified` compares each coordinator's commit log (`run/commits.jsonl`: one "
+        "line per version, written once its store said the version is durable, by every incarnation in turn) with the "
+        "store: the versions strictly increase within and across incarnations and every logged one is in the store, "
+        "read back verified; the store's own key order would list them increasing whatever was committed. "
+        "`corrupted_updates_refused` matches each injected corruption, one to one, to the syncer's refusal of that "
+        "learner's update as `malformed` in the coordinator's log (`coordinator.N.err`) after the console sent it; a "
+        "malformed refusal no corruption explains fails it too.\n\n"
+        "| invariant | | observations | evidence |\n|---|---|---:|---|\n";
   for (const auto& check : diloco.checks) {
     md << "| " << check.name << " | " << (check.passed ? "pass" : "**FAIL**") << " | " << check.observations << " | "
        << check.evidence << " |\n";

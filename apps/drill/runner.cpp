@@ -4,9 +4,12 @@
 
 #include <cmath>
 #include <fstream>
+#include <iterator>
 #include <map>
+#include <string>
 #include <utility>
 
+#include "actors/syncer.hpp"
 #include "apps/config.hpp"
 #include "apps/drill/invariants.hpp"
 #include "apps/drill/store_audit.hpp"
@@ -15,6 +18,16 @@ namespace archipelago::apps::drill {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
+
+namespace {
+
+// A file's text ("" when there is none).
+std::string text_of(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+}  // namespace
 
 Runner::Runner(const DrillConfig& c, DrillVariant variant, std::vector<Fault> schedule, fs::path dir, std::string binary,
                double duration_s, std::optional<int> kill_limit, uint64_t seed, const SiteNetwork* net)
@@ -213,7 +226,8 @@ void Runner::score_assembled_model() {
 void Runner::check_store(const fs::path& dir, const json& summary, StoreMemory& memory, const std::string& prefix) {
   const uint64_t final_version = summary.value("final_version", uint64_t{0});
   const StoreObservation store = read_store_after_run(dir, memory);
-  result_.checks.push_back(versions_strictly_increasing_and_verified(store, final_version, prefix));
+  const std::string commit_log = text_of(dir.parent_path() / actors::kCommitLogFile);
+  result_.checks.push_back(versions_strictly_increasing_and_verified(commit_log, store, final_version, prefix));
   if (!store.error.empty()) return;
   if (store.digests) result_.checks.push_back(digests_never_change(*store.digests, prefix));
   result_.checks.push_back(no_update_applied_twice(store, summary, prefix));
@@ -226,7 +240,11 @@ void Runner::check_recoveries() {
   const auto& recoveries = result_.recoveries;
   const double origin_s = result_.origin_s;
   add(killed_learners_back_within_bound(recoveries, origin_s));
-  add(corrupted_updates_refused(recoveries, origin_s));
+  std::vector<std::string> coordinator_logs;
+  for (int i = 0; i < cluster_.coordinator_incarnations(); ++i) {
+    coordinator_logs.push_back(text_of(cluster_.dir() / ("coordinator." + std::to_string(i) + ".err")));
+  }
+  add(corrupted_updates_refused(recoveries, coordinator_logs, origin_s));
   add(shard_resumed_from_last_committed(injector_.shard_resumes()));
   add(shard_next_commit_within_bound(recoveries, c_.coordinator_bound_s, origin_s));
   add(other_shards_committed_while_one_was_down(injector_.shard_outages()));

@@ -42,6 +42,38 @@ json manifest(const std::string& learner, int fragment, int64_t steps, std::vect
           {"accounting", {{"learners", {{learner, {{"received_until", received_until}}}}}}}};
 }
 
+// A commit log line as the syncer writes it (actors/syncer.cpp, log_commit).
+std::string commit_line(uint64_t v, int64_t pid, int64_t started_ms = 1700000000000) {
+  return json{{"version", v}, {"pid", pid}, {"syncer_started_unix_ms", started_ms}}.dump() + "\n";
+}
+
+// Incarnation `pid` committed `versions`, in this order.
+std::string commits(int64_t pid, const std::vector<uint64_t>& versions) {
+  std::string log;
+  for (uint64_t v : versions) log += commit_line(v, pid);
+  return log;
+}
+
+StoreObservation stored(const std::vector<uint64_t>& versions) {
+  StoreObservation store;
+  for (uint64_t v : versions) store.versions.push_back(version(v));
+  return store;
+}
+
+// A coordinator log line as spdlog writes it.
+std::string log_line(const std::string& at, const std::string& text) {
+  return "[2026-12-06 " + at + "] [-] [syncer] [warning] " + text + "\n";
+}
+
+const std::string kCorruptRefusal = "rejected an update from learner-2: corrupt: checksum mismatch in chunk 0";
+
+// A corrupt_update carried out on `target` when incarnation `incarnation`'s log was `offset` bytes long.
+Recovery corruption(const std::string& target, int incarnation, int64_t offset, double at_s = 12) {
+  Recovery r = recovery("corrupt", target, at_s, at_s, at_s + 5, 20);
+  r.detail = {{"log_incarnation", incarnation}, {"log_offset", offset}};
+  return r;
+}
+
 }  // namespace
 
 TEST_CASE("a check that observed nothing fails, whatever it claims") {
@@ -76,31 +108,87 @@ TEST_CASE("snapshots compared with the store: same, changed, lost, and dropped b
   CHECK(memory.snapshots.count(7) == 1);
 }
 
-TEST_CASE("versions_strictly_increasing_and_verified") {
-  StoreObservation good;
-  good.versions = {version(1), version(2), version(3)};
-  const Check ok = versions_strictly_increasing_and_verified(good, 3, "");
+TEST_CASE("the commit log and the refusals are read as the coordinator writes them") {
+  const auto lines = read_commit_log(commit_line(1, 10) + "\n" + commit_line(2, 10) + "{\"version\": 3}\n" + commit_line(3, 11, 5));
+  REQUIRE(lines.size() == 4);  // v1, v2, the line without pid, v3: the empty line is skipped
+  CHECK(lines[0].version == 1);
+  CHECK(lines[0].incarnation == "10@1700000000000");
+  CHECK(lines[1].line == 3);
+  CHECK(lines[1].version == 2);
+  CHECK(lines[2].error.rfind("is no commit: {\"version\": 3}", 0) == 0);
+  CHECK(lines[3].version == 3);
+  CHECK(lines[3].incarnation == "11@5");
+
+  const std::string log = log_line("10:00:00.100", "coordinator listening on 127.0.0.1:5000") +
+                          log_line("10:00:01.250", kCorruptRefusal) +
+                          log_line("10:00:02.000", "rejected a fragment update from learner-1 (fragment 0): stale") +
+                          log_line("10:00:03.000", "rejected an update from learner-3: non_finite: NaN in chunk 1") +
+                          log_line("10:00:04.000", "rejected a message: truncated: 12 bytes");
+  const auto refusals = read_refusals(log);
+  REQUIRE(refusals.size() == 4);
+  CHECK(refusals[0].learner == "learner-2");
+  CHECK(refusals[0].reason == "malformed");
+  CHECK(refusals[0].logged_at == "2026-12-06 10:00:01.250");
+  CHECK(refusals[0].offset == static_cast<int64_t>(log.find("[2026-12-06 10:00:01.250]")));
+  CHECK(refusals[1].learner == "learner-1");
+  CHECK(refusals[1].reason == "stale");
+  CHECK(refusals[2].reason == "non_finite");
+  CHECK(refusals[3].learner.empty());
+  CHECK(refusals[3].reason == "malformed");
+}
+
+TEST_CASE("versions_strictly_increasing_and_verified: the commit log against the store") {
+  // Two incarnations: the restarted one goes on after the last version the killed one committed.
+  const std::string log = commits(100, {1, 2, 3}) + commits(200, {4, 5});
+  const Check ok = versions_strictly_increasing_and_verified(log, stored({1, 2, 3, 4, 5}), 5, "");
   CHECK(ok.passed);
   CHECK(ok.name == "versions_strictly_increasing_and_verified");
-  CHECK(ok.observations == 3);
-  CHECK(contains(ok.evidence, "3 versions 1..3"));
+  CHECK(ok.observations == 5);
+  CHECK(contains(ok.evidence, "5 commits in the commit log from 2 incarnation(s) (v1..v3, v4..v5)"));
+  CHECK(contains(ok.evidence, "5 of 5 stored versions read back with every blob verified, 0 of them in no log line"));
 
-  StoreObservation repeated = good;
-  repeated.versions.push_back(version(3));
-  CHECK_FALSE(versions_strictly_increasing_and_verified(repeated, 3, "").passed);
+  // The store lists 1..5 in key order whatever happened; the log shows the restart reusing v3.
+  const Check reused = versions_strictly_increasing_and_verified(commits(100, {1, 2, 3}) + commits(200, {3, 4, 5}),
+                                                                 stored({1, 2, 3, 4, 5}), 5, "");
+  CHECK_FALSE(reused.passed);
+  CHECK(contains(reused.evidence, "incarnation 2 (200@1700000000000) committed v3 after v3"));
 
-  StoreObservation corrupt = good;
+  const Check backwards = versions_strictly_increasing_and_verified(commits(100, {1, 3, 2}), stored({1, 2, 3}), 3, "");
+  CHECK_FALSE(backwards.passed);
+  CHECK(contains(backwards.evidence, "incarnation 1 (100@1700000000000) committed v2 after v3"));
+
+  const Check missing = versions_strictly_increasing_and_verified(commits(100, {1, 2, 3, 4}), stored({1, 2, 4}), 4, "");
+  CHECK_FALSE(missing.passed);
+  CHECK(contains(missing.evidence, "v3 logged as committed, not in the store"));
+
+  // Recorded by the store just before a kill, its line never written: counted, not a failure.
+  const Check unlogged = versions_strictly_increasing_and_verified(commits(100, {1, 2}) + commits(200, {4, 5}),
+                                                                   stored({1, 2, 3, 4, 5}), 5, "");
+  CHECK(unlogged.passed);
+  CHECK(unlogged.observations == 4);
+  CHECK(contains(unlogged.evidence, "1 of them in no log line"));
+
+  const Check garbled = versions_strictly_increasing_and_verified(commits(100, {1}) + "{\"version\": 2\n", stored({1}), 1, "");
+  CHECK_FALSE(garbled.passed);
+  CHECK(contains(garbled.evidence, "line 2 is no commit"));
+
+  // No log: the store alone proves nothing.
+  const Check unlogged_run = versions_strictly_increasing_and_verified("", stored({1, 2, 3}), 3, "");
+  CHECK_FALSE(unlogged_run.passed);
+  CHECK(unlogged_run.observations == 0);
+
+  StoreObservation corrupt = stored({1, 2, 3});
   corrupt.versions[1] = version(2, json::object(), false);
-  const Check bad = versions_strictly_increasing_and_verified(corrupt, 3, "shard_1_");
+  const Check bad = versions_strictly_increasing_and_verified(commits(100, {1, 2, 3}), corrupt, 3, "shard_1_");
   CHECK_FALSE(bad.passed);
   CHECK(bad.name == "shard_1_versions_strictly_increasing_and_verified");
-  CHECK(contains(bad.evidence, " v2: blob hash mismatch"));
+  CHECK(contains(bad.evidence, "v2: blob hash mismatch"));
 
-  CHECK_FALSE(versions_strictly_increasing_and_verified(good, 4, "").passed);  // the final version is missing
+  CHECK_FALSE(versions_strictly_increasing_and_verified(commits(100, {1, 2, 3}), stored({1, 2, 3}), 4, "").passed);
 
   StoreObservation unreadable;
   unreadable.error = "cannot open the store: locked";
-  const Check none = versions_strictly_increasing_and_verified(unreadable, 3, "");
+  const Check none = versions_strictly_increasing_and_verified(commits(100, {1, 2, 3}), unreadable, 3, "");
   CHECK_FALSE(none.passed);
   CHECK(none.observations == 0);
   CHECK(none.evidence == "no observation: cannot open the store: locked");
@@ -166,22 +254,66 @@ TEST_CASE("killed_learners_back_within_bound") {
   CHECK(contains(never->evidence, "learner learner-3 at 70.0 s: never"));
 }
 
-TEST_CASE("corrupted_updates_refused") {
-  CHECK_FALSE(corrupted_updates_refused({recovery("learner", "learner-0", 1, 1, 2, 20)}, 0).has_value());
-  Recovery refused = recovery("corrupt", "learner-2", 12, 12, 20, 20);
-  refused.detail = {{"malformed_before", 0}, {"malformed_after", 1}, {"refused_after_s", 0.5}};
-  const auto ok = corrupted_updates_refused({refused}, 2);
+TEST_CASE("corrupted_updates_refused: each injection matched to its refusal, one to one") {
+  const std::string before = log_line("10:00:00.100", "learner-2 joined at version 3");
+  const std::string log = before + log_line("10:00:01.250", kCorruptRefusal);
+  const int64_t injected_at = static_cast<int64_t>(before.size());
+
+  // Neither an injection nor a malformed refusal: nothing to check.
+  CHECK_FALSE(corrupted_updates_refused({recovery("learner", "learner-0", 1, 1, 2, 20)}, {before}, 0).has_value());
+  const std::string stale = log_line("10:00:02.000", "rejected a fragment update from learner-1 (fragment 0): stale");
+  CHECK_FALSE(corrupted_updates_refused({}, {before + stale}, 0).has_value());
+
+  const auto ok = corrupted_updates_refused({corruption("learner-2", 0, injected_at)}, {log}, 2);
   REQUIRE(ok.has_value());
   CHECK(ok->passed);
-  CHECK(contains(ok->evidence, "learner-2 at 10.0 s: malformed 0 -> 1 after 0.50 s"));
+  CHECK(ok->observations == 1);
+  CHECK(contains(ok->evidence, "1 of 1 updates sent with a flipped payload bit matched"));
+  CHECK(contains(ok->evidence, "learner-2 at 10.0 s: refused as malformed, coordinator.0's log at 2026-12-06 10:00:01.250"));
 
-  Recovery unseen = recovery("corrupt", "learner-3", 30, 30, -1, 20);
-  unseen.detail = {{"malformed_before", 1}};
-  const auto bad = corrupted_updates_refused({refused, unseen}, 0);
-  REQUIRE(bad.has_value());
-  CHECK_FALSE(bad->passed);
-  CHECK(bad->observations == 2);
-  CHECK(contains(bad->evidence, "learner-3 at 30.0 s: no refusal seen"));
+  // The same refusal logged before the injection cannot be its answer.
+  const auto early = corrupted_updates_refused({corruption("learner-2", 0, static_cast<int64_t>(log.size()))}, {log}, 0);
+  REQUIRE(early.has_value());
+  CHECK_FALSE(early->passed);
+  CHECK(contains(early->evidence, "no refusal of its update as malformed in coordinator.0's log"));
+  CHECK(contains(early->evidence, "1 malformed refusals without an injection"));
+
+  // Another learner's refusal, or this learner's for another reason, is no match.
+  const auto other = corrupted_updates_refused({corruption("learner-5", 0, injected_at)}, {log}, 0);
+  REQUIRE(other.has_value());
+  CHECK_FALSE(other->passed);
+  CHECK(other->observations == 2);
+  const auto wrong_reason = corrupted_updates_refused(
+      {corruption("learner-1", 0, 0)}, {before + stale}, 0);
+  REQUIRE(wrong_reason.has_value());
+  CHECK_FALSE(wrong_reason->passed);
+
+  // Two corruptions of one learner and one refusal: one is unanswered.
+  const auto twice = corrupted_updates_refused({corruption("learner-2", 0, injected_at), corruption("learner-2", 0, injected_at, 20)},
+                                               {log}, 0);
+  REQUIRE(twice.has_value());
+  CHECK_FALSE(twice->passed);
+  CHECK(contains(twice->evidence, "1 of 2 updates"));
+
+  // The refusal is in the next incarnation's log, not the one the corruption was sent to.
+  const auto elsewhere = corrupted_updates_refused({corruption("learner-2", 0, injected_at)}, {before, log}, 0);
+  REQUIRE(elsewhere.has_value());
+  CHECK_FALSE(elsewhere->passed);
+
+  // A malformed refusal no injection explains fails the check, even with no corruption injected.
+  const auto unexplained = corrupted_updates_refused({}, {log}, 0);
+  REQUIRE(unexplained.has_value());
+  CHECK_FALSE(unexplained->passed);
+  CHECK(unexplained->observations == 1);
+  CHECK(contains(unexplained->evidence, "a malformed refusal no injected corruption explains: coordinator.0 at 2026-12-06 "
+                                        "10:00:01.250 (learner-2)"));
+
+  // An injection recorded without the coordinator's log position cannot be matched.
+  Recovery blind = recovery("corrupt", "learner-2", 12, 12, 20, 20);
+  const auto unplaced = corrupted_updates_refused({blind}, {log}, 0);
+  REQUIRE(unplaced.has_value());
+  CHECK_FALSE(unplaced->passed);
+  CHECK(contains(unplaced->evidence, "no coordinator log to look in"));
 }
 
 TEST_CASE("a restarted coordinator or shard resumed from its store's latest version") {

@@ -2,8 +2,9 @@
 // and two nodes as real processes, kills a learner (console), corrupts one of a learner's updates
 // in flight (drill hook), SIGKILLs a node and the coordinator (restarting both), freezes a node and
 // throttles a learner, under the DiLoCo run and the ddp-like stall baseline, after a fault-free run;
-// then checks its own invariants on the processes and the RocksDB stores. ci-netns.toml (as root)
-// puts two sites in network namespaces, cuts one site's link and SIGKILLs the other site.
+// then checks its own invariants on the processes, the RocksDB stores and what the coordinators
+// logged (their commit logs, their refusals). ci-netns.toml (as root) puts two sites in network
+// namespaces, cuts one site's link and SIGKILLs the other site.
 #include <unistd.h>
 
 #include <filesystem>
@@ -96,6 +97,33 @@ TEST_CASE("the CI drill: every fault recovered within its bound, every invariant
                            "corrupted_updates_refused"}) {
     CHECK_MESSAGE(names.count(name) == 1, name);
   }
+  // The checks judged what the coordinators wrote: the commit log of both incarnations (one
+  // coordinator kill), and the one corruption matched to its refusal in the coordinator's log.
+  auto evidence_of = [&](const std::string& name) {
+    for (const auto& check : result["invariants"]) {
+      if (check["name"] == name) return check["evidence"].get<std::string>();
+    }
+    return std::string();
+  };
+  const std::string versions = evidence_of("versions_strictly_increasing_and_verified");
+  CHECK_MESSAGE(versions.find("in the commit log from 2 incarnation(s)") != std::string::npos, versions);
+  const std::string corrupt = evidence_of("corrupted_updates_refused");
+  CHECK_MESSAGE(corrupt.find("1 of 1 updates sent with a flipped payload bit matched") != std::string::npos, corrupt);
+  CHECK_MESSAGE(corrupt.find("; 0 malformed refusals without an injection") != std::string::npos, corrupt);
+  std::istringstream commit_log(slurp(scratch.dir / "diloco" / "run" / "commits.jsonl"));
+  std::set<std::string> incarnations;
+  uint64_t previous = 0;
+  int commits = 0;
+  for (std::string line; std::getline(commit_log, line);) {
+    const auto commit = nlohmann::json::parse(line);
+    CHECK(commit["version"].get<uint64_t>() > previous);
+    previous = commit["version"].get<uint64_t>();
+    incarnations.insert(commit["pid"].dump() + "@" + commit["syncer_started_unix_ms"].dump());
+    commits += 1;
+  }
+  CHECK(incarnations.size() == 2);
+  CHECK(commits > 2);
+
   // Faults stall every learner in the ddp-like baseline, only their victims under DiLoCo.
   CHECK(result["goodput"]["diloco"].get<double>() > result["goodput"]["ddp"].get<double>());
 
@@ -226,5 +254,11 @@ TEST_CASE("the shard drill: syncer shard 1 SIGKILLed twice resumes from its stor
                            "shard_resumed_from_last_committed", "shard_next_commit_within_bound",
                            "other_shards_committed_while_one_was_down", "ledger_covers_the_run", "loss_below_start"}) {
     CHECK_MESSAGE(names.count(name) == 1, name);
+  }
+  // Shard 1's commit log has the lines of its three incarnations.
+  for (const auto& check : result["invariants"]) {
+    if (check["name"] != "shard_1_versions_strictly_increasing_and_verified") continue;
+    const std::string evidence = check["evidence"].get<std::string>();
+    CHECK_MESSAGE(evidence.find("in the commit log from 3 incarnation(s)") != std::string::npos, evidence);
   }
 }
