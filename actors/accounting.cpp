@@ -3,6 +3,8 @@
 #include <chrono>
 #include <cmath>
 
+#include "training/data_parallel.hpp"
+
 namespace archipelago::actors {
 
 nlohmann::json to_json(const Ledger& ledger) {
@@ -152,9 +154,10 @@ LearnerLinkBytes learner_link_bytes(const SyncerStatus& syncer, const StoreStatu
   return {syncer.bytes_from_learners, syncer.bytes_to_learners + store.bytes_served_learners};
 }
 
-int64_t ddp_equivalent_bytes(int64_t tokens, int64_t tokens_per_worker_step, int64_t parameters) {
-  if (tokens_per_worker_step <= 0) return 0;
-  return tokens / tokens_per_worker_step * 2 * parameters * static_cast<int64_t>(sizeof(float));
+int64_t ddp_equivalent_bytes(int64_t tokens, int64_t tokens_per_worker_step, int64_t parameters, int workers) {
+  if (tokens_per_worker_step <= 0 || workers <= 1) return 0;
+  const int64_t worker_steps = tokens / tokens_per_worker_step;
+  return training::ring_allreduce_bytes(worker_steps, workers, parameters) / workers;
 }
 
 }  // namespace archipelago::actors

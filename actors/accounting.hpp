@@ -73,8 +73,10 @@ struct LearnerLinkBytes {
 };
 LearnerLinkBytes learner_link_bytes(const SyncerStatus& syncer, const StoreStatus& store);
 
-// Bytes a data-parallel run would send for the same tokens: every step, each of the workers sends
-// its gradients and receives parameters (2 × model bytes per worker-step).
-int64_t ddp_equivalent_bytes(int64_t tokens, int64_t tokens_per_worker_step, int64_t parameters);
+// Bytes a data-parallel job of `workers` workers would send for the same tokens, computed: every
+// step each worker sends 2(M−1)/M of its fp32 gradient in a ring all-reduce (what gloo measures,
+// run/data_parallel_job.hpp), so 2(M−1) × model bytes per step in all; 0 for one worker, which
+// sends nothing.
+int64_t ddp_equivalent_bytes(int64_t tokens, int64_t tokens_per_worker_step, int64_t parameters, int workers);
 
 }  // namespace archipelago::actors

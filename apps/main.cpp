@@ -9,6 +9,7 @@
 #include "apps/coordinator_command.hpp"
 #include "apps/drill_command.hpp"
 #include "apps/export_command.hpp"
+#include "apps/ddp_worker_command.hpp"
 #include "apps/eval_command.hpp"
 #include "apps/sample_command.hpp"
 #include "apps/tokenizer_command.hpp"
@@ -221,7 +222,22 @@ int main(int argc, char** argv) {
   tokenizer_train->add_option("--cache-dir", tokenizer.cache_dir, "where the kjv text is cached (as data.cache_dir)");
   tokenizer_train->add_flag("--json", tokenizer.json, "print a one-line JSON summary as the last line of stdout");
 
+  archipelago::apps::DdpWorkerArguments ddp_worker;
+  auto* ddp_worker_command = app.add_subcommand(
+      "ddp-worker", "one worker of a data-parallel job on gloo (train.mode = \"ddp\"; `train` starts them itself)");
+  ddp_worker_command->add_option("--config", ddp_worker.config_file, "the run's TOML configuration")
+      ->required()->check(CLI::ExistingFile);
+  ddp_worker_command->add_option("--set", ddp_worker.overrides, "override one key: section.key=value (repeatable)")
+      ->allow_extra_args(false);
+  ddp_worker_command->add_option("--store", ddp_worker.store, "HOST:PORT of the job's rendezvous store")->required();
+  ddp_worker_command->add_option("--rank", ddp_worker.rank, "this worker's rank, 0 .. world - 1")->required();
+  ddp_worker_command->add_option("--world", ddp_worker.world, "the number of workers (train.learners)")->required();
+  ddp_worker_command->add_option("--bind", ddp_worker.bind, "the address this worker's all-reduce sockets listen on");
+  ddp_worker_command->add_option("--threads", ddp_worker.threads, "LibTorch intra-op threads (default train.threads)");
+  ddp_worker_command->add_flag("--host-store", ddp_worker.host_store, "rank 0 hosts the rendezvous store at --store");
+
   CLI11_PARSE(app, argc, argv);
+  if (ddp_worker_command->parsed()) return archipelago::apps::run_ddp_worker(ddp_worker);
   if (tokenizer_train->parsed()) return archipelago::apps::run_tokenizer_train(tokenizer);
   if (eval_command->parsed()) return archipelago::apps::run_eval(eval);
   if (sample_command->parsed()) return archipelago::apps::run_sample(sample);

@@ -10,10 +10,12 @@
 #include <iostream>
 #include <random>
 #include <sstream>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
 #include "run/cluster.hpp"
+#include "run/data_parallel_job.hpp"
 #include "run/operator_endpoint.hpp"
 #include "apps/config.hpp"
 #include "apps/coordinator_command.hpp"
@@ -202,18 +204,28 @@ void print_summary_table(const json& s) {
                            num(s["heldout_bits_per_byte"].get<double>(), "%.3f") + " bits per byte)");
   row("wall time", num(s["wall_s"].get<double>(), "%.1f s"));
   row("tokens / s", num(s["tokens_per_s"].get<double>(), "%.0f"));
+  const bool measured = s.value("bytes_measured", false);
+  std::string sent = num(s["bytes_sent"].get<int64_t>() / 1e6, "%.1f");
   if (s.contains("bytes_up")) {
-    row("MB sent (measured)", num(s["bytes_sent"].get<int64_t>() / 1e6, "%.1f") + "  (up " +
-                                  num(s["bytes_up"].get<int64_t>() / 1e6, "%.1f") + ", down " +
-                                  num(s["bytes_down"].get<int64_t>() / 1e6, "%.1f") + ")");
-  } else {
-    row("MB sent (computed)", num(s["bytes_sent"].get<int64_t>() / 1e6, "%.1f"));
+    sent += "  (up " + num(s["bytes_up"].get<int64_t>() / 1e6, "%.1f") + ", down " +
+            num(s["bytes_down"].get<int64_t>() / 1e6, "%.1f") + ")";
+  } else if (s.contains("bytes_received")) {
+    sent += "  (received " + num(s["bytes_received"].get<int64_t>() / 1e6, "%.1f") + ")";
   }
-  row("MB data-parallel equiv.", num(s["bytes_ddp_equivalent"].get<int64_t>() / 1e6, "%.1f") +
-                                     (s.value("bytes_sent", int64_t{0}) > 0
-                                          ? "  (" + num(static_cast<double>(s["bytes_ddp_equivalent"].get<int64_t>()) /
-                                                            s["bytes_sent"].get<int64_t>(), "%.0f") + "x the bytes sent)"
-                                          : std::string()));
+  row(measured ? "MB sent (measured)" : "MB sent (computed)", sent);
+  const double ring = static_cast<double>(s["bytes_ddp_equivalent"].get<int64_t>());
+  if (s["mode"] == "ddp") {
+    // The gloo job against the ring formula: how far the formula is from what crossed the sockets.
+    if (measured && ring > 0) {
+      row("ring formula (computed)", num(ring / 1e6, "%.1f") + " MB  (measured / formula " +
+                                         num(s["bytes_sent"].get<int64_t>() / ring, "%.3f") + ")");
+    }
+  } else if (ring > 0 && s.value("bytes_sent", int64_t{0}) > 0) {
+    row("MB data-parallel (computed)", num(ring / 1e6, "%.1f") + "  (ring all-reduce, fp32: " +
+                                           num(ring / s["bytes_sent"].get<int64_t>(), "%.0f") + "x the bytes sent)");
+  } else if (s["learners"].get<int>() <= 1) {
+    row("data-parallel baseline", "none: one learner sends nothing in data-parallel training");
+  }
   if (s.contains("versions_per_fragment_round")) {
     row("versions / fragment round", num(s["versions_per_fragment_round"].get<double>(), "%.2f"));
   }
@@ -231,6 +243,60 @@ void print_summary_table(const json& s) {
     row("rejected updates", std::to_string(s["rejected_updates"].get<int64_t>()));
   }
   row("run directory", s["run_dir"].get<std::string>());
+}
+
+// train.mode = "ddp" in the actor runtime's place: a data-parallel job of train.learners worker
+// processes on gloo, its bytes measured on their sockets.
+int run_data_parallel(const Config& config, const std::string& run_id, const fs::path& run_dir,
+                      const training::BlasReport& blas, const training::Corpus& corpus, bool json_line) {
+  auto log = component_logger("train");
+  std::error_code ec;
+  const auto binary = fs::read_symlink("/proc/self/exe", ec);
+  if (ec) {
+    log->error("cannot find this program's file to start the workers: {}", ec.message());
+    return 1;
+  }
+  run::DataParallelJobOptions options;
+  options.binary = binary.string();
+  options.config_file = run_dir / "config.toml";
+  options.run_dir = run_dir;
+  options.world = config.run.learners;
+  // The workers share the cores as learners do: cores ÷ workers LibTorch threads each (at least one).
+  const int cores = config.run.threads > 0 ? config.run.threads : static_cast<int>(std::thread::hardware_concurrency());
+  options.threads_per_worker = std::max(1, cores / std::max(1, config.run.learners));
+  if (config.run.max_seconds > 0) options.timeout_s = config.run.max_seconds * 4 + 600;
+  ProgressPrinter printer;
+  std::ofstream metrics(run_dir / "metrics.jsonl", std::ios::app);
+  auto result = run::run_data_parallel_job(options, [&](const training::ProgressPoint& point) {
+    printer.print(point);
+    metrics << to_json(point).dump() << "\n" << std::flush;
+  });
+  if (!result) {
+    log->error("{}", result.error().reason);
+    return 1;
+  }
+  const auto& r = *result;
+  json summary = summary_json(r, run_id, run_dir.string(), config, blas);
+  json workers = json::array();
+  for (const auto& w : r.workers) {
+    workers.push_back({{"rank", w.rank}, {"bytes_sent", w.bytes_sent}, {"bytes_received", w.bytes_received},
+                       {"store_bytes_sent", w.store_bytes_sent}, {"store_bytes_received", w.store_bytes_received},
+                       {"broadcast_bytes", w.broadcast_bytes}, {"wall_s", w.wall_s},
+                       {"parameter_digest", w.parameter_digest}});
+  }
+  summary.update({{"data_parallel", "gloo ring all-reduce (LibTorch c10d ProcessGroupGloo), fp32 gradients"},
+                  {"bytes_received", r.bytes_received}, {"store_bytes", r.store_bytes},
+                  {"parameters_agree", r.parameters_agree}, {"workers", workers}});
+  add_bits_per_byte(summary, corpus, config);
+  std::ofstream(run_dir / "summary.json") << summary.dump(2) << "\n";
+  print_summary_table(summary);
+  if (json_line) std::printf("%s\n", summary.dump().c_str());
+  std::fflush(stdout);
+  if (!r.parameters_agree) {
+    log->error("the workers ended with different parameters (digests differ): the all-reduce did not keep them equal");
+    return 1;
+  }
+  return 0;
 }
 
 }  // namespace
@@ -324,6 +390,9 @@ int run_train(const TrainArguments& arguments) {
   auto shared_corpus = std::make_shared<const training::Corpus>(std::move(*corpus));
 
   std::ofstream metrics(run_dir / "metrics.jsonl", std::ios::app);
+  if (config->engine == diloco::Engine::actors && diloco::data_parallel(config->run.mode)) {
+    return run_data_parallel(*config, run_id, run_dir, blas, *shared_corpus, arguments.json);
+  }
   if (config->engine == diloco::Engine::actors) {
     auto runtime = to_runtime_options(*config, run_dir.string(), resume);
     const auto transport = transport_options(config->net);
@@ -381,7 +450,10 @@ int run_train(const TrainArguments& arguments) {
     json summary = summary_json(r, run_id, run_dir.string(), *config, blas);
     summary.update({
         {"bytes_up", r.bytes_up}, {"bytes_down", r.bytes_down},
-        {"ddp_bytes_ratio", r.bytes_sent > 0 ? static_cast<double>(r.bytes_ddp_equivalent) / r.bytes_sent : 0.0},
+        {"ddp_bytes_ratio", r.bytes_sent > 0 && r.bytes_ddp_equivalent > 0
+                                ? json(static_cast<double>(r.bytes_ddp_equivalent) / r.bytes_sent)
+                                : json(nullptr)},
+        {"ddp_bytes_basis", "computed: ring all-reduce of fp32 gradients, 2(M-1) model bytes per step"},
         {"versions_per_fragment_round", r.versions_per_fragment_round}, {"fragment_commits", r.fragment_commits},
         {"uplink_codec", config->outer.codec}, {"downlink_codec", config->outer.downlink_codec},
         {"learner_nonfinite_recoveries", r.learner_nonfinite_recoveries},

@@ -322,7 +322,7 @@ Expected<ClusterResult> LocalCluster::run(const std::function<void(const Progres
     p.goodput = ledger.goodput();
     p.bytes_sent = bytes_of(s);
     p.bytes_ddp_equivalent = ddp_equivalent_bytes(p.tokens, impl.tokens_per_learner_step / (diloco::data_parallel(run.mode) ? run.learners : 1),
-                                                  result.parameters);
+                                                  result.parameters, run.learners);
     p.restarts = s.learners.restarts;
     p.rejected = s.syncer.rejected_total;
     p.operator_view = operator_sample(p.elapsed_s, impl.start_version, s.syncer, s.monitor, s.evaluator, ledger);
@@ -444,7 +444,8 @@ Expected<ClusterResult> LocalCluster::run(const std::function<void(const Progres
       static_cast<double>(impl.layout->plan.fragments.size()) * leading_steps / std::max(1, run.inner_steps);
   result.versions_per_fragment_round = fragment_rounds > 0 ? result.fragment_commits / fragment_rounds : 0;
   result.bytes_ddp_equivalent = ddp_equivalent_bytes(
-      result.tokens, impl.tokens_per_learner_step / (diloco::data_parallel(run.mode) ? run.learners : 1), result.parameters);
+      result.tokens, impl.tokens_per_learner_step / (diloco::data_parallel(run.mode) ? run.learners : 1), result.parameters,
+      run.learners);
   result.goodput = goodput_of(last, result.wall_s);
   result.restarts = last.learners.restarts;
   result.infrastructure_restarts = last.root.restarts;

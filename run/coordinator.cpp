@@ -452,7 +452,8 @@ Expected<CoordinatorSummary> Coordinator::run(const std::function<bool()>& stop_
   summary.bytes_down = static_cast<int64_t>(snapshot.total().bytes_sent);
   summary.bytes_sent = summary.bytes_up + summary.bytes_down;
   summary.bytes_measured = true;
-  summary.bytes_ddp_equivalent = ddp_equivalent_bytes(tokens, impl.setup.tokens_per_learner_step, summary.parameters);
+  summary.bytes_ddp_equivalent =
+      ddp_equivalent_bytes(tokens, impl.setup.tokens_per_learner_step, summary.parameters, impl.runtime->setup.run.learners);
   summary.run_dir = impl.runtime->run_dir;
   summary.shard = impl.runtime->shard.index;
   summary.shards = impl.runtime->shard.count;

@@ -8,7 +8,7 @@ packages=(
   libcaf-dev libtorch-dev libopenblas0-pthread libcapnp-dev capnproto libssl-dev
   librocksdb-dev libspdlog-dev libfmt-dev doctest-dev
   libcli11-dev libtomlplusplus-dev nlohmann-json3-dev libxxhash-dev
-  bible-kjv clang libclang-rt-14-dev iproute2 procps libedit-dev libcpp-httplib-dev chromium python3-torch python3-numpy libsentencepiece-dev python3-sentencepiece
+  bible-kjv clang libclang-rt-14-dev iproute2 procps libedit-dev libcpp-httplib-dev chromium python3-torch python3-numpy libsentencepiece-dev python3-sentencepiece libgloo-dev
 )
 
 sudo_cmd=()

@@ -1,5 +1,6 @@
 #include "training/reference_engine.hpp"
 #include "training/exported_model.hpp"
+#include "training/data_parallel.hpp"
 
 #include <chrono>
 #include <cmath>
@@ -101,7 +102,8 @@ Expected<ReferenceResult> run_reference(const ReferenceSetup& setup, std::shared
   result.inner_steps = run.inner_steps;
   result.parameters = global_view.parameter_count();
   const int64_t model_bytes = result.parameters * static_cast<int64_t>(sizeof(float));
-  const int64_t bytes_per_sync = model_bytes * run.learners * 2;  // up and down, every learner
+  const int64_t bytes_per_sync = model_bytes * run.learners * 2;  // DiLoCo: up and down, every learner
+  const int64_t bytes_per_ring_step = ring_allreduce_bytes(1, run.learners, result.parameters);  // data-parallel
 
   std::vector<float> global = global_view.read_parameters();
   std::vector<NesterovOuter> outer;
@@ -152,7 +154,7 @@ Expected<ReferenceResult> run_reference(const ReferenceSetup& setup, std::shared
         ++train_loss_count;
         result.tokens += stats.tokens;
         result.steps += 1;
-        result.bytes_sent += bytes_per_sync;
+        result.bytes_sent += bytes_per_ring_step;
       }
     } else {
       // One synchronous DiLoCo round.
@@ -211,7 +213,7 @@ Expected<ReferenceResult> run_reference(const ReferenceSetup& setup, std::shared
   if (result.curve.empty() || std::isnan(result.curve.back().heldout_loss)) report(true);
 
   result.wall_s = budget.elapsed();
-  result.bytes_ddp_equivalent = result.steps * bytes_per_sync;
+  result.bytes_ddp_equivalent = result.steps * bytes_per_ring_step;
   result.final_parameters = ddp ? global_view.read_parameters() : global;
   return result;
 }

@@ -5,8 +5,9 @@
 //         its own shard, and returns Δ_m = θ − θ_m; Δ = merge(Δ_m) (per fragment); θ ← Nesterov(θ, Δ).
 //   ddp:  one model; every step averages the gradients of M batches (one per learner's shard).
 //
-// Bytes are what would cross the network: a model (fp32) up and down per learner and sync, every
-// round for DiLoCo and every step for data-parallel.
+// Bytes are what would cross the network, computed: a model (fp32) up and down per learner and
+// round for DiLoCo; for data-parallel a ring all-reduce of the fp32 gradients every step, 2(M−1)
+// model bytes in all (what the gloo job measures, run/data_parallel_job.hpp).
 #pragma once
 
 #include <functional>
@@ -43,7 +44,7 @@ struct ProgressPoint {
   int64_t bytes_sent = 0;
 };
 
-// The run's summary (bytes computed: a model in fp32 up and down per learner and sync), and what only
+// The run's summary (bytes computed, as above), and what only
 // this engine reports.
 struct ReferenceResult : RunSummary {
   int64_t dropped_outer_gradients = 0;    // learner-rounds lost to drop_outer_gradient

@@ -195,6 +195,37 @@ StepStats Replica::step_averaged(const std::vector<Batch>& batches) {
   return impl_->finish_step(loss, cross_entropy, tokens);
 }
 
+StepStats Replica::step_reduced(const Batch& batch,
+                                const std::function<void(float* values, int64_t count)>& all_reduce) {
+  impl_->model->train();
+  impl_->optimizer->zero_grad();
+  auto parts = impl_->accumulate(batch, 1.0);
+  const int64_t total = impl_->flat.numel();
+  // One contiguous host buffer: what a data-parallel job's gradient bucket is, here the whole model.
+  std::vector<float> values(static_cast<size_t>(total) + 2);
+  {
+    torch::NoGradGuard no_grad;
+    auto host = torch::from_blob(values.data(), {total}, torch::kFloat);
+    auto tensors = impl_->model->parameters();
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      const auto& info = impl_->parameters[i];
+      auto slot = host.narrow(0, info.offset, info.numel);
+      const auto& grad = tensors[i].grad();
+      if (grad.defined()) slot.copy_(grad.reshape({-1})); else slot.zero_();
+    }
+    values[total] = static_cast<float>(parts.total.item<double>());
+    values[total + 1] = static_cast<float>(parts.cross_entropy.item<double>());
+    all_reduce(values.data(), total + 2);
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      const auto& info = impl_->parameters[i];
+      auto reduced = host.narrow(0, info.offset, info.numel).to(impl_->device).view(tensors[i].sizes());
+      auto& grad = tensors[i].mutable_grad();
+      if (grad.defined()) grad.copy_(reduced); else grad = reduced.clone();
+    }
+  }
+  return impl_->finish_step(values[total], values[total + 1], static_cast<int64_t>(batch.batch_size) * batch.seq_len);
+}
+
 double Replica::evaluate(const std::vector<Batch>& batches) {
   if (batches.empty()) return std::nan("");
   torch::NoGradGuard no_grad;

@@ -59,6 +59,11 @@ class Replica {
   StepStats step(const Batch& batch);
   // Data-parallel step: gradients averaged over `batches` (one per learner), then one AdamW step.
   StepStats step_averaged(const std::vector<Batch>& batches);
+  // Data-parallel step of one worker of a process group: the gradient of `batch`, flat in
+  // parameter order with the step's loss and cross-entropy appended (count = parameters + 2), goes
+  // to `all_reduce`, which must leave there the mean over every worker's (every worker then holds
+  // the same gradient); then clipping and one AdamW step. The stats report the means.
+  StepStats step_reduced(const Batch& batch, const std::function<void(float* values, int64_t count)>& all_reduce);
   // Mean cross-entropy over the batches, without gradients.
   double evaluate(const std::vector<Batch>& batches);
   // Logits (T × V, row-major) for one sequence, for inspection and tests.

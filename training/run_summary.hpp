@@ -25,7 +25,9 @@ struct RunSummary {
   double wall_s = 0;
   int64_t bytes_sent = 0;           // up + down
   bool bytes_measured = false;      // counted where they crossed the actors' links; false: computed
-  int64_t bytes_ddp_equivalent = 0; // computed: 2 × fp32 model per data-parallel worker-step, same tokens
+  int64_t bytes_ddp_equivalent = 0; // computed: what a data-parallel job of `learners` workers would send
+                                    // for the same tokens, ring all-reduce of fp32 gradients, 2(M−1) ×
+                                    // model bytes per step (0 for one learner)
 
   double tokens_per_s() const { return wall_s > 0 ? tokens / wall_s : 0.0; }
 };

@@ -55,7 +55,9 @@ TEST_CASE("goodput ledger: every part from its own measurement, and they add up 
   const auto empty = build_ledger(50, {SlotTimes{}});
   CHECK(empty.slots[0].idle == 50);
   CHECK(empty.goodput() == 0);
-  CHECK(ddp_equivalent_bytes(1000, 100, 10) == 10 * 2 * 10 * 4);
+  // Ring all-reduce: 10 worker-steps of 4 workers (2.5 steps) × 2·3 model bytes of 40 B per step.
+  CHECK(ddp_equivalent_bytes(1000, 100, 10, 4) == 10 * 2 * 3 * 10 * 4 / 4);
+  CHECK(ddp_equivalent_bytes(1000, 100, 10, 1) == 0);  // one worker sends nothing
 }
 
 TEST_CASE("goodput ledger from actor status: a resumed run's earlier merges are not this run's") {

@@ -1,0 +1,30 @@
+// `archipelago ddp-worker`: one worker of a data-parallel job on gloo (run/data_parallel_job.hpp).
+// `archipelago train` with train.mode = "ddp" starts them itself; across machines each is started
+// by hand with the same configuration and the address of a rendezvous store:
+//
+//   archipelago ddp-worker --config run.toml --store HOST:PORT --rank R --world M [--bind ADDRESS]
+//
+// It prints rank 0's progress lines and, as its last line, its result as JSON (measured bytes,
+// the final parameters' digest).
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace archipelago::apps {
+
+struct DdpWorkerArguments {
+  std::string config_file;
+  std::vector<std::string> overrides;
+  std::string store;                 // HOST:PORT of the rendezvous store
+  std::string bind = "127.0.0.1";    // the address this worker's gloo pairs listen on
+  int rank = 0;
+  int world = 1;
+  int threads = 0;                   // LibTorch intra-op threads (0: train.threads)
+  bool host_store = false;           // rank 0 hosts the store itself at --store (a job started by hand)
+};
+
+int run_ddp_worker(const DdpWorkerArguments& arguments);
+
+}  // namespace archipelago::apps

@@ -1,0 +1,192 @@
+#include "run/data_parallel_job.hpp"
+
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <memory>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "common/child_process.hpp"
+#include "common/log.hpp"
+#include "training/gloo_group.hpp"
+
+namespace archipelago::run {
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+json number(double v) { return std::isfinite(v) ? json(v) : json(nullptr); }
+double number_of(const json& j) { return j.is_number() ? j.get<double>() : std::nan(""); }
+
+// Reads the lines a file gained since the last call (a worker's stdout while it runs).
+class LineFollower {
+ public:
+  explicit LineFollower(fs::path path) : path_(std::move(path)) {}
+  std::vector<std::string> new_lines() {
+    std::ifstream in(path_, std::ios::binary);
+    std::vector<std::string> lines;
+    if (!in) return lines;
+    in.seekg(static_cast<std::streamoff>(offset_));
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    size_t start = 0;
+    for (size_t end = text.find('\n'); end != std::string::npos; end = text.find('\n', start)) {
+      lines.push_back(text.substr(start, end - start));
+      start = end + 1;
+    }
+    offset_ += start;  // a partial last line is read again when it is whole
+    return lines;
+  }
+
+ private:
+  fs::path path_;
+  size_t offset_ = 0;
+};
+
+}  // namespace
+
+std::string progress_line(const training::ProgressPoint& p) {
+  return "progress " + json{{"round", p.round}, {"steps", p.steps}, {"tokens", p.tokens},
+                            {"train_loss", number(p.train_loss)}, {"heldout_loss", number(p.heldout_loss)},
+                            {"elapsed_s", p.elapsed_s}, {"bytes_sent", p.bytes_sent}}
+                               .dump();
+}
+
+std::optional<training::ProgressPoint> parse_progress_line(const std::string& line) {
+  static const std::string prefix = "progress ";
+  if (line.rfind(prefix, 0) != 0) return std::nullopt;
+  auto j = json::parse(line.substr(prefix.size()), nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return std::nullopt;
+  training::ProgressPoint p;
+  p.round = j.value("round", int64_t{0});
+  p.steps = j.value("steps", int64_t{0});
+  p.tokens = j.value("tokens", int64_t{0});
+  p.train_loss = number_of(j.value("train_loss", json()));
+  p.heldout_loss = number_of(j.value("heldout_loss", json()));
+  p.elapsed_s = j.value("elapsed_s", 0.0);
+  p.bytes_sent = j.value("bytes_sent", int64_t{0});
+  return p;
+}
+
+std::string worker_result_line(const training::DataParallelResult& r) {
+  return json{{"rank", r.rank}, {"parameters", r.parameters}, {"learners", r.learners}, {"inner_steps", r.inner_steps},
+              {"rounds", r.rounds}, {"steps", r.steps}, {"tokens", r.tokens},
+              {"initial_heldout_loss", number(r.initial_heldout_loss)}, {"heldout_loss", number(r.heldout_loss)},
+              {"train_loss", number(r.train_loss)}, {"wall_s", r.wall_s}, {"bytes_sent", r.bytes.sent},
+              {"bytes_received", r.bytes.received}, {"store_bytes_sent", r.bytes.store_sent},
+              {"store_bytes_received", r.bytes.store_received}, {"gloo_sockets", r.bytes.sockets},
+              {"broadcast_bytes", r.broadcast_bytes}, {"parameter_digest", r.parameter_digest}}
+      .dump();
+}
+
+std::optional<DataParallelWorkerReport> parse_worker_result_line(const std::string& line, training::RunSummary* summary) {
+  auto j = json::parse(line, nullptr, false);
+  if (j.is_discarded() || !j.is_object() || !j.contains("parameter_digest")) return std::nullopt;
+  DataParallelWorkerReport w;
+  w.rank = j.value("rank", -1);
+  w.bytes_sent = j.value("bytes_sent", int64_t{0});
+  w.bytes_received = j.value("bytes_received", int64_t{0});
+  w.store_bytes_sent = j.value("store_bytes_sent", int64_t{0});
+  w.store_bytes_received = j.value("store_bytes_received", int64_t{0});
+  w.broadcast_bytes = j.value("broadcast_bytes", int64_t{0});
+  w.parameter_digest = j.value("parameter_digest", uint64_t{0});
+  w.wall_s = j.value("wall_s", 0.0);
+  if (summary) {
+    summary->parameters = j.value("parameters", int64_t{0});
+    summary->learners = j.value("learners", 0);
+    summary->inner_steps = j.value("inner_steps", 0);
+    summary->rounds = j.value("rounds", int64_t{0});
+    summary->steps = j.value("steps", int64_t{0});
+    summary->tokens = j.value("tokens", int64_t{0});
+    summary->initial_heldout_loss = number_of(j.value("initial_heldout_loss", json()));
+    summary->heldout_loss = number_of(j.value("heldout_loss", json()));
+    summary->train_loss = number_of(j.value("train_loss", json()));
+  }
+  return w;
+}
+
+Expected<DataParallelJobResult> run_data_parallel_job(const DataParallelJobOptions& options,
+                                                      const std::function<void(const training::ProgressPoint&)>& progress) {
+  auto log = component_logger("ddp");
+  auto store = training::RendezvousHost::start("127.0.0.1", 0);
+  if (!store) return store.error();
+  const fs::path logs = options.run_dir / "workers";
+  std::error_code ec;
+  fs::create_directories(logs, ec);
+  if (ec) return make_error(ErrorCode::io, "cannot create " + logs.string() + ": " + ec.message());
+  const auto start = std::chrono::steady_clock::now();
+  auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
+
+  std::vector<std::unique_ptr<ChildProcess>> workers;
+  for (int rank = 0; rank < options.world; ++rank) {
+    ChildOptions child;
+    child.binary = options.binary;
+    child.arguments = {"ddp-worker", "--config", options.config_file.string(), "--store",
+                       "127.0.0.1:" + std::to_string((*store)->port()), "--rank", std::to_string(rank),
+                       "--world", std::to_string(options.world), "--threads", std::to_string(options.threads_per_worker)};
+    const std::string name = "rank-" + std::to_string(rank);
+    child.out = logs / (name + ".out");
+    child.err = logs / (name + ".err");
+    workers.push_back(std::make_unique<ChildProcess>(std::move(child)));
+    if (!workers.back()->running()) return make_error(ErrorCode::unavailable, "cannot start data-parallel worker " + name);
+  }
+  log->info("{} data-parallel workers on gloo, rendezvous at 127.0.0.1:{} (logs in {})", options.world,
+            (*store)->port(), logs.string());
+
+  LineFollower rank0(workers[0]->out_path());
+  auto follow = [&] {
+    for (const auto& line : rank0.new_lines()) {
+      if (auto point = parse_progress_line(line); point && progress) progress(*point);
+    }
+  };
+  for (;;) {
+    follow();
+    bool any_running = false;
+    for (int rank = 0; rank < options.world; ++rank) {
+      auto& w = *workers[rank];
+      if (w.running()) {
+        any_running = true;
+      } else if (int code = w.wait(0); code != 0) {
+        // A non-elastic job: one worker gone ends it; the others are stopped with it.
+        std::string reason = w.err();
+        if (reason.size() > 600) reason = reason.substr(reason.size() - 600);
+        return make_error(ErrorCode::unavailable, "data-parallel worker " + std::to_string(rank) + " exited with code " +
+                                                      std::to_string(code) + ": " + reason);
+      }
+    }
+    if (!any_running) break;
+    if (elapsed() > options.timeout_s) {
+      return make_error(ErrorCode::unavailable, "the data-parallel job did not end within " +
+                                                std::to_string(static_cast<int>(options.timeout_s)) + " s");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  follow();
+
+  DataParallelJobResult result;
+  result.mode = diloco::Mode::ddp;
+  result.bytes_measured = true;
+  result.wall_s = elapsed();
+  for (int rank = 0; rank < options.world; ++rank) {
+    const std::string last = workers[rank]->last_out_line();
+    auto report = parse_worker_result_line(last, rank == 0 ? static_cast<training::RunSummary*>(&result) : nullptr);
+    if (!report || report->rank != rank) {
+      return make_error(ErrorCode::corrupt, "data-parallel worker " + std::to_string(rank) +
+                                                " ended without its result line (last line: '" + last + "')");
+    }
+    result.bytes_sent += report->bytes_sent;
+    result.bytes_received += report->bytes_received;
+    result.store_bytes += report->store_bytes_sent + report->store_bytes_received;
+    result.workers.push_back(*report);
+  }
+  result.mode = diloco::Mode::ddp;
+  result.bytes_measured = true;
+  result.bytes_ddp_equivalent = training::ring_allreduce_bytes(result.steps, options.world, result.parameters);
+  result.parameters_agree = true;
+  for (const auto& w : result.workers) result.parameters_agree &= w.parameter_digest == result.workers[0].parameter_digest;
+  return result;
+}
+
+}  // namespace archipelago::run

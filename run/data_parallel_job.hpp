@@ -1,0 +1,61 @@
+// `train.mode = "ddp"`: the data-parallel baseline as a real job of `world` worker processes
+// (`archipelago ddp-worker`) that all-reduce their gradients every step over gloo, which this
+// process meets at its rendezvous store. The same workers run across machines when each is
+// started by hand with the store's address (README: "A data-parallel baseline").
+//
+// Bytes are measured by each worker on its own sockets; the job adds them up. A worker that fails
+// fails the job: the others are stopped (a non-elastic job has no partial result).
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "common/error.hpp"
+#include "training/data_parallel.hpp"
+#include "training/reference_engine.hpp"
+#include "training/run_summary.hpp"
+
+namespace archipelago::run {
+
+struct DataParallelJobOptions {
+  std::string binary;                     // the archipelago executable the workers run
+  std::filesystem::path config_file;      // the run's whole configuration (run directory's config.toml)
+  std::filesystem::path run_dir;          // workers' logs under workers/
+  int world = 1;                          // train.learners
+  int threads_per_worker = 1;             // LibTorch intra-op threads of each worker
+  double timeout_s = 3600;                // the whole job, rendezvous included
+};
+
+struct DataParallelWorkerReport {
+  int rank = 0;
+  int64_t bytes_sent = 0, bytes_received = 0;              // all-reduce sockets
+  int64_t store_bytes_sent = 0, store_bytes_received = 0;  // rendezvous store connection
+  int64_t broadcast_bytes = 0;
+  uint64_t parameter_digest = 0;
+  double wall_s = 0;
+};
+
+// bytes_sent: every worker's all-reduce bytes sent, measured (bytes_measured true).
+struct DataParallelJobResult : training::RunSummary {
+  int64_t bytes_received = 0;
+  int64_t store_bytes = 0;          // rendezvous traffic, both ways, all workers (not in bytes_sent)
+  bool parameters_agree = false;    // every worker ended with the same parameters (digests)
+  std::vector<DataParallelWorkerReport> workers;
+};
+
+Expected<DataParallelJobResult> run_data_parallel_job(const DataParallelJobOptions& options,
+                                                      const std::function<void(const training::ProgressPoint&)>& progress);
+
+// What a worker prints: progress lines ("progress " + JSON, rank 0) and, last, its result (one JSON
+// line); and their readers (nullopt: not such a line). Pure.
+std::string progress_line(const training::ProgressPoint& point);
+std::optional<training::ProgressPoint> parse_progress_line(const std::string& line);
+std::string worker_result_line(const training::DataParallelResult& result);
+std::optional<DataParallelWorkerReport> parse_worker_result_line(const std::string& line,
+                                                                 training::RunSummary* summary = nullptr);
+
+}  // namespace archipelago::run
