@@ -3,12 +3,16 @@
 #include <arpa/inet.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <ctime>
 #include <sstream>
+#include <vector>
 
 #include <httplib.h>
 
+#include "apps/console_format.hpp"
 #include "remote/edge.hpp"
 
 namespace archipelago::apps {
@@ -55,26 +59,203 @@ void family(std::ostringstream& out, const char* name, const char* type, const c
   out << "# HELP " << name << " " << help << "\n# TYPE " << name << " " << type << "\n";
 }
 
-// A polyline of (x, y) scaled into a w × h box; empty when fewer than two finite points.
-std::string polyline(const std::vector<std::pair<double, double>>& points, double w, double h) {
+// ---- figures as they read on the page -------------------------------------------------------
+
+std::string printed(const char* format, double v) {
+  char buffer[64];
+  std::snprintf(buffer, sizeof buffer, format, v);
+  return buffer;
+}
+
+std::tm local_tm(double unix_s) {
+  const std::time_t seconds = static_cast<std::time_t>(std::floor(unix_s));
+  std::tm tm{};
+  localtime_r(&seconds, &tm);
+  return tm;
+}
+
+// HH:MM:SS in this process's local time (TZ).
+std::string time_of_day(double unix_s) {
+  const std::tm tm = local_tm(unix_s);
+  char buffer[16];
+  std::strftime(buffer, sizeof buffer, "%H:%M:%S", &tm);
+  return buffer;
+}
+
+std::string zone_name(double unix_s) {
+  const std::tm tm = local_tm(unix_s);
+  char buffer[16];
+  std::strftime(buffer, sizeof buffer, "%Z", &tm);
+  return buffer;
+}
+
+// "6 s", "2 min 05 s", "1 h 03 min", "2 d 03 h": the two largest units, the second zero-padded.
+std::string uptime(double seconds) {
+  const int64_t s = static_cast<int64_t>(std::max(0.0, std::floor(seconds)));
+  char buffer[48];
+  if (s < 60) std::snprintf(buffer, sizeof buffer, "%lld s", static_cast<long long>(s));
+  else if (s < 3600) std::snprintf(buffer, sizeof buffer, "%lld min %02lld s", static_cast<long long>(s / 60), static_cast<long long>(s % 60));
+  else if (s < 86400) std::snprintf(buffer, sizeof buffer, "%lld h %02lld min", static_cast<long long>(s / 3600), static_cast<long long>(s % 3600 / 60));
+  else std::snprintf(buffer, sizeof buffer, "%lld d %02lld h", static_cast<long long>(s / 86400), static_cast<long long>(s % 86400 / 3600));
+  return buffer;
+}
+
+// A whole number with its thousands grouped: 12,345.
+std::string grouped(double v) {
+  const long long n = std::llround(v);
+  const std::string digits = std::to_string(n < 0 ? -n : n);
+  std::string out;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return (n < 0 ? "-" : "") + out;
+}
+
+std::string bytes(double v) { return format_value("bytes", nlohmann::json(v)); }  // the console's SI units
+
+// ---- charts ------------------------------------------------------------------------------------
+
+// Tick values at multiples of `step` from `low` to `high` (both multiples of it).
+struct Ticks {
+  double low, high, step;
+  std::vector<double> values() const {
+    std::vector<double> out;
+    for (int k = 0; low + k * step <= high + step * 1e-6; ++k) out.push_back(std::round((low + k * step) / step) * step);
+    return out;
+  }
+};
+
+// About five ticks at 1, 2 or 5 × 10^k covering [low, high]; at least `min_step` apart (1 for
+// counts). A range narrower than `min_span` is widened around its middle first.
+Ticks nice_ticks(double low, double high, double min_span, double min_step, bool from_zero) {
+  if (from_zero) low = std::min(low, 0.0);
+  if (high - low < min_span) {
+    const double pad = (min_span - (high - low)) / 2;
+    low -= pad;
+    high += pad;
+    if (from_zero && low < 0) {
+      high -= low;
+      low = 0;
+    }
+  }
+  const double raw = (high - low) / 5;
+  const double magnitude = std::pow(10.0, std::floor(std::log10(raw)));
+  const double r = raw / magnitude;
+  const double step = std::max(min_step, (r <= 1 ? 1 : r <= 2 ? 2 : r <= 5 ? 5 : 10) * magnitude);
+  return {std::floor(low / step + 1e-9) * step, std::ceil(high / step - 1e-9) * step, step};
+}
+
+// Decimals that tell ticks `step` apart: 0.5 -> 1, 0.02 -> 2, 5 -> 0.
+int decimals_for(double step) { return std::max(0, static_cast<int>(std::ceil(-std::log10(step) - 1e-9))); }
+
+// The time axis: from `low`, a round local clock time at or before the first sample, to `high`, the
+// last sample; ticks `step` apart from `low` on.
+struct TimeAxis {
+  double low, high, step;
+};
+
+// The first clock step (seconds) that gives at most six ticks; with the steps at most 2.5 apart
+// that is at least three.
+TimeAxis time_axis(double first_unix_s, double last_unix_s) {
+  static const double kSteps[] = {1,    2,    5,    10,   15,    30,    60,    120,   300,   600,   900,
+                                  1800, 3600, 7200, 10800, 21600, 43200, 86400, 172800, 432000, 864000};
+  const double offset = static_cast<double>(local_tm(first_unix_s).tm_gmtoff);  // ticks on the local clock
+  TimeAxis axis{first_unix_s, last_unix_s, 1};
+  for (double step : kSteps) {
+    axis.step = step;
+    axis.low = std::floor((first_unix_s + offset) / step) * step - offset;
+    if (std::floor((last_unix_s - axis.low) / step + 1e-9) + 1 <= 6) break;
+  }
+  return axis;
+}
+
+enum class YUnit { decimal, whole, bytes };
+
+struct Chart {
+  const char* id;
+  const char* heading;
+  const char* note;       // what is measured, under the heading
+  const char* quantity;   // the y axis' title, before its unit
+  const char* unit;       // in parentheses after it ("": a count); bytes: chosen from the range
+  YUnit y_unit;
+  bool from_zero;
+  double min_span;
+  std::vector<std::pair<double, double>> points;  // (unix s, value); NaN: not measured then
+};
+
+constexpr double kWidth = 440, kHeight = 210;
+constexpr double kLeft = 64, kRight = 28, kTop = 12, kBottom = 48;
+
+// One chart as inline SVG: gridlines, both axes with their ticks, tick labels and titles, the curve.
+// Every chart of the page has the same time axis, so their times line up.
+void render_chart(std::ostringstream& out, const Chart& chart, const TimeAxis& time) {
   std::vector<std::pair<double, double>> finite;
-  for (const auto& p : points) {
+  for (const auto& p : chart.points) {
     if (std::isfinite(p.first) && std::isfinite(p.second)) finite.push_back(p);
   }
-  if (finite.size() < 2) return "";
-  double x0 = finite.front().first, x1 = finite.back().first, y0 = finite[0].second, y1 = finite[0].second;
-  for (const auto& p : finite) {
-    y0 = std::min(y0, p.second);
-    y1 = std::max(y1, p.second);
+  out << "<figure><h2>" << chart.heading << "</h2><p class=\"note\">" << chart.note << "</p><svg id=\"" << chart.id << "\" class=\"chart\" width=\"" << kWidth
+      << "\" height=\"" << kHeight << "\" viewBox=\"0 0 " << kWidth << " " << kHeight << "\">";
+  if (finite.empty()) {
+    out << "<text x=\"20\" y=\"" << kHeight / 2 << "\">\u2014 not measured yet</text></svg></figure>";
+    return;
   }
-  if (x1 <= x0) x1 = x0 + 1;
-  if (y1 <= y0) y1 = y0 + 1;
-  std::ostringstream out;
+  double y_low = finite[0].second, y_high = finite[0].second;
   for (const auto& p : finite) {
-    out << number(10 + (p.first - x0) / (x1 - x0) * (w - 20)) << "," << number(h - 10 - (p.second - y0) / (y1 - y0) * (h - 20))
-        << " ";
+    y_low = std::min(y_low, p.second);
+    y_high = std::max(y_high, p.second);
   }
-  return out.str();
+  const bool whole = chart.y_unit != YUnit::decimal;
+  const Ticks y = nice_ticks(y_low, y_high, chart.min_span, whole ? 1 : 0, chart.from_zero);
+  const double plot_w = kWidth - kLeft - kRight, plot_h = kHeight - kTop - kBottom;
+  auto px = [&](double t) { return kLeft + (t - time.low) / (time.high - time.low) * plot_w; };
+  auto py = [&](double v) { return kTop + plot_h - (v - y.low) / (y.high - y.low) * plot_h; };
+
+  // y: gridlines, ticks and their labels; bytes in one SI unit for the whole axis.
+  double scale = 1;
+  std::string unit = chart.unit;
+  if (chart.y_unit == YUnit::bytes) {
+    static const char* kUnits[] = {"B", "kB", "MB", "GB", "TB"};
+    int u = 0;
+    while (u < 4 && std::max(std::fabs(y.low), std::fabs(y.high)) >= scale * 1e3) {
+      scale *= 1e3;
+      u += 1;
+    }
+    unit = kUnits[u];
+  }
+  const int y_decimals = chart.y_unit == YUnit::whole ? 0 : decimals_for(y.step / scale);
+  for (double v : y.values()) {
+    const double at = py(v);
+    const std::string label = chart.y_unit == YUnit::whole ? grouped(v) : printed(("%." + std::to_string(y_decimals) + "f").c_str(), v / scale);
+    out << "<line class=\"grid\" x1=\"" << kLeft << "\" x2=\"" << kWidth - kRight << "\" y1=\"" << printed("%.1f", at)
+        << "\" y2=\"" << printed("%.1f", at) << "\"/><line class=\"axis\" x1=\"" << kLeft - 5 << "\" x2=\"" << kLeft
+        << "\" y1=\"" << printed("%.1f", at) << "\" y2=\"" << printed("%.1f", at) << "\"/><text class=\"tick y\" x=\""
+        << kLeft - 8 << "\" y=\"" << printed("%.1f", at + 4) << "\" text-anchor=\"end\">" << label << "</text>";
+  }
+  // x: ticks on round local clock times.
+  for (double t = time.low; t <= time.high + 1e-6; t += time.step) {
+    const double at = px(t);
+    out << "<line class=\"axis\" x1=\"" << printed("%.1f", at) << "\" x2=\"" << printed("%.1f", at) << "\" y1=\""
+        << kTop + plot_h << "\" y2=\"" << kTop + plot_h + 5 << "\"/><text class=\"tick x\" x=\"" << printed("%.1f", at)
+        << "\" y=\"" << kTop + plot_h + 18 << "\" text-anchor=\"middle\">" << time_of_day(t) << "</text>";
+  }
+  out << "<line class=\"axis\" x1=\"" << kLeft << "\" x2=\"" << kWidth - kRight << "\" y1=\"" << kTop + plot_h
+      << "\" y2=\"" << kTop + plot_h << "\"/><line class=\"axis\" x1=\"" << kLeft << "\" x2=\"" << kLeft << "\" y1=\""
+      << kTop << "\" y2=\"" << kTop + plot_h << "\"/>";
+  out << "<text class=\"axis-title x\" x=\"" << kLeft + plot_w / 2 << "\" y=\"" << kHeight - 8
+      << "\" text-anchor=\"middle\">local time (" << html(zone_name(time.high)) << ")</text>";
+  out << "<text class=\"axis-title y\" transform=\"translate(14 " << kTop + plot_h / 2
+      << ") rotate(-90)\" text-anchor=\"middle\">" << chart.quantity << (unit.empty() ? "" : " (" + unit + ")") << "</text>";
+  // The curve (a dot while there is one point).
+  if (finite.size() == 1) {
+    out << "<circle class=\"curve\" r=\"3\" cx=\"" << printed("%.1f", px(finite[0].first)) << "\" cy=\""
+        << printed("%.1f", py(finite[0].second)) << "\"/>";
+  } else {
+    out << "<polyline class=\"curve\" points=\"";
+    for (const auto& p : finite) out << printed("%.1f", px(p.first)) << "," << printed("%.1f", py(p.second)) << " ";
+    out << "\"/>";
+  }
+  out << "</svg></figure>";
 }
 
 // j[key] as a number or text when it is one (a sample's fields may be null or absent: 0 / "").
@@ -97,23 +278,27 @@ nlohmann::json part(const nlohmann::json& p, const char* key, bool array = false
 
 void MetricsBoard::update(const nlohmann::json& p) {
   if (!p.is_object()) return;
+  const double now_unix_s = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   std::lock_guard lock(mutex_);
   latest_ = p;
+  latest_unix_s_ = now_unix_s;
   const double loss = p.contains("heldout_loss") && p["heldout_loss"].is_number() ? p["heldout_loss"].get<double>()
                                                                                   : std::nan("");
   const auto ledger = part(p, "goodput");
   const double goodput = ledger.contains("goodput") && ledger["goodput"].is_number() ? ledger["goodput"].get<double>()
                                                                                      : std::nan("");
-  history_.push_back({num(p, "elapsed_s"), loss, whole(p, "version"), goodput});
-  while (history_.size() > kHistory) history_.pop_front();
   const auto learners = part(p, "learner_states");
+  double tokens_per_s = 0;
+  for (const auto& [id, r] : learners.items()) tokens_per_s += num(r, "tokens_per_s");
+  double link_bytes = 0;
+  for (const auto& link : part(p, "links", true)) link_bytes += num(link, "bytes_sent") + num(link, "bytes_received");
+  history_.push_back({now_unix_s, loss, static_cast<uint64_t>(whole(p, "version")), goodput, tokens_per_s, link_bytes});
+  while (history_.size() > kHistory) history_.pop_front();
   for (const auto& [id, r] : learners.items()) {
     const std::string state = text(r, "state");
     auto& last = states_[id];
     if (last != state) {
-      char when[32];
-      std::snprintf(when, sizeof when, "%.1f s", num(p, "elapsed_s"));
-      events_.push_back(std::string(when) + ": " + id + " " + (last.empty() ? "seen" : last) + " \u2192 " + state);
+      events_.push_back(time_of_day(now_unix_s) + " " + id + " " + (last.empty() ? "seen" : last) + " \u2192 " + state);
       while (events_.size() > kEvents) events_.pop_front();
       last = state;
     }
@@ -207,15 +392,22 @@ std::string MetricsBoard::page() const {
   std::ostringstream out;
   const bool scored = p.contains("heldout_loss") && p["heldout_loss"].is_number() &&
                       std::isfinite(p["heldout_loss"].get<double>());
+  const auto ledger = part(p, "goodput");
+  const bool has_goodput = ledger.contains("goodput") && ledger["goodput"].is_number();
   out << "<!doctype html><html><head><meta charset=\"utf-8\"><meta http-equiv=\"refresh\" content=\"2\">"
          "<title>Archipelago</title><style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}"
-         "td,th{border:1px solid #ccc;padding:2px 8px;text-align:right}svg{border:1px solid #ccc}"
+         "td,th{border:1px solid #ccc;padding:2px 8px;text-align:right}svg.chart{border:1px solid #ccc}"
+         ".charts{display:flex;flex-wrap:wrap;gap:0 1.5em}figure{margin:0;width:"
+      << kWidth + 2 << "px}figure h2{margin-bottom:0}.note{margin:0 0 .4em;color:#666;font-size:smaller}"
+         "svg text{font-size:11px;fill:#333}svg text.tick{font-size:10px}.axis{stroke:#444}.grid{stroke:#e6e6e6}"
+         ".curve{fill:none;stroke:#2266cc;stroke-width:2}circle.curve{fill:#2266cc}"
          ".alive{color:#080}.dead,.failed{color:#c00}.suspect,.restarting{color:#c80}</style></head><body>"
       << "<h1>Archipelago coordinator</h1><p id=\"summary\">committed version <b>" << whole(p, "version")
-      << "</b> &middot; held-out loss <b>" << (scored ? number(p["heldout_loss"].get<double>()) : "\u2014")
-      << "</b> &middot; goodput <b>"
-      << (part(p, "goodput").contains("goodput") ? number(num(part(p, "goodput"), "goodput")) : "\u2014")
-      << "</b> &middot; up " << number(num(p, "elapsed_s")) << " s</p>";
+      << "</b> &middot; held-out loss <b>" << (scored ? printed("%.3f", p["heldout_loss"].get<double>()) + " nats/token" : "\u2014")
+      << "</b> &middot; goodput <b>" << (has_goodput ? printed("%.3f", num(ledger, "goodput")) : "\u2014")
+      << "</b> &middot; up " << uptime(num(p, "elapsed_s"));
+  if (latest_unix_s_ > 0) out << " &middot; as of " << time_of_day(latest_unix_s_) << " " << html(zone_name(latest_unix_s_));
+  out << "</p>";
   // Learner -> node, from the admitted sessions' slot ranges.
   auto node_of = [&](const std::string& id) -> std::string {
     const int index = id.rfind("learner-", 0) == 0 ? std::atoi(id.c_str() + 8) : -1;
@@ -231,29 +423,37 @@ std::string MetricsBoard::page() const {
   for (const auto& [id, r] : learners.items()) {
     const std::string state = text(r, "state");
     out << "<tr class=\"learner\" data-id=\"" << html(id) << "\"><td>" << html(id) << "</td><td>" << html(node_of(id))
-        << "</td><td class=\"" << html(state) << "\">" << html(state) << "</td><td>" << whole(r, "step")
-        << "</td><td>" << number(std::round(num(r, "tokens_per_s"))) << "</td><td>" << whole(r, "deaths")
-        << "</td></tr>";
+        << "</td><td class=\"" << html(state) << "\">" << html(state) << "</td><td>" << grouped(num(r, "step"))
+        << "</td><td>" << grouped(num(r, "tokens_per_s")) << "</td><td>" << whole(r, "deaths") << "</td></tr>";
+  }
+  out << "</table><h2>Links</h2><table id=\"links\"><tr><th>node</th><th>site</th><th>sent</th><th>received</th></tr>";
+  for (const auto& link : part(p, "links", true)) {
+    out << "<tr class=\"link\"><td>" << html(text(link, "node")) << "</td><td>" << html(text(link, "site")) << "</td><td>"
+        << bytes(num(link, "bytes_sent")) << "</td><td>" << bytes(num(link, "bytes_received")) << "</td></tr>";
   }
   out << "</table>";
-  std::vector<std::pair<double, double>> loss, versions, goodput;
+  std::vector<Chart> charts = {
+      {"loss", "Held-out loss", "cross-entropy of the latest scored version on held-out text", "held-out loss",
+       "nats/token", YUnit::decimal, false, 0.01, {}},
+      {"throughput", "Throughput", "the learners' own reports, summed", "throughput", "tokens/s", YUnit::whole, true, 10, {}},
+      {"bytes", "Link traffic", "bytes on the node links since start, sent and received", "link traffic", "", YUnit::bytes,
+       true, 1000, {}},
+      {"goodput", "Goodput", "compute merged into committed versions / allocated learner time", "goodput",
+       "fraction", YUnit::decimal, true, 0.01, {}},
+      {"versions", "Committed versions", "the latest global version", "committed version", "", YUnit::whole, false, 2, {}}};
   for (const auto& point : history_) {
-    loss.emplace_back(point.elapsed_s, point.heldout_loss);
-    versions.emplace_back(point.elapsed_s, static_cast<double>(point.version));
-    goodput.emplace_back(point.elapsed_s, point.goodput);
+    charts[0].points.emplace_back(point.unix_s, point.heldout_loss);
+    charts[1].points.emplace_back(point.unix_s, point.tokens_per_s);
+    charts[2].points.emplace_back(point.unix_s, point.link_bytes);
+    charts[3].points.emplace_back(point.unix_s, point.goodput);
+    charts[4].points.emplace_back(point.unix_s, static_cast<double>(point.version));
   }
-  for (const auto& [id, title, points] : {std::make_tuple("loss", "Held-out loss", &loss),
-                                          std::make_tuple("goodput", "Goodput", &goodput),
-                                          std::make_tuple("versions", "Committed versions", &versions)}) {
-    out << "<h2>" << title << "</h2><svg id=\"" << id << "\" width=\"600\" height=\"180\" viewBox=\"0 0 600 180\">";
-    const std::string line = polyline(*points, 600, 180);
-    if (line.empty()) {
-      out << "<text x=\"20\" y=\"90\">\u2014 not measured yet</text>";
-    } else {
-      out << "<polyline fill=\"none\" stroke=\"#2266cc\" stroke-width=\"2\" points=\"" << line << "\"/>";
-    }
-    out << "</svg>";
-  }
+  // One time axis for every chart (at least 10 s long, so a young run's axis has ticks too).
+  const double last = history_.empty() ? latest_unix_s_ : history_.back().unix_s;
+  const TimeAxis time = time_axis(std::min(history_.empty() ? last : history_.front().unix_s, last - 10), last);
+  out << "<div class=\"charts\">";
+  for (const auto& chart : charts) render_chart(out, chart, time);
+  out << "</div>";
   out << "<h2>Recent events</h2><ul id=\"events\">";
   for (auto it = events_.rbegin(); it != events_.rend(); ++it) out << "<li>" << html(*it) << "</li>";
   out << "</ul></body></html>\n";

@@ -9,10 +9,18 @@
 //     archipelago_refused_messages_total{reason}, archipelago_uptime_seconds,
 //     archipelago_goodput_ratio and archipelago_badput_ratio{part} (the goodput ledger of
 //     actors/accounting.hpp: the nodes' supervisors report their learners' times).
-//   GET /         a page that reloads itself every 2 s: the learners table, held-out loss, goodput
-//                 and committed versions over time as inline SVG, recent events (learner state changes).
+//   GET /         a page that reloads itself every 2 s, with no script and nothing fetched from
+//                 elsewhere: a header (committed version, held-out loss, goodput, uptime), the learners
+//                 and links tables, and held-out loss, learner throughput, link bytes, goodput and
+//                 committed versions over time as inline SVG charts, recent events (learner state
+//                 changes). Each chart has both axes ticked at round values (1, 2 or 5 × 10^k; clock
+//                 steps on the time axis) and labelled with their unit; time is the coordinator's
+//                 local time of day. Figures read as what they measure: losses to 3 decimals, goodput
+//                 as a fraction to 3 decimals, tokens/s whole with thousands grouped, bytes in SI units,
+//                 uptime as "6 s", "2 min 05 s", "1 h 03 min".
 //
-// Every figure comes from the coordinator's last progress sample (runtime.progress_interval_s).
+// Every figure comes from the coordinator's last progress sample (runtime.progress_interval_s); each
+// sample is stamped with the system clock when it arrives, which is when it was taken.
 // Off a loopback address every request needs `Authorization: Bearer <metrics token>`, a read-only
 // credential of its own (--metrics-token-file; Prometheus' `authorization` setting sends it), never
 // the admin token; without one such an address is refused at start, and so is a metrics token equal
@@ -45,12 +53,15 @@ class MetricsBoard {
   mutable std::mutex mutex_;
   nlohmann::json latest_;
   struct Point {
-    double elapsed_s;
+    double unix_s;        // the system clock when the sample arrived
     double heldout_loss;  // NaN: not measured yet
     uint64_t version;
     double goodput;       // NaN: no ledger in the sample
+    double tokens_per_s;  // the learners' own reports, summed
+    double link_bytes;    // on the node links so far, both directions
   };
   std::deque<Point> history_;
+  double latest_unix_s_ = 0;
   std::deque<std::string> events_;  // newest last
   std::map<std::string, std::string> states_;  // learner -> last state seen
 };

@@ -1,12 +1,15 @@
 // The coordinator's /metrics (Prometheus text format) and status page, read over HTTP and in a real
 // headless Chromium, checked against what the coordinator reports itself. Loopback only.
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <ctime>
 #include <map>
 #include <regex>
 #include <set>
 #include <thread>
 #include <sstream>
+#include <vector>
 
 #include <doctest/doctest.h>
 #include <httplib.h>
@@ -43,6 +46,90 @@ Exposition parse_exposition(const std::string& text) {
     }
   }
   return e;
+}
+
+// What a browser shows of one chart of the status page (the <svg id=...> element of its DOM).
+struct ChartMarks {
+  bool found = false;
+  std::vector<std::string> x_ticks, y_ticks;  // tick labels
+  std::string x_title, y_title;
+  bool curve = false;  // a polyline of two points or more
+};
+
+std::vector<std::string> all_of(const std::string& text, const std::regex& pattern) {
+  std::vector<std::string> out;
+  for (auto it = std::sregex_iterator(text.begin(), text.end(), pattern); it != std::sregex_iterator(); ++it) {
+    out.push_back((*it)[1]);
+  }
+  return out;
+}
+
+ChartMarks chart_marks(const std::string& dom, const std::string& id) {
+  ChartMarks marks;
+  const auto start = dom.find("<svg id=\"" + id + "\"");
+  const auto end = dom.find("</svg>", start);
+  if (start == std::string::npos || end == std::string::npos) return marks;
+  const std::string svg = dom.substr(start, end - start);
+  marks.found = true;
+  marks.x_ticks = all_of(svg, std::regex("<text class=\"tick x\"[^>]*>([^<]*)</text>"));
+  marks.y_ticks = all_of(svg, std::regex("<text class=\"tick y\"[^>]*>([^<]*)</text>"));
+  const auto x_title = all_of(svg, std::regex("<text class=\"axis-title x\"[^>]*>([^<]*)</text>"));
+  const auto y_title = all_of(svg, std::regex("<text class=\"axis-title y\"[^>]*>([^<]*)</text>"));
+  marks.x_title = x_title.empty() ? "" : x_title[0];
+  marks.y_title = y_title.empty() ? "" : y_title[0];
+  marks.curve = std::regex_search(svg, std::regex("<polyline [^>]*points=\"([0-9.]+,[0-9.]+ ){2,}"));
+  return marks;
+}
+
+// The text a reader sees: no style sheet, no tags.
+std::string visible_text(const std::string& dom) {
+  std::string text;
+  bool in_tag = false, in_style = false;
+  for (size_t i = 0; i < dom.size(); ++i) {
+    if (dom[i] == '<') {
+      in_tag = true;
+      if (dom.compare(i, 6, "<style") == 0) in_style = true;
+      if (dom.compare(i, 8, "</style>") == 0) in_style = false;
+      text += ' ';
+    } else if (dom[i] == '>') {
+      in_tag = false;
+    } else if (!in_tag && !in_style) {
+      text += dom[i];
+    }
+  }
+  return text;
+}
+
+// Seconds since local midnight now, and of an "HH:MM:SS" label (-1 when it is not one).
+int seconds_of_day_now() {
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  localtime_r(&now, &tm);
+  return tm.tm_hour * 3600 + tm.tm_min * 60 + tm.tm_sec;
+}
+int seconds_of_day(const std::string& label) {
+  std::smatch m;
+  if (!std::regex_match(label, m, std::regex("([01][0-9]|2[0-3]):([0-5][0-9]):([0-5][0-9])"))) return -1;
+  return std::stoi(m[1]) * 3600 + std::stoi(m[2]) * 60 + std::stoi(m[3]);
+}
+
+// Whether tick labels ("12,000", "0.25") are evenly spaced by 1, 2 or 5 x 10^k.
+bool nice_steps(const std::vector<std::string>& labels) {
+  std::vector<double> values;
+  for (auto label : labels) {
+    label.erase(std::remove(label.begin(), label.end(), ','), label.end());
+    if (!std::regex_match(label, std::regex("-?[0-9]+(\\.[0-9]+)?"))) return false;
+    values.push_back(std::stod(label));
+  }
+  if (values.size() < 2) return false;
+  const double step = values[1] - values[0];
+  if (step <= 0) return false;
+  const double mantissa = step / std::pow(10.0, std::floor(std::log10(step) + 1e-9));
+  if (std::fabs(mantissa - 1) > 1e-6 && std::fabs(mantissa - 2) > 1e-6 && std::fabs(mantissa - 5) > 1e-6) return false;
+  for (size_t i = 1; i < values.size(); ++i) {
+    if (std::fabs(values[i] - values[i - 1] - step) > step * 1e-6) return false;
+  }
+  return true;
 }
 
 }  // namespace
@@ -127,7 +214,7 @@ TEST_CASE("metrics and the status page: Prometheus text checked against the run,
   CHECK(parts == doctest::Approx(1).epsilon(1e-6));
   CHECK(metrics.samples["archipelago_badput_ratio{part=\"idle\"}"] >= 0.45);
 
-  // The page, rendered by a real browser: the learners table and both curves, and a screenshot.
+  // The page, rendered by a real browser: the learners table, the charts, and a screenshot.
   const fs::path artifacts = fs::path(ARCHIPELAGO_BINARY).parent_path().parent_path() / "test-artifacts";
   fs::create_directories(artifacts);
   const std::string url = "http://127.0.0.1:" + std::to_string(metrics_port) + "/";
@@ -142,8 +229,43 @@ TEST_CASE("metrics and the status page: Prometheus text checked against the run,
   CHECK(dom.find("data-id=\"learner-0\"") != std::string::npos);
   CHECK(dom.find("data-id=\"learner-1\"") != std::string::npos);
   CHECK(dom.find("<td class=\"alive\">alive</td>") != std::string::npos);
-  const std::regex curve("<svg id=\"(loss|goodput|versions)\"[^>]*>\\s*<polyline [^>]*points=\"([0-9.]+,[0-9.]+ ){2,}");
-  CHECK(std::distance(std::sregex_iterator(dom.begin(), dom.end(), curve), std::sregex_iterator()) == 3);
+  // Every chart: its curve, both axes ticked at round values and titled with their unit, the time
+  // axis in times of day of this run (the coordinator's local time: this machine's, this TZ).
+  const int now_s = seconds_of_day_now();
+  for (const auto& [id, unit] : std::vector<std::pair<std::string, std::string>>{
+           {"loss", "\\(nats/token\\)"}, {"throughput", "\\(tokens/s\\)"}, {"bytes", "\\((B|kB|MB|GB)\\)"},
+           {"goodput", "\\(fraction\\)"}, {"versions", "version"}}) {
+    CAPTURE(id);
+    const ChartMarks chart = chart_marks(dom, id);
+    REQUIRE(chart.found);
+    CHECK(chart.curve);
+    CHECK(chart.x_ticks.size() > 2);
+    CHECK(chart.y_ticks.size() > 2);
+    CHECK(chart.x_title.rfind("local time (", 0) == 0);
+    CHECK_MESSAGE(std::regex_search(chart.y_title, std::regex(unit)), chart.y_title);
+    CHECK_MESSAGE(nice_steps(chart.y_ticks), chart.y_ticks.front() << " .. " << chart.y_ticks.back());
+    for (const auto& tick : chart.x_ticks) {
+      CAPTURE(tick);
+      const int at = seconds_of_day(tick);
+      REQUIRE(at >= 0);
+      const int behind = ((now_s - at) % 86400 + 86400) % 86400;  // seconds before now, across midnight
+      CHECK(behind < 600);
+    }
+  }
+  // Figures rounded to what they mean: the header's loss, goodput and uptime, the tables' tokens/s
+  // and bytes; nowhere a number with more than four decimals.
+  const std::string text = visible_text(dom);
+  const auto summary_at = dom.find("<p id=\"summary\">");
+  REQUIRE(summary_at != std::string::npos);
+  const std::string summary = visible_text(dom.substr(summary_at, dom.find("</p>", summary_at) - summary_at));
+  CAPTURE(summary);
+  CHECK(std::regex_search(summary, std::regex("held-out loss +[0-9]+\\.[0-9]{3} nats/token ")));
+  CHECK(std::regex_search(summary, std::regex("goodput +0\\.[0-9]{3} ")));
+  CHECK(std::regex_search(summary, std::regex("up ([0-9]{1,2} s|[0-9]{1,2} min [0-5][0-9] s|[0-9]+ h [0-5][0-9] min) ")));
+  CHECK_FALSE(std::regex_search(text, std::regex("[0-9]\\.[0-9]{5}")));
+  CHECK(std::regex_search(dom, std::regex("<tr class=\"learner\"[^>]*><td>[^<]*</td><td>[^<]*</td><td class=\"[^\"]*\">[^<]*</td>"
+                                          "<td>[0-9]{1,3}(,[0-9]{3})*</td><td>[0-9]{1,3}(,[0-9]{3})*</td>")));
+  CHECK(std::regex_search(dom, std::regex("<tr class=\"link\"><td>node-a</td><td>[^<]*</td><td>[0-9.]+ (kB|MB|GB)</td>")));
   const auto screenshot = artifacts / "status-page.png";
   fs::remove(screenshot);
   REQUIRE(std::system((chromium + " --window-size=1000,1100 --screenshot=" + screenshot.string() + " " + url + " > " +
