@@ -51,11 +51,18 @@ int run_ddp_worker(const DdpWorkerArguments& arguments) {
   if (!group) return fail(group.error().reason, 1);
 
   training::ReferenceSetup setup{config->model, config->inner, config->outer, config->data, config->run};
-  auto result = training::run_data_parallel_worker(setup, shared_corpus, **group, [](const training::ProgressPoint& p) {
+  auto result = training::run_data_parallel_worker(setup, shared_corpus, **group, arguments.checkpoint, [](const training::ProgressPoint& p) {
     std::printf("%s\n", run::progress_line(p).c_str());
     std::fflush(stdout);
   });
-  if (!result) return fail(result.error().reason, result.error().code == ErrorCode::invalid_argument ? 2 : 1);
+  if (!result) {
+    // 2: a configuration error, 3: a checkpoint that cannot be resumed; a restart mends neither. 1: a
+    // failure a restart may outlive (a peer gone).
+    const auto code = result.error().code;
+    return fail(result.error().reason, code == ErrorCode::invalid_argument                          ? 2
+                                       : code == ErrorCode::corrupt || code == ErrorCode::inconsistent ? 3
+                                                                                                       : 1);
+  }
   std::printf("%s\n", run::worker_result_line(*result).c_str());
   std::fflush(stdout);
   return 0;

@@ -3,9 +3,11 @@
 // by hand with the same configuration and the address of a rendezvous store:
 //
 //   archipelago ddp-worker --config run.toml --store HOST:PORT --rank R --world M [--bind ADDRESS]
+//                          [--checkpoint FILE] [--host-store]
 //
 // It prints rank 0's progress lines and, as its last line, its result as JSON (measured bytes,
-// the final parameters' digest).
+// the final parameters' digest). Exit codes: 0 done, 1 a failure a restart may outlive (a peer
+// gone), 2 a configuration error, 3 a checkpoint that cannot be resumed (corrupt, another model).
 #pragma once
 
 #include <optional>
@@ -23,6 +25,7 @@ struct DdpWorkerArguments {
   int world = 1;
   int threads = 0;                   // LibTorch intra-op threads (0: train.threads)
   bool host_store = false;           // rank 0 hosts the store itself at --store (a job started by hand)
+  std::string checkpoint;            // rank 0's checkpoint file: resumed from when it exists, written at every report
 };
 
 int run_ddp_worker(const DdpWorkerArguments& arguments);

@@ -235,6 +235,8 @@ int main(int argc, char** argv) {
   ddp_worker_command->add_option("--bind", ddp_worker.bind, "the address this worker's all-reduce sockets listen on");
   ddp_worker_command->add_option("--threads", ddp_worker.threads, "LibTorch intra-op threads (default train.threads)");
   ddp_worker_command->add_flag("--host-store", ddp_worker.host_store, "rank 0 hosts the rendezvous store at --store");
+  ddp_worker_command->add_option("--checkpoint", ddp_worker.checkpoint,
+                                 "rank 0's checkpoint file: the job resumes from it, rank 0 rewrites it at every report");
 
   CLI11_PARSE(app, argc, argv);
   if (ddp_worker_command->parsed()) return archipelago::apps::run_ddp_worker(ddp_worker);

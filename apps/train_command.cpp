@@ -226,6 +226,9 @@ void print_summary_table(const json& s) {
   } else if (s["learners"].get<int>() <= 1) {
     row("data-parallel baseline", "none: one learner sends nothing in data-parallel training");
   }
+  if (s.contains("restart_events")) {
+    row("job restarts", std::to_string(s["restarts"].get<int64_t>()) + " (every worker, from the last checkpoint)");
+  }
   if (s.contains("versions_per_fragment_round")) {
     row("versions / fragment round", num(s["versions_per_fragment_round"].get<double>(), "%.2f"));
   }
@@ -265,6 +268,10 @@ int run_data_parallel(const Config& config, const std::string& run_id, const fs:
   const int cores = config.run.threads > 0 ? config.run.threads : static_cast<int>(std::thread::hardware_concurrency());
   options.threads_per_worker = std::max(1, cores / std::max(1, config.run.learners));
   if (config.run.max_seconds > 0) options.timeout_s = config.run.max_seconds * 4 + 600;
+  // A non-elastic job: a failed worker restarts them all from rank 0's last checkpoint, at most
+  // runtime.max_restarts times.
+  options.checkpoint = run_dir / "ddp-checkpoint.bin";
+  options.max_restarts = config.restart.max_restarts;
   ProgressPrinter printer;
   std::ofstream metrics(run_dir / "metrics.jsonl", std::ios::app);
   auto result = run::run_data_parallel_job(options, [&](const training::ProgressPoint& point) {
@@ -281,12 +288,17 @@ int run_data_parallel(const Config& config, const std::string& run_id, const fs:
   for (const auto& w : r.workers) {
     workers.push_back({{"rank", w.rank}, {"bytes_sent", w.bytes_sent}, {"bytes_received", w.bytes_received},
                        {"store_bytes_sent", w.store_bytes_sent}, {"store_bytes_received", w.store_bytes_received},
-                       {"broadcast_bytes", w.broadcast_bytes}, {"wall_s", w.wall_s},
+                       {"broadcast_bytes", w.broadcast_bytes}, {"resumed_from_step", w.resumed_from_step},
+                       {"wall_s", w.wall_s},
                        {"parameter_digest", w.parameter_digest}});
   }
   summary.update({{"data_parallel", "gloo ring all-reduce (LibTorch c10d ProcessGroupGloo), fp32 gradients"},
                   {"bytes_received", r.bytes_received}, {"store_bytes", r.store_bytes},
                   {"parameters_agree", r.parameters_agree}, {"workers", workers}});
+  json restarts = json::array();
+  for (const auto& e : r.restarts) restarts.push_back({{"at_s", e.at_s}, {"rank", e.rank}, {"exit_code", e.exit_code}});
+  summary["restarts"] = static_cast<int64_t>(r.restarts.size());
+  summary["restart_events"] = restarts;
   add_bits_per_byte(summary, corpus, config);
   std::ofstream(run_dir / "summary.json") << summary.dump(2) << "\n";
   print_summary_table(summary);

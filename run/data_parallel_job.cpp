@@ -25,6 +25,12 @@ double number_of(const json& j) { return j.is_number() ? j.get<double>() : std::
 class LineFollower {
  public:
   explicit LineFollower(fs::path path) : path_(std::move(path)) {}
+  // Starts after what the file holds now (an appended file's earlier lines).
+  void skip_existing() {
+    std::error_code ec;
+    const auto size = fs::file_size(path_, ec);
+    offset_ = ec ? 0 : static_cast<size_t>(size);
+  }
   std::vector<std::string> new_lines() {
     std::ifstream in(path_, std::ios::binary);
     std::vector<std::string> lines;
@@ -77,7 +83,8 @@ std::string worker_result_line(const training::DataParallelResult& r) {
               {"train_loss", number(r.train_loss)}, {"wall_s", r.wall_s}, {"bytes_sent", r.bytes.sent},
               {"bytes_received", r.bytes.received}, {"store_bytes_sent", r.bytes.store_sent},
               {"store_bytes_received", r.bytes.store_received}, {"gloo_sockets", r.bytes.sockets},
-              {"broadcast_bytes", r.broadcast_bytes}, {"parameter_digest", r.parameter_digest}}
+              {"broadcast_bytes", r.broadcast_bytes}, {"resumed_from_step", r.resumed_from_step},
+              {"parameter_digest", r.parameter_digest}}
       .dump();
 }
 
@@ -91,6 +98,7 @@ std::optional<DataParallelWorkerReport> parse_worker_result_line(const std::stri
   w.store_bytes_sent = j.value("store_bytes_sent", int64_t{0});
   w.store_bytes_received = j.value("store_bytes_received", int64_t{0});
   w.broadcast_bytes = j.value("broadcast_bytes", int64_t{0});
+  w.resumed_from_step = j.value("resumed_from_step", int64_t{0});
   w.parameter_digest = j.value("parameter_digest", uint64_t{0});
   w.wall_s = j.value("wall_s", 0.0);
   if (summary) {
@@ -110,8 +118,6 @@ std::optional<DataParallelWorkerReport> parse_worker_result_line(const std::stri
 Expected<DataParallelJobResult> run_data_parallel_job(const DataParallelJobOptions& options,
                                                       const std::function<void(const training::ProgressPoint&)>& progress) {
   auto log = component_logger("ddp");
-  auto store = training::RendezvousHost::start("127.0.0.1", 0);
-  if (!store) return store.error();
   const fs::path logs = options.run_dir / "workers";
   std::error_code ec;
   fs::create_directories(logs, ec);
@@ -119,47 +125,82 @@ Expected<DataParallelJobResult> run_data_parallel_job(const DataParallelJobOptio
   const auto start = std::chrono::steady_clock::now();
   auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
 
+  std::vector<DataParallelRestart> restarts;
   std::vector<std::unique_ptr<ChildProcess>> workers;
-  for (int rank = 0; rank < options.world; ++rank) {
-    ChildOptions child;
-    child.binary = options.binary;
-    child.arguments = {"ddp-worker", "--config", options.config_file.string(), "--store",
-                       "127.0.0.1:" + std::to_string((*store)->port()), "--rank", std::to_string(rank),
-                       "--world", std::to_string(options.world), "--threads", std::to_string(options.threads_per_worker)};
-    const std::string name = "rank-" + std::to_string(rank);
-    child.out = logs / (name + ".out");
-    child.err = logs / (name + ".err");
-    workers.push_back(std::make_unique<ChildProcess>(std::move(child)));
-    if (!workers.back()->running()) return make_error(ErrorCode::unavailable, "cannot start data-parallel worker " + name);
-  }
-  log->info("{} data-parallel workers on gloo, rendezvous at 127.0.0.1:{} (logs in {})", options.world,
-            (*store)->port(), logs.string());
+  std::unique_ptr<training::RendezvousHost> store;
+  // One incarnation of the job: a fresh rendezvous (the old one's keys belong to the old group) and
+  // every worker, resuming from the checkpoint when there is one.
+  auto start_workers = [&]() -> Status {
+    workers.clear();  // SIGKILLs and reaps what still runs
+    store.reset();
+    auto started = training::RendezvousHost::start("127.0.0.1", 0);
+    if (!started) return started.error();
+    store = std::move(*started);
+    for (int rank = 0; rank < options.world; ++rank) {
+      ChildOptions child;
+      child.binary = options.binary;
+      child.arguments = {"ddp-worker", "--config", options.config_file.string(), "--store",
+                         "127.0.0.1:" + std::to_string(store->port()), "--rank", std::to_string(rank),
+                         "--world", std::to_string(options.world), "--threads", std::to_string(options.threads_per_worker)};
+      if (!options.checkpoint.empty()) {
+        child.arguments.insert(child.arguments.end(), {"--checkpoint", options.checkpoint.string()});
+      }
+      const std::string name = "rank-" + std::to_string(rank);
+      child.out = logs / (name + ".out");
+      child.err = logs / (name + ".err");
+      child.append = !restarts.empty();  // every incarnation's lines, in order
+      workers.push_back(std::make_unique<ChildProcess>(std::move(child)));
+      if (!workers.back()->running()) return make_error(ErrorCode::unavailable, "cannot start data-parallel worker " + name);
+    }
+    log->info("{} data-parallel workers on gloo, rendezvous at 127.0.0.1:{} (logs in {}){}", options.world, store->port(),
+              logs.string(), restarts.empty() ? "" : ", restart " + std::to_string(restarts.size()));
+    return {};
+  };
+  if (Status started = start_workers(); !started) return started.error();
 
-  LineFollower rank0(workers[0]->out_path());
+  auto rank0 = std::make_unique<LineFollower>(workers[0]->out_path());
   auto follow = [&] {
-    for (const auto& line : rank0.new_lines()) {
+    for (const auto& line : rank0->new_lines()) {
       if (auto point = parse_progress_line(line); point && progress) progress(*point);
     }
   };
   for (;;) {
     follow();
     bool any_running = false;
+    std::optional<DataParallelRestart> failure;
     for (int rank = 0; rank < options.world; ++rank) {
       auto& w = *workers[rank];
       if (w.running()) {
         any_running = true;
       } else if (int code = w.wait(0); code != 0) {
-        // A non-elastic job: one worker gone ends it; the others are stopped with it.
-        std::string reason = w.err();
-        if (reason.size() > 600) reason = reason.substr(reason.size() - 600);
-        return make_error(ErrorCode::unavailable, "data-parallel worker " + std::to_string(rank) + " exited with code " +
-                                                      std::to_string(code) + ": " + reason);
+        // The cause rather than the peers that lost it: a worker a signal ended comes first.
+        if (!failure || (code > 128 && failure->exit_code <= 128)) failure = DataParallelRestart{elapsed(), rank, code};
       }
+    }
+    if (failure) {
+      std::string reason = workers[failure->rank]->err();
+      if (reason.size() > 600) reason = reason.substr(reason.size() - 600);
+      // A crash (a signal) or a lost peer (1) may be outlived; a bad configuration (2) or checkpoint (3) not.
+      const bool restartable = failure->exit_code == 1 || failure->exit_code > 128;
+      if (!restartable || static_cast<int>(restarts.size()) >= options.max_restarts) {
+        return make_error(ErrorCode::unavailable, "data-parallel worker " + std::to_string(failure->rank) +
+                                                      " exited with code " + std::to_string(failure->exit_code) +
+                                                      (restartable ? " and no restart is left: " : ": ") + reason);
+      }
+      // A non-elastic job: one worker gone stops them all; they all start again from the checkpoint.
+      log->warn("data-parallel worker {} exited with code {} at {:.1f} s: restarting every worker from the checkpoint",
+                failure->rank, failure->exit_code, failure->at_s);
+      restarts.push_back(*failure);
+      follow();
+      rank0 = std::make_unique<LineFollower>(workers[0]->out_path());
+      rank0->skip_existing();  // the new incarnation appends to the same file
+      if (Status started = start_workers(); !started) return started.error();
+      continue;
     }
     if (!any_running) break;
     if (elapsed() > options.timeout_s) {
       return make_error(ErrorCode::unavailable, "the data-parallel job did not end within " +
-                                                std::to_string(static_cast<int>(options.timeout_s)) + " s");
+                                                    std::to_string(static_cast<int>(options.timeout_s)) + " s");
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
@@ -184,6 +225,7 @@ Expected<DataParallelJobResult> run_data_parallel_job(const DataParallelJobOptio
   result.mode = diloco::Mode::ddp;
   result.bytes_measured = true;
   result.bytes_ddp_equivalent = training::ring_allreduce_bytes(result.steps, options.world, result.parameters);
+  result.restarts = restarts;
   result.parameters_agree = true;
   for (const auto& w : result.workers) result.parameters_agree &= w.parameter_digest == result.workers[0].parameter_digest;
   return result;

@@ -4,7 +4,9 @@
 // started by hand with the store's address (README: "A data-parallel baseline").
 //
 // Bytes are measured by each worker on its own sockets; the job adds them up. A worker that fails
-// fails the job: the others are stopped (a non-elastic job has no partial result).
+// stops the whole job, as in any non-elastic data-parallel job: the others are killed, and with
+// restarts left every worker starts again from the last checkpoint (rank 0's file, written at
+// every report) at a new rendezvous; without, the job fails.
 #pragma once
 
 #include <cstdint>
@@ -28,6 +30,14 @@ struct DataParallelJobOptions {
   int world = 1;                          // train.learners
   int threads_per_worker = 1;             // LibTorch intra-op threads of each worker
   double timeout_s = 3600;                // the whole job, rendezvous included
+  std::filesystem::path checkpoint;       // rank 0's checkpoint file (empty: none, and no restart resumes)
+  int max_restarts = 0;                   // whole-job restarts after a worker failed
+};
+
+struct DataParallelRestart {
+  double at_s = 0;     // since the job started
+  int rank = 0;        // the worker that failed first
+  int exit_code = 0;   // its code (128 + signal)
 };
 
 struct DataParallelWorkerReport {
@@ -35,6 +45,7 @@ struct DataParallelWorkerReport {
   int64_t bytes_sent = 0, bytes_received = 0;              // all-reduce sockets
   int64_t store_bytes_sent = 0, store_bytes_received = 0;  // rendezvous store connection
   int64_t broadcast_bytes = 0;
+  int64_t resumed_from_step = 0;
   uint64_t parameter_digest = 0;
   double wall_s = 0;
 };
@@ -44,7 +55,8 @@ struct DataParallelJobResult : training::RunSummary {
   int64_t bytes_received = 0;
   int64_t store_bytes = 0;          // rendezvous traffic, both ways, all workers (not in bytes_sent)
   bool parameters_agree = false;    // every worker ended with the same parameters (digests)
-  std::vector<DataParallelWorkerReport> workers;
+  std::vector<DataParallelWorkerReport> workers;   // the last incarnation's
+  std::vector<DataParallelRestart> restarts;       // whole-job restarts, in order
 };
 
 Expected<DataParallelJobResult> run_data_parallel_job(const DataParallelJobOptions& options,

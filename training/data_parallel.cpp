@@ -2,8 +2,14 @@
 
 #include <xxhash.h>
 
+#include <unistd.h>
+
+#include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
 
 #include "common/log.hpp"
 #include "common/socket_bytes.hpp"
@@ -16,7 +22,81 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+constexpr char kCheckpointMagic[8] = {'A', 'R', 'C', 'H', 'D', 'D', 'P', '1'};
+
+template <typename T>
+void put(std::vector<char>& out, const T* values, size_t count) {
+  const char* bytes = reinterpret_cast<const char*>(values);
+  out.insert(out.end(), bytes, bytes + count * sizeof(T));
+}
+
+// Reads the file whole; not_found when there is none.
+Expected<std::vector<char>> read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return make_error(ErrorCode::not_found, "no checkpoint at " + path);
+  return std::vector<char>((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+// Written aside, flushed to disk and renamed: a crash leaves the old checkpoint or the new one.
+Status write_file(const std::string& path, const std::vector<char>& bytes) {
+  const std::string aside = path + ".tmp";
+  std::FILE* file = std::fopen(aside.c_str(), "wb");
+  if (!file) return make_error(ErrorCode::io, "cannot write " + aside + ": " + std::strerror(errno));
+  const bool written = std::fwrite(bytes.data(), 1, bytes.size(), file) == bytes.size() && std::fflush(file) == 0 &&
+                       fsync(fileno(file)) == 0;
+  std::fclose(file);
+  if (!written || std::rename(aside.c_str(), path.c_str()) != 0) {
+    return make_error(ErrorCode::io, "cannot write checkpoint " + path + ": " + std::strerror(errno));
+  }
+  return {};
+}
+
 }  // namespace
+
+std::vector<char> encode_checkpoint(const DataParallelCheckpoint& c) {
+  std::vector<char> out(kCheckpointMagic, kCheckpointMagic + sizeof kCheckpointMagic);
+  const int64_t header[5] = {c.steps, static_cast<int64_t>(c.parameters.size()), c.optimizer.adam_steps,
+                             c.optimizer.schedule_steps, static_cast<int64_t>(c.optimizer.exp_avg.size())};
+  put(out, header, 5);
+  put(out, &c.initial_heldout_loss, 1);
+  put(out, c.parameters.data(), c.parameters.size());
+  put(out, c.optimizer.exp_avg.data(), c.optimizer.exp_avg.size());
+  put(out, c.optimizer.exp_avg_sq.data(), c.optimizer.exp_avg_sq.size());
+  const uint64_t digest = XXH3_64bits(out.data(), out.size());
+  put(out, &digest, 1);
+  return out;
+}
+
+Expected<DataParallelCheckpoint> decode_checkpoint(const std::vector<char>& bytes) {
+  const size_t header_size = sizeof kCheckpointMagic + 5 * sizeof(int64_t) + sizeof(double);
+  if (bytes.size() < header_size + sizeof(uint64_t) ||
+      std::memcmp(bytes.data(), kCheckpointMagic, sizeof kCheckpointMagic) != 0) {
+    return make_error(ErrorCode::corrupt, "not a data-parallel checkpoint (no ARCHDDP1 header)");
+  }
+  int64_t header[5];
+  std::memcpy(header, bytes.data() + sizeof kCheckpointMagic, sizeof header);
+  const int64_t parameters = header[1], moments = header[4];
+  if (header[0] < 0 || parameters <= 0 || moments < 0 || (moments != 0 && moments != parameters) ||
+      bytes.size() != header_size + static_cast<size_t>(parameters + 2 * moments) * sizeof(float) + sizeof(uint64_t)) {
+    return make_error(ErrorCode::corrupt, "checkpoint of " + std::to_string(bytes.size()) +
+                                              " bytes does not hold the sizes its header gives");
+  }
+  uint64_t digest = 0;
+  std::memcpy(&digest, bytes.data() + bytes.size() - sizeof digest, sizeof digest);
+  if (digest != XXH3_64bits(bytes.data(), bytes.size() - sizeof digest)) {
+    return make_error(ErrorCode::corrupt, "checkpoint checksum does not match its bytes");
+  }
+  DataParallelCheckpoint c;
+  c.steps = header[0];
+  std::memcpy(&c.initial_heldout_loss, bytes.data() + sizeof kCheckpointMagic + sizeof header, sizeof(double));
+  c.optimizer.adam_steps = header[2];
+  c.optimizer.schedule_steps = header[3];
+  const float* floats = reinterpret_cast<const float*>(bytes.data() + header_size);
+  c.parameters.assign(floats, floats + parameters);
+  c.optimizer.exp_avg.assign(floats + parameters, floats + parameters + moments);
+  c.optimizer.exp_avg_sq.assign(floats + parameters + moments, floats + parameters + 2 * moments);
+  return c;
+}
 
 int64_t ring_allreduce_bytes(int64_t steps, int workers, int64_t parameters) {
   if (workers <= 1) return 0;
@@ -43,7 +123,8 @@ Expected<WorkerBytes> measure_worker_bytes(int store_port) {
 
 Expected<DataParallelResult> run_data_parallel_worker(const ReferenceSetup& setup,
                                                       const std::shared_ptr<const Corpus>& corpus,
-                                                      GlooGroup& group, const DataParallelProgress& progress) {
+                                                      GlooGroup& group, const std::string& checkpoint_path,
+                                                      const DataParallelProgress& progress) {
   const auto& run = setup.run;
   if (run.max_tokens <= 0 && run.max_seconds <= 0) {
     return make_error(ErrorCode::invalid_argument, "set train.max_tokens or train.max_seconds: the run must be bounded");
@@ -54,16 +135,15 @@ Expected<DataParallelResult> run_data_parallel_worker(const ReferenceSetup& setu
   }
   const int rank = group.rank();
   auto log = component_logger("ddp");
-  const auto start = Clock::now();
-  auto elapsed = [&] { return std::chrono::duration<double>(Clock::now() - start).count(); };
+  const auto started_at = Clock::now();
+  auto elapsed = [&] { return std::chrono::duration<double>(Clock::now() - started_at).count(); };
 
   ReferenceSetup planned = setup;
   const int64_t step_limit = plan_step_budget(planned);  // 0: time budget only
   auto prepared = prepare_run_data(*corpus, setup);
   if (!prepared) return prepared.error();
   auto text = std::shared_ptr<const std::vector<Token>>(corpus, &corpus->tokens);
-  DataCursor cursor(text, prepared->shards[rank], setup.inner.batch_size, setup.model.seq_len, run.seed, rank);
-  if (cursor.empty()) {
+  if (DataCursor(text, prepared->shards[rank], setup.inner.batch_size, setup.model.seq_len, run.seed, rank).empty()) {
     return make_error(ErrorCode::invalid_argument,
                       "worker " + std::to_string(rank) + "'s shard has no window of model.seq_len + 1 tokens");
   }
@@ -71,19 +151,63 @@ Expected<DataParallelResult> run_data_parallel_worker(const ReferenceSetup& setu
   auto replica = Replica::create(setup.model, planned.inner, run.device, run.seed);
   if (!replica) return replica.error();
   auto& model = **replica;
-  std::vector<float> parameters = model.read_parameters();
-  if (!setup.model.init_from.empty()) {
+  const int64_t parameter_count = model.parameter_count();
+
+  // Where the job starts: rank 0's checkpoint if it has one, else θ0 (or model.init_from).
+  DataParallelCheckpoint start;
+  start.parameters = model.read_parameters();
+  bool resumed = false;
+  if (rank == 0 && !checkpoint_path.empty()) {
+    auto bytes = read_file(checkpoint_path);
+    if (bytes) {
+      auto decoded = decode_checkpoint(*bytes);
+      if (!decoded) {
+        return make_error(ErrorCode::corrupt, "checkpoint " + checkpoint_path + ": " + decoded.error().reason +
+                                                  " (move it away to start the job over)");
+      }
+      if (static_cast<int64_t>(decoded->parameters.size()) != parameter_count) {
+        return make_error(ErrorCode::inconsistent, "checkpoint " + checkpoint_path + " holds " +
+                                                       std::to_string(decoded->parameters.size()) +
+                                                       " parameters, the model has " + std::to_string(parameter_count));
+      }
+      start = std::move(*decoded);
+      resumed = true;
+    }
+  }
+  if (!resumed && !setup.model.init_from.empty()) {
     auto flat = init_from_weights(setup.model.init_from, model.parameters());
     if (!flat) return flat.error();
-    parameters = std::move(*flat);
+    start.parameters = std::move(*flat);
   }
-  // Every worker starts from rank 0's parameters, sent over the group as a data-parallel wrapper does.
+  // Every worker starts from rank 0's state, sent over the group as a data-parallel wrapper does.
   auto before = measure_worker_bytes(group.store_port());
   if (!before) return before.error();
-  if (Status sent = group.broadcast(parameters.data(), static_cast<int64_t>(parameters.size()), 0); !sent) return sent.error();
+  int64_t header[4] = {resumed ? 1 : 0, start.steps, start.optimizer.adam_steps, start.optimizer.schedule_steps};
+  if (rank != 0) std::fill(header, header + 4, 0);
+  if (Status sent = group.all_reduce_sum(header, 4); !sent) return sent.error();
+  resumed = header[0] != 0;
+  start.steps = header[1];
+  start.optimizer.adam_steps = header[2];
+  start.optimizer.schedule_steps = header[3];
+  start.parameters.resize(static_cast<size_t>(parameter_count));
+  std::vector<float*> sent_vectors = {start.parameters.data()};
+  if (resumed && start.optimizer.adam_steps > 0) {
+    start.optimizer.exp_avg.resize(static_cast<size_t>(parameter_count));
+    start.optimizer.exp_avg_sq.resize(static_cast<size_t>(parameter_count));
+    sent_vectors.push_back(start.optimizer.exp_avg.data());
+    sent_vectors.push_back(start.optimizer.exp_avg_sq.data());
+  }
+  for (float* values : sent_vectors) {
+    if (Status sent = group.broadcast(values, parameter_count, 0); !sent) return sent.error();
+  }
   auto after = measure_worker_bytes(group.store_port());
   if (!after) return after.error();
-  model.write_parameters(parameters);
+  model.write_parameters(start.parameters);
+  if (resumed) {
+    if (Status imported = model.import_optimizer_state(start.optimizer); !imported) return imported.error();
+  }
+  DataCursor cursor(text, prepared->shards[rank], setup.inner.batch_size, setup.model.seq_len, run.seed, rank,
+                    static_cast<uint64_t>(start.steps));
 
   DataParallelResult result;
   result.rank = rank;
@@ -93,11 +217,16 @@ Expected<DataParallelResult> run_data_parallel_worker(const ReferenceSetup& setu
   result.parameters = model.parameter_count();
   result.bytes_measured = true;
   result.broadcast_bytes = after->sent - before->sent;
-  result.initial_heldout_loss = rank == 0 ? model.evaluate(prepared->heldout) : std::nan("");
+  result.resumed_from_step = start.steps;
+  result.steps = start.steps;
+  result.tokens = start.steps * tokens_per_learner_step(setup) * group.world();
+  result.initial_heldout_loss =
+      rank != 0 ? std::nan("") : resumed ? start.initial_heldout_loss : model.evaluate(prepared->heldout);
   result.heldout_loss = result.initial_heldout_loss;
   if (rank == 0) {
-    log->info("ddp on gloo | {} workers | {} parameters | held-out loss at start {:.4f}", group.world(),
-              result.parameters, result.initial_heldout_loss);
+    log->info("ddp on gloo | {} workers | {} parameters | held-out loss at start {:.4f}{}", group.world(),
+              result.parameters, result.initial_heldout_loss,
+              resumed ? " | resumed from the checkpoint of step " + std::to_string(start.steps) : std::string());
   }
 
   const int64_t steps_per_report = std::max<int64_t>(1, static_cast<int64_t>(run.inner_steps) * std::max(1, run.eval_every));
@@ -125,6 +254,11 @@ Expected<DataParallelResult> run_data_parallel_worker(const ReferenceSetup& setu
     point.bytes_sent = totals[0];
     if (evaluate) result.heldout_loss = point.heldout_loss;
     result.train_loss = point.train_loss;
+    if (!checkpoint_path.empty()) {
+      DataParallelCheckpoint c{result.steps, result.initial_heldout_loss, model.read_parameters(),
+                               model.export_optimizer_state()};
+      if (Status written = write_file(checkpoint_path, encode_checkpoint(c)); !written) return written;
+    }
     train_loss_sum = 0;
     train_loss_count = 0;
     if (progress) progress(point);

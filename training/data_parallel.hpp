@@ -7,18 +7,23 @@
 //
 // Bytes are measured on the worker's own TCP sockets (kernel counters, common/socket_bytes.hpp):
 // the gloo pairs apart from the store connection. A worker that loses a peer fails with the
-// collective's error; a non-elastic job restarts every worker (from its last checkpoint).
+// collective's error; a non-elastic job restarts every worker from its last checkpoint: rank 0
+// writes one at every report (parameters, AdamW state, steps; xxh64-checked, written aside and
+// renamed), reads it at start and broadcasts it, so the workers need no shared file system. A
+// worker's data cursor is its step count, so a resumed job reads the batches it would have read.
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "common/error.hpp"
 #include "training/corpus.hpp"
 #include "training/gloo_group.hpp"
 #include "training/reference_engine.hpp"
+#include "training/replica.hpp"
 #include "training/run_summary.hpp"
 
 namespace archipelago::training {
@@ -46,14 +51,29 @@ struct DataParallelResult : RunSummary {
   WorkerBytes bytes;
   uint64_t parameter_digest = 0;  // xxh64 of the final fp32 parameters: equal on every rank
   int64_t broadcast_bytes = 0;    // of the start-up broadcast, part of bytes.sent / received
+  int64_t resumed_from_step = 0;  // the checkpoint's step this worker started from (0: none)
 };
+
+// The state a data-parallel job resumes from. Pure values; the file's bytes are its own format.
+struct DataParallelCheckpoint {
+  int64_t steps = 0;
+  double initial_heldout_loss = 0;  // the job's, from before its first step
+  std::vector<float> parameters;
+  OptimizerState optimizer;
+};
+std::vector<char> encode_checkpoint(const DataParallelCheckpoint& checkpoint);
+// corrupt: a checksum or size that does not match (the reason says which).
+Expected<DataParallelCheckpoint> decode_checkpoint(const std::vector<char>& bytes);
 
 // Progress of rank 0 (every worker calls it; only rank 0 evaluates): `bytes_sent` there is the
 // job's measured total, summed over the workers at that point.
 using DataParallelProgress = std::function<void(const ProgressPoint&)>;
 
+// `checkpoint_path`: rank 0's checkpoint file (empty: none). A corrupt or mismatched checkpoint is
+// an error, never a silent start from scratch.
 Expected<DataParallelResult> run_data_parallel_worker(const ReferenceSetup& setup,
                                                       const std::shared_ptr<const Corpus>& corpus,
-                                                      GlooGroup& group, const DataParallelProgress& progress);
+                                                      GlooGroup& group, const std::string& checkpoint_path,
+                                                      const DataParallelProgress& progress);
 
 }  // namespace archipelago::training

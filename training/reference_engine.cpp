@@ -75,7 +75,6 @@ Expected<ReferenceResult> run_reference(const ReferenceSetup& setup, std::shared
   ReferenceSetup planned = setup;
   plan_step_budget(planned);  // inner.total_steps from train.max_tokens; the budget itself is counted in tokens
   InnerOptions inner = planned.inner;
-  const int64_t tokens_per_step = tokens_per_learner_step(setup);
 
   auto log = component_logger("reference");
   const bool ddp = diloco::data_parallel(run.mode);

@@ -2,9 +2,13 @@
 // real worker processes that all-reduce over gloo on loopback, and `archipelago ddp-worker`
 // processes started by hand meet at a store, as on machines of their own. Bytes are the kernel's
 // counts on the workers' sockets.
+#include <signal.h>
+
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <thread>
 
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
@@ -117,5 +121,104 @@ TEST_CASE("ddp-worker processes started by hand meet at a store, train together 
   }
   // Rank 0's progress lines came before its result.
   CHECK(workers[0]->out().find("progress {") != std::string::npos);
+  fs::remove_all(dir);
+}
+
+namespace {
+
+// The pid of the running `ddp-worker` of rank `rank` whose configuration is `config` (0: none).
+pid_t find_worker(const fs::path& config, int rank) {
+  for (const auto& entry : fs::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream in(entry.path() / "cmdline", std::ios::binary);
+    std::string line((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (line.find(std::string("ddp-worker\0", 11)) != std::string::npos &&
+        line.find(config.string() + '\0') != std::string::npos &&
+        line.find(std::string("--rank\0", 7) + std::to_string(rank) + '\0') != std::string::npos) {
+      return static_cast<pid_t>(std::stol(name));
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+TEST_CASE("a gloo job whose worker is SIGKILLed restarts every worker from the checkpoint and ends where an unbroken job ends") {
+  const fs::path dir = fs::temp_directory_path() / "archipelago-ddp-restart-test";
+  fs::remove_all(dir);
+  const std::string longer = " --set train.max_tokens=102400";  // 100 steps: room to kill one mid-run
+  auto unbroken = archipelago::testing::run_cli("train --json --no-sample --run-dir " + (dir / "unbroken").string() + kTiny +
+                                                    longer + " --set data.cache_dir=" + data_dir(),
+                                                300);
+  CAPTURE(unbroken.out);
+  REQUIRE(unbroken.exit_code == 0);
+  const json expected = last_line_json(unbroken.out);
+  REQUIRE(expected["restarts"] == 0);
+
+  archipelago::ChildOptions options;
+  options.binary = ARCHIPELAGO_BINARY;
+  options.arguments = {"train", "--json", "--no-sample", "--run-dir", (dir / "broken").string()};
+  for (const std::string& set : {std::string("model.preset=tiny"), std::string("data.tokenizer=bytes"),
+                                 std::string("train.learners=2"), std::string("train.inner_steps=10"),
+                                 std::string("train.max_tokens=102400"), std::string("train.max_seconds=0"),
+                                 std::string("inner.batch_size=8"), std::string("data.eval_batches=2"),
+                                 std::string("train.threads=1"), std::string("train.mode=ddp"),
+                                 "data.cache_dir=" + data_dir()}) {
+    options.arguments.insert(options.arguments.end(), {"--set", set});
+  }
+  fs::create_directories(dir);
+  options.out = dir / "broken.out";
+  options.err = dir / "broken.err";
+  archipelago::ChildProcess train(options);
+  // Once rank 0 has written its first checkpoint, rank 1 dies.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(180);
+  pid_t victim = 0;
+  while (std::chrono::steady_clock::now() < deadline && train.running()) {
+    if (fs::exists(dir / "broken" / "ddp-checkpoint.bin")) {
+      victim = find_worker(dir / "broken" / "config.toml", 1);
+      if (victim > 0) break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  REQUIRE(victim > 0);
+  REQUIRE(kill(victim, SIGKILL) == 0);
+  const int code = train.wait(300);
+  CAPTURE(train.err());
+  REQUIRE(code == 0);
+  const json summary = json::parse(train.last_out_line());
+  CAPTURE(summary.dump());
+  REQUIRE(summary["restarts"] == 1);
+  CHECK(summary["restart_events"][0]["rank"] == 1);
+  CHECK(summary["restart_events"][0]["exit_code"] == 128 + SIGKILL);
+  const int64_t resumed = summary["workers"][0]["resumed_from_step"].get<int64_t>();
+  CHECK(resumed > 0);
+  CHECK(resumed % 10 == 0);  // a report's step: where rank 0 wrote its checkpoint
+  CHECK(resumed < summary["steps"].get<int64_t>());
+  // Same checkpointed state, same batches from there: the parameters of the unbroken job, bit for bit.
+  CHECK(summary["steps"] == expected["steps"]);
+  CHECK(summary["workers"][0]["parameter_digest"] == expected["workers"][0]["parameter_digest"]);
+  CHECK(summary["heldout_loss"] == expected["heldout_loss"]);
+  CHECK(summary["initial_heldout_loss"] == expected["initial_heldout_loss"]);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("a corrupt data-parallel checkpoint is refused with its reason, never a silent start over") {
+  const fs::path dir = fs::temp_directory_path() / "archipelago-ddp-corrupt-test";
+  fs::remove_all(dir);
+  fs::create_directories(dir / "run");
+  {
+    std::ofstream bad(dir / "run" / "ddp-checkpoint.bin", std::ios::binary);
+    bad << "ARCHDDP1 but not the rest";
+  }
+  auto outcome = archipelago::testing::run_cli("train --json --no-sample --run-dir " + (dir / "run").string() + kTiny +
+                                                   " --set data.cache_dir=" + data_dir(),
+                                               120);
+  CAPTURE(outcome.out);
+  CHECK(outcome.exit_code != 0);
+  CHECK(outcome.out.find("ddp-checkpoint.bin") != std::string::npos);
+  CHECK(outcome.out.find("move it away") != std::string::npos);
+  CHECK(outcome.out.find("restarting every worker") == std::string::npos);  // a restart would not mend it
+  CHECK(fs::file_size(dir / "run" / "ddp-checkpoint.bin") == std::string("ARCHDDP1 but not the rest").size());
   fs::remove_all(dir);
 }
