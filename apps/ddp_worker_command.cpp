@@ -51,7 +51,7 @@ int run_ddp_worker(const DdpWorkerArguments& arguments) {
   if (!group) return fail(group.error().reason, 1);
 
   training::ReferenceSetup setup{config->model, config->inner, config->outer, config->data, config->run};
-  auto result = training::run_data_parallel_worker(setup, shared_corpus, **group, arguments.checkpoint, [](const training::ProgressPoint& p) {
+  auto result = training::run_data_parallel_worker(setup, shared_corpus, **group, arguments.checkpoint, arguments.deadline_ms, [](const training::ProgressPoint& p) {
     std::printf("%s\n", run::progress_line(p).c_str());
     std::fflush(stdout);
   });

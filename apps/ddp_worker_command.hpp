@@ -10,6 +10,7 @@
 // gone), 2 a configuration error, 3 a checkpoint that cannot be resumed (corrupt, another model).
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -26,6 +27,7 @@ struct DdpWorkerArguments {
   int threads = 0;                   // LibTorch intra-op threads (0: train.threads)
   bool host_store = false;           // rank 0 hosts the store itself at --store (a job started by hand)
   std::string checkpoint;            // rank 0's checkpoint file: resumed from when it exists, written at every report
+  int64_t deadline_ms = 0;           // stop at this time (system clock, ms since the epoch) instead of train.max_seconds
 };
 
 int run_ddp_worker(const DdpWorkerArguments& arguments);

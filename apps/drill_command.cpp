@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "apps/config.hpp"
+#include "apps/drill/gloo_baseline.hpp"
 #include "apps/drill/invariants.hpp"
 #include "apps/drill/observations.hpp"
 #include "apps/drill/report.hpp"
@@ -58,18 +59,24 @@ int run_drill(const DrillArguments& arguments) {
   if (!soak && c.reference) outcome.variants.push_back(DrillVariant::fault_free);
   outcome.variants.push_back(DrillVariant::diloco);
   if (!soak && c.baseline) outcome.variants.push_back(DrillVariant::ddp);
+  if (!soak && c.baseline && c.gloo_baseline && !c.netns) outcome.variants.push_back(DrillVariant::gloo);
   auto& runs = outcome.runs;
   for (const auto variant : outcome.variants) {
     const char* name = drill_variant_name(variant);
     const bool faulted = variant != DrillVariant::fault_free;
     std::fprintf(stderr, "archipelago drill %s seed %llu: %s run (%zu faults scheduled over %.0f s)\n", c.name.c_str(),
                  static_cast<unsigned long long>(arguments.seed), name, faulted ? schedule.size() : size_t{0}, duration_s);
-    Runner runner(c, variant, faulted ? schedule : std::vector<Fault>{}, report / name, binary, duration_s,
-                  variant == DrillVariant::diloco ? arguments.kills : std::nullopt, arguments.seed, net.get());
-    runner.run();
-    const double theta0 = runs.count(DrillVariant::fault_free) ? runs[DrillVariant::fault_free].initial_loss : NAN;
-    runner.check_loss(theta0);
-    RunResult r = runner.take();
+    RunResult r;
+    if (variant == DrillVariant::gloo) {
+      r = run_gloo_baseline(c, schedule, report / name, binary, duration_s);
+    } else {
+      Runner runner(c, variant, faulted ? schedule : std::vector<Fault>{}, report / name, binary, duration_s,
+                    variant == DrillVariant::diloco ? arguments.kills : std::nullopt, arguments.seed, net.get());
+      runner.run();
+      const double theta0 = runs.count(DrillVariant::fault_free) ? runs[DrillVariant::fault_free].initial_loss : NAN;
+      runner.check_loss(theta0);
+      r = runner.take();
+    }
     if (!r.driven) return fail(1, std::string(name) + " run: " + r.error);
     std::fprintf(stderr, "  %s: goodput %.3f, held-out loss %.4f -> %.4f, %d kills, %zu recoveries, %zu skipped\n", name,
                  r.goodput, r.initial_loss, r.final_loss, r.kills, r.recoveries.size(), r.skipped.size());

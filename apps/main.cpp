@@ -237,6 +237,8 @@ int main(int argc, char** argv) {
   ddp_worker_command->add_flag("--host-store", ddp_worker.host_store, "rank 0 hosts the rendezvous store at --store");
   ddp_worker_command->add_option("--checkpoint", ddp_worker.checkpoint,
                                  "rank 0's checkpoint file: the job resumes from it, rank 0 rewrites it at every report");
+  ddp_worker_command->add_option("--deadline-ms", ddp_worker.deadline_ms,
+                                 "stop at this time (ms since the epoch) instead of train.max_seconds after start");
 
   CLI11_PARSE(app, argc, argv);
   if (ddp_worker_command->parsed()) return archipelago::apps::run_ddp_worker(ddp_worker);

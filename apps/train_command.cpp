@@ -228,6 +228,8 @@ void print_summary_table(const json& s) {
   }
   if (s.contains("restart_events")) {
     row("job restarts", std::to_string(s["restarts"].get<int64_t>()) + " (every worker, from the last checkpoint)");
+    row("goodput", num(s["goodput"].get<double>(), "%.3f") + "  (" + num(s["kept_step_s"].get<double>(), "%.1f") +
+                       " s of kept steps in " + num(s["allocated_s"].get<double>(), "%.1f") + " s since the first step)");
   }
   if (s.contains("versions_per_fragment_round")) {
     row("versions / fragment round", num(s["versions_per_fragment_round"].get<double>(), "%.2f"));
@@ -267,6 +269,7 @@ int run_data_parallel(const Config& config, const std::string& run_id, const fs:
   // The workers share the cores as learners do: cores ÷ workers LibTorch threads each (at least one).
   const int cores = config.run.threads > 0 ? config.run.threads : static_cast<int>(std::thread::hardware_concurrency());
   options.threads_per_worker = std::max(1, cores / std::max(1, config.run.learners));
+  options.max_seconds = config.run.max_seconds;
   if (config.run.max_seconds > 0) options.timeout_s = config.run.max_seconds * 4 + 600;
   // A non-elastic job: a failed worker restarts them all from rank 0's last checkpoint, at most
   // runtime.max_restarts times.
@@ -298,6 +301,10 @@ int run_data_parallel(const Config& config, const std::string& run_id, const fs:
   json restarts = json::array();
   for (const auto& e : r.restarts) restarts.push_back({{"at_s", e.at_s}, {"rank", e.rank}, {"exit_code", e.exit_code}});
   summary["restarts"] = static_cast<int64_t>(r.restarts.size());
+  // Goodput of the job, measured: the time of the steps in the final parameters ÷ the time since its first step.
+  summary["goodput"] = r.goodput();
+  summary["kept_step_s"] = r.kept_step_s;
+  summary["allocated_s"] = r.allocated_s;
   summary["restart_events"] = restarts;
   add_bits_per_byte(summary, corpus, config);
   std::ofstream(run_dir / "summary.json") << summary.dump(2) << "\n";

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <fstream>
 #include <thread>
 
 #include "common/files.hpp"
@@ -97,6 +98,20 @@ std::string ChildProcess::last_out_line() const {
   auto begin = text.rfind('\n', end);
   begin = begin == std::string::npos ? 0 : begin + 1;
   return text.substr(begin, end - begin + 1);
+}
+
+std::vector<pid_t> find_processes(const std::function<bool(const std::vector<std::string>& argv)>& matches) {
+  std::vector<pid_t> found;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc", ec)) {
+    const std::string name = entry.path().filename();
+    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream in(entry.path() / "cmdline", std::ios::binary);
+    std::vector<std::string> argv;
+    for (std::string argument; std::getline(in, argument, '\0');) argv.push_back(argument);
+    if (!argv.empty() && matches(argv)) found.push_back(static_cast<pid_t>(std::stol(name)));
+  }
+  return found;
 }
 
 int free_port(const std::string& host) {

@@ -14,6 +14,7 @@
 #include <sys/types.h>
 
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -59,6 +60,10 @@ class ChildProcess {
   bool exited_ = false;
   int exit_code_ = -1;
 };
+
+// The processes of this machine whose command line (argv, one string per argument) `matches`: how a
+// drill or a test finds a worker that another process started. Reads /proc; skips what it cannot read.
+std::vector<pid_t> find_processes(const std::function<bool(const std::vector<std::string>& argv)>& matches);
 
 // A TCP port that was free a moment ago on `host` (an IPv4 address; the kernel picks it), for a
 // child about to listen there; 0 when no socket could be bound.

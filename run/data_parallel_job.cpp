@@ -53,6 +53,20 @@ class LineFollower {
 
 }  // namespace
 
+pid_t find_data_parallel_worker(const fs::path& config_file, int rank) {
+  auto found = find_processes([&](const std::vector<std::string>& argv) {
+    auto has = [&](const std::string& flag, const std::string& value) {
+      for (size_t i = 0; i + 1 < argv.size(); ++i) {
+        if (argv[i] == flag && argv[i + 1] == value) return true;
+      }
+      return false;
+    };
+    return argv.size() > 1 && argv[1] == "ddp-worker" && has("--config", config_file.string()) &&
+           has("--rank", std::to_string(rank));
+  });
+  return found.empty() ? 0 : found.front();
+}
+
 std::string progress_line(const training::ProgressPoint& p) {
   return "progress " + json{{"round", p.round}, {"steps", p.steps}, {"tokens", p.tokens},
                             {"train_loss", number(p.train_loss)}, {"heldout_loss", number(p.heldout_loss)},
@@ -84,6 +98,7 @@ std::string worker_result_line(const training::DataParallelResult& r) {
               {"bytes_received", r.bytes.received}, {"store_bytes_sent", r.bytes.store_sent},
               {"store_bytes_received", r.bytes.store_received}, {"gloo_sockets", r.bytes.sockets},
               {"broadcast_bytes", r.broadcast_bytes}, {"resumed_from_step", r.resumed_from_step},
+              {"kept_step_s", r.kept_step_s}, {"first_step_at_ms", r.first_step_at_ms},
               {"parameter_digest", r.parameter_digest}}
       .dump();
 }
@@ -99,6 +114,8 @@ std::optional<DataParallelWorkerReport> parse_worker_result_line(const std::stri
   w.store_bytes_received = j.value("store_bytes_received", int64_t{0});
   w.broadcast_bytes = j.value("broadcast_bytes", int64_t{0});
   w.resumed_from_step = j.value("resumed_from_step", int64_t{0});
+  w.kept_step_s = j.value("kept_step_s", 0.0);
+  w.first_step_at_ms = j.value("first_step_at_ms", int64_t{0});
   w.parameter_digest = j.value("parameter_digest", uint64_t{0});
   w.wall_s = j.value("wall_s", 0.0);
   if (summary) {
@@ -124,6 +141,11 @@ Expected<DataParallelJobResult> run_data_parallel_job(const DataParallelJobOptio
   if (ec) return make_error(ErrorCode::io, "cannot create " + logs.string() + ": " + ec.message());
   const auto start = std::chrono::steady_clock::now();
   auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
+  auto now_ms = [] {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+        .count();
+  };
+  const int64_t deadline_ms = options.max_seconds > 0 ? now_ms() + static_cast<int64_t>(options.max_seconds * 1000) : 0;
 
   std::vector<DataParallelRestart> restarts;
   std::vector<std::unique_ptr<ChildProcess>> workers;
@@ -145,6 +167,7 @@ Expected<DataParallelJobResult> run_data_parallel_job(const DataParallelJobOptio
       if (!options.checkpoint.empty()) {
         child.arguments.insert(child.arguments.end(), {"--checkpoint", options.checkpoint.string()});
       }
+      if (deadline_ms > 0) child.arguments.insert(child.arguments.end(), {"--deadline-ms", std::to_string(deadline_ms)});
       const std::string name = "rank-" + std::to_string(rank);
       child.out = logs / (name + ".out");
       child.err = logs / (name + ".err");
@@ -205,6 +228,7 @@ Expected<DataParallelJobResult> run_data_parallel_job(const DataParallelJobOptio
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   follow();
+  const int64_t ended_ms = now_ms();
 
   DataParallelJobResult result;
   result.mode = diloco::Mode::ddp;
@@ -226,6 +250,10 @@ Expected<DataParallelJobResult> run_data_parallel_job(const DataParallelJobOptio
   result.bytes_measured = true;
   result.bytes_ddp_equivalent = training::ring_allreduce_bytes(result.steps, options.world, result.parameters);
   result.restarts = restarts;
+  result.kept_step_s = result.workers[0].kept_step_s;
+  if (result.workers[0].first_step_at_ms > 0) {
+    result.allocated_s = static_cast<double>(ended_ms - result.workers[0].first_step_at_ms) / 1000;
+  }
   result.parameters_agree = true;
   for (const auto& w : result.workers) result.parameters_agree &= w.parameter_digest == result.workers[0].parameter_digest;
   return result;

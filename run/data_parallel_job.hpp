@@ -9,6 +9,8 @@
 // every report) at a new rendezvous; without, the job fails.
 #pragma once
 
+#include <sys/types.h>
+
 #include <cstdint>
 #include <filesystem>
 #include <optional>
@@ -32,6 +34,7 @@ struct DataParallelJobOptions {
   double timeout_s = 3600;                // the whole job, rendezvous included
   std::filesystem::path checkpoint;       // rank 0's checkpoint file (empty: none, and no restart resumes)
   int max_restarts = 0;                   // whole-job restarts after a worker failed
+  double max_seconds = 0;                 // the job's wall-time budget from its start, restarts included (0: none)
 };
 
 struct DataParallelRestart {
@@ -46,6 +49,8 @@ struct DataParallelWorkerReport {
   int64_t store_bytes_sent = 0, store_bytes_received = 0;  // rendezvous store connection
   int64_t broadcast_bytes = 0;
   int64_t resumed_from_step = 0;
+  double kept_step_s = 0;        // training::DataParallelResult's
+  int64_t first_step_at_ms = 0;
   uint64_t parameter_digest = 0;
   double wall_s = 0;
 };
@@ -57,10 +62,19 @@ struct DataParallelJobResult : training::RunSummary {
   bool parameters_agree = false;    // every worker ended with the same parameters (digests)
   std::vector<DataParallelWorkerReport> workers;   // the last incarnation's
   std::vector<DataParallelRestart> restarts;       // whole-job restarts, in order
+  // Goodput, measured: rank 0's kept step time ÷ the time from the job's first step to its end
+  // (every worker is busy exactly as long: the steps are collective).
+  double kept_step_s = 0;
+  double allocated_s = 0;
+  double goodput() const { return allocated_s > 0 ? kept_step_s / allocated_s : 0; }
 };
 
 Expected<DataParallelJobResult> run_data_parallel_job(const DataParallelJobOptions& options,
                                                       const std::function<void(const training::ProgressPoint&)>& progress);
+
+// The pid of the running worker of rank `rank` of the job whose configuration file is `config_file`
+// (0: none runs): how a drill or a test picks a worker to kill.
+pid_t find_data_parallel_worker(const std::filesystem::path& config_file, int rank);
 
 // What a worker prints: progress lines ("progress " + JSON, rank 0) and, last, its result (one JSON
 // line); and their readers (nullopt: not such a line). Pure.

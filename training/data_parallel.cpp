@@ -24,6 +24,11 @@ using Clock = std::chrono::steady_clock;
 
 constexpr char kCheckpointMagic[8] = {'A', 'R', 'C', 'H', 'D', 'D', 'P', '1'};
 
+int64_t now_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
 template <typename T>
 void put(std::vector<char>& out, const T* values, size_t count) {
   const char* bytes = reinterpret_cast<const char*>(values);
@@ -59,6 +64,8 @@ std::vector<char> encode_checkpoint(const DataParallelCheckpoint& c) {
                              c.optimizer.schedule_steps, static_cast<int64_t>(c.optimizer.exp_avg.size())};
   put(out, header, 5);
   put(out, &c.initial_heldout_loss, 1);
+  put(out, &c.kept_step_s, 1);
+  put(out, &c.first_step_at_ms, 1);
   put(out, c.parameters.data(), c.parameters.size());
   put(out, c.optimizer.exp_avg.data(), c.optimizer.exp_avg.size());
   put(out, c.optimizer.exp_avg_sq.data(), c.optimizer.exp_avg_sq.size());
@@ -68,7 +75,7 @@ std::vector<char> encode_checkpoint(const DataParallelCheckpoint& c) {
 }
 
 Expected<DataParallelCheckpoint> decode_checkpoint(const std::vector<char>& bytes) {
-  const size_t header_size = sizeof kCheckpointMagic + 5 * sizeof(int64_t) + sizeof(double);
+  const size_t header_size = sizeof kCheckpointMagic + 5 * sizeof(int64_t) + 2 * sizeof(double) + sizeof(int64_t);
   if (bytes.size() < header_size + sizeof(uint64_t) ||
       std::memcmp(bytes.data(), kCheckpointMagic, sizeof kCheckpointMagic) != 0) {
     return make_error(ErrorCode::corrupt, "not a data-parallel checkpoint (no ARCHDDP1 header)");
@@ -88,7 +95,10 @@ Expected<DataParallelCheckpoint> decode_checkpoint(const std::vector<char>& byte
   }
   DataParallelCheckpoint c;
   c.steps = header[0];
-  std::memcpy(&c.initial_heldout_loss, bytes.data() + sizeof kCheckpointMagic + sizeof header, sizeof(double));
+  const char* timing = bytes.data() + sizeof kCheckpointMagic + sizeof header;
+  std::memcpy(&c.initial_heldout_loss, timing, sizeof(double));
+  std::memcpy(&c.kept_step_s, timing + sizeof(double), sizeof(double));
+  std::memcpy(&c.first_step_at_ms, timing + 2 * sizeof(double), sizeof(int64_t));
   c.optimizer.adam_steps = header[2];
   c.optimizer.schedule_steps = header[3];
   const float* floats = reinterpret_cast<const float*>(bytes.data() + header_size);
@@ -124,9 +134,9 @@ Expected<WorkerBytes> measure_worker_bytes(int store_port) {
 Expected<DataParallelResult> run_data_parallel_worker(const ReferenceSetup& setup,
                                                       const std::shared_ptr<const Corpus>& corpus,
                                                       GlooGroup& group, const std::string& checkpoint_path,
-                                                      const DataParallelProgress& progress) {
+                                                      int64_t deadline_ms, const DataParallelProgress& progress) {
   const auto& run = setup.run;
-  if (run.max_tokens <= 0 && run.max_seconds <= 0) {
+  if (run.max_tokens <= 0 && run.max_seconds <= 0 && deadline_ms <= 0) {
     return make_error(ErrorCode::invalid_argument, "set train.max_tokens or train.max_seconds: the run must be bounded");
   }
   if (group.world() != run.learners) {
@@ -182,13 +192,16 @@ Expected<DataParallelResult> run_data_parallel_worker(const ReferenceSetup& setu
   // Every worker starts from rank 0's state, sent over the group as a data-parallel wrapper does.
   auto before = measure_worker_bytes(group.store_port());
   if (!before) return before.error();
-  int64_t header[4] = {resumed ? 1 : 0, start.steps, start.optimizer.adam_steps, start.optimizer.schedule_steps};
-  if (rank != 0) std::fill(header, header + 4, 0);
-  if (Status sent = group.all_reduce_sum(header, 4); !sent) return sent.error();
+  int64_t header[6] = {resumed ? 1 : 0, start.steps, start.optimizer.adam_steps, start.optimizer.schedule_steps,
+                       static_cast<int64_t>(std::llround(start.kept_step_s * 1e6)), start.first_step_at_ms};
+  if (rank != 0) std::fill(header, header + 6, 0);
+  if (Status sent = group.all_reduce_sum(header, 6); !sent) return sent.error();
   resumed = header[0] != 0;
   start.steps = header[1];
   start.optimizer.adam_steps = header[2];
   start.optimizer.schedule_steps = header[3];
+  start.kept_step_s = static_cast<double>(header[4]) / 1e6;
+  start.first_step_at_ms = header[5];
   start.parameters.resize(static_cast<size_t>(parameter_count));
   std::vector<float*> sent_vectors = {start.parameters.data()};
   if (resumed && start.optimizer.adam_steps > 0) {
@@ -218,6 +231,8 @@ Expected<DataParallelResult> run_data_parallel_worker(const ReferenceSetup& setu
   result.bytes_measured = true;
   result.broadcast_bytes = after->sent - before->sent;
   result.resumed_from_step = start.steps;
+  result.kept_step_s = start.kept_step_s;
+  result.first_step_at_ms = start.first_step_at_ms;
   result.steps = start.steps;
   result.tokens = start.steps * tokens_per_learner_step(setup) * group.world();
   result.initial_heldout_loss =
@@ -255,8 +270,8 @@ Expected<DataParallelResult> run_data_parallel_worker(const ReferenceSetup& setu
     if (evaluate) result.heldout_loss = point.heldout_loss;
     result.train_loss = point.train_loss;
     if (!checkpoint_path.empty()) {
-      DataParallelCheckpoint c{result.steps, result.initial_heldout_loss, model.read_parameters(),
-                               model.export_optimizer_state()};
+      DataParallelCheckpoint c{result.steps, result.initial_heldout_loss, result.kept_step_s, result.first_step_at_ms,
+                               model.read_parameters(), model.export_optimizer_state()};
       if (Status written = write_file(checkpoint_path, encode_checkpoint(c)); !written) return written;
     }
     train_loss_sum = 0;
@@ -267,14 +282,17 @@ Expected<DataParallelResult> run_data_parallel_worker(const ReferenceSetup& setu
 
   for (;;) {
     bool stop = step_limit > 0 && result.steps >= step_limit;
-    if (!stop && run.max_seconds > 0) {  // the workers' clocks differ: stop when any one's budget is spent
-      int64_t spent = elapsed() >= run.max_seconds ? 1 : 0;
+    if (!stop && (deadline_ms > 0 || run.max_seconds > 0)) {  // the workers' clocks differ: stop when any one's is out
+      int64_t spent = (deadline_ms > 0 ? now_ms() >= deadline_ms : elapsed() >= run.max_seconds) ? 1 : 0;
       if (Status voted = group.all_reduce_sum(&spent, 1); !voted) return voted.error();
       stop = spent > 0;
     }
     if (stop) break;
+    const auto step_start = Clock::now();
+    if (result.first_step_at_ms == 0) result.first_step_at_ms = now_ms();
     auto stats = model.step_reduced(cursor.next(), reduce);
     if (!failed) return failed.error();
+    result.kept_step_s += std::chrono::duration<double>(Clock::now() - step_start).count();
     train_loss_sum += stats.cross_entropy;
     ++train_loss_count;
     result.steps += 1;
@@ -283,7 +301,9 @@ Expected<DataParallelResult> run_data_parallel_worker(const ReferenceSetup& setu
       if (Status reported = report(true); !reported) return reported.error();
     }
   }
-  if (result.steps % steps_per_report != 0 || result.steps == 0) {
+  // The final parameters are always scored: a last partial round, or an incarnation that resumed and
+  // took no step before the end.
+  if (result.steps % steps_per_report != 0 || result.steps == start.steps) {
     if (Status reported = report(true); !reported) return reported.error();
   }
   result.rounds = result.steps / std::max(1, run.inner_steps);

@@ -52,12 +52,20 @@ struct DataParallelResult : RunSummary {
   uint64_t parameter_digest = 0;  // xxh64 of the final fp32 parameters: equal on every rank
   int64_t broadcast_bytes = 0;    // of the start-up broadcast, part of bytes.sent / received
   int64_t resumed_from_step = 0;  // the checkpoint's step this worker started from (0: none)
+  // Goodput, measured: the wall time of the steps in the final parameters (a step's time on this
+  // worker, its all-reduce included; steps after a crashed incarnation's last checkpoint are not
+  // in), and when the job's first step began (system clock, ms since the epoch; from the checkpoint
+  // in a resumed job).
+  double kept_step_s = 0;
+  int64_t first_step_at_ms = 0;
 };
 
 // The state a data-parallel job resumes from. Pure values; the file's bytes are its own format.
 struct DataParallelCheckpoint {
   int64_t steps = 0;
   double initial_heldout_loss = 0;  // the job's, from before its first step
+  double kept_step_s = 0;           // DataParallelResult's, up to this checkpoint
+  int64_t first_step_at_ms = 0;
   std::vector<float> parameters;
   OptimizerState optimizer;
 };
@@ -70,10 +78,11 @@ Expected<DataParallelCheckpoint> decode_checkpoint(const std::vector<char>& byte
 using DataParallelProgress = std::function<void(const ProgressPoint&)>;
 
 // `checkpoint_path`: rank 0's checkpoint file (empty: none). A corrupt or mismatched checkpoint is
-// an error, never a silent start from scratch.
+// an error, never a silent start from scratch. `deadline_ms` (system clock, ms since the epoch; 0:
+// none) replaces train.max_seconds: a restarted job keeps its first incarnation's end.
 Expected<DataParallelResult> run_data_parallel_worker(const ReferenceSetup& setup,
                                                       const std::shared_ptr<const Corpus>& corpus,
                                                       GlooGroup& group, const std::string& checkpoint_path,
-                                                      const DataParallelProgress& progress);
+                                                      int64_t deadline_ms, const DataParallelProgress& progress);
 
 }  // namespace archipelago::training

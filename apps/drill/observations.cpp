@@ -9,6 +9,7 @@ const char* drill_variant_name(DrillVariant variant) {
     case DrillVariant::ddp: return "ddp";
     case DrillVariant::diloco: return "diloco";
     case DrillVariant::fault_free: return "fault_free";
+    case DrillVariant::gloo: return "ddp_gloo";
   }
   return "unknown";
 }

@@ -23,8 +23,9 @@ enum class DrillVariant {
   ddp,         // the DiLoCo cluster where every fault also stalls every other learner (console pause)
   diloco,      // the DiLoCo cluster under the schedule
   fault_free,  // the same cluster with no fault: the reference loss
+  gloo,        // a real data-parallel job on gloo under the schedule (apps/drill/gloo_baseline.hpp)
 };
-// "ddp", "diloco", "fault_free": its name in result.json, the logs and its run directory.
+// "ddp", "diloco", "fault_free", "ddp_gloo": its name in result.json, the logs and its run directory.
 const char* drill_variant_name(DrillVariant variant);
 
 // One fault, carried out, and how the cluster came back from it.

@@ -47,6 +47,7 @@ std::string series_label(DrillVariant variant) {
     case DrillVariant::diloco: return "DiLoCo (faults)";
     case DrillVariant::ddp: return "ddp-like stall (faults)";
     case DrillVariant::fault_free: return "fault-free";
+    case DrillVariant::gloo: return "data-parallel on gloo (faults)";
   }
   return "";
 }
@@ -84,7 +85,13 @@ std::string report_markdown(const DrillOutcome& o, const json& line) {
      << fixed(diloco.coordinator_down_s, 2)
      << " s in the DiLoCo run), when the learners trained on and the next coordinator merged their work. The `ddp` run is the same DiLoCo cluster under the same schedule where every fault also "
         "stalls every other learner (console `pause`) until the victim has merged a contribution again, which is what a "
-        "data-parallel job's barrier does; `ddp` across processes does not exist.\n\n"
+        "data-parallel job's barrier does. `ddp_gloo` is a real data-parallel job (`train.mode = \"ddp\"`: one gloo worker "
+        "process per learner slot, ring all-reduce every step) under the same schedule: a killed learner, node or site "
+        "SIGKILLs those workers, a coordinator kill SIGKILLs rank 0 (which holds the checkpoint), a freeze or slowdown "
+        "SIGSTOPs them; any worker's death restarts every worker from the last checkpoint, as a non-elastic job does. "
+        "Its goodput is the job's own measurement: the time of the steps in its final parameters ÷ the time since its "
+        "first step (`merged` in the bar; `lost` is the rest: work after the last checkpoint, restarts, checkpoints, "
+        "evaluations).\n\n"
         "![goodput](goodput.svg)\n\n![loss](loss.svg)\n\n## Invariants (DiLoCo run)\n\n"
         "Two checks read what the coordinators wrote themselves, not the drill's view of them. "
         "`versions_strictly_increasing_and_verified` compares each coordinator's commit log (`run/commits.jsonl`: one "
@@ -98,6 +105,23 @@ std::string report_markdown(const DrillOutcome& o, const json& line) {
   for (const auto& check : diloco.checks) {
     md << "| " << check.name << " | " << (check.passed ? "pass" : "**FAIL**") << " | " << check.observations << " | "
        << check.evidence << " |\n";
+  }
+  if (o.runs.count(DrillVariant::gloo)) {
+    const json& g = o.runs.at(DrillVariant::gloo).final_summary;
+    md << "\n## The data-parallel job on gloo\n\n" << g.value("restarts", int64_t{0})
+       << " whole-job restarts; measured all-reduce bytes " << fixed(g.value("bytes_sent", int64_t{0}) / 1e6, 1)
+       << " MB sent; " << g.value("steps", int64_t{0}) << " steps.\n\n| at s | fault | target | signal | recovered after s |\n|---|---|---|---|---|\n";
+    for (const auto& f : g.value("faults", json::array())) {
+      md << "| " << fixed(f.value("at_s", 0.0), 1) << " | " << f.value("fault", "") << " | " << f.value("target", "")
+         << " | " << f.value("signal", f.value("missed", "")) << " | "
+         << (f.contains("recovered_after_s") && f["recovered_after_s"].is_number() ? fixed(f["recovered_after_s"].get<double>(), 1)
+                                                                                 : std::string("—"))
+         << " |\n";
+    }
+    for (const auto& f : g.value("not_applicable", json::array())) {
+      md << "| " << fixed(f.value("at_s", 0.0), 1) << " | " << f.value("fault", "") << " | " << f.value("target", "")
+         << " | not applicable to a data-parallel job | — |\n";
+    }
   }
   if (o.runs.count(DrillVariant::ddp)) {
     md << "\nThe same checks on the ddp-like run (information; its coordinator restarts include waiting for paused learners):\n\n";

@@ -48,7 +48,7 @@ Expected<DrillConfig> load_drill(const std::string& path) {
       "name", "description", "duration_s", "warmup_s", "quiet_tail_s", "nodes", "learners_per_node", "sites", "sets",
       "baseline", "reference", "loss_margin", "learner_bound_s", "node_bound_s", "coordinator_bound_s",
       "freeze_bound_s", "node_restart_after_s", "coordinator_restart_after_s", "freeze_s", "slow_s", "slow_duty",
-      "slow_factor", "cut_s", "netns", "allow_skipped", "shards"};
+      "slow_factor", "cut_s", "netns", "allow_skipped", "shards", "gloo_baseline"};
   for (const auto& [key, value] : table) {
     if (key != "drill" && key != "mtbf_s" && key != "timeline") return bad(std::string(key.str()), "unknown table");
   }
@@ -92,6 +92,7 @@ Expected<DrillConfig> load_drill(const std::string& path) {
     if (auto v = (*drill)["shards"].value<int64_t>()) c.shards = static_cast<int>(*v);
     if (c.shards < 1 || c.shards > 4) return bad("drill.shards", "1..4");
     if (auto v = (*drill)["baseline"].value<bool>()) c.baseline = *v;
+    if (auto v = (*drill)["gloo_baseline"].value<bool>()) c.gloo_baseline = *v;
     if (auto v = (*drill)["reference"].value<bool>()) c.reference = *v;
     if (auto v = (*drill)["allow_skipped"].value<bool>()) c.allow_skipped = *v;
     if (auto* sets = (*drill)["sets"].as_array()) {

@@ -36,6 +36,7 @@ struct DrillConfig {
   bool netns = false;          // each site in its own network namespace (root); needed by cut_site
   std::vector<std::string> sets;  // the coordinator's --set overrides
   bool baseline = true;        // run the ddp-like stall baseline under the same schedule
+  bool gloo_baseline = true;   // ... and, with baseline, a real data-parallel job on gloo (not in netns drills)
   bool reference = true;       // run a fault-free run of the same length
   bool allow_skipped = false;  // a scheduled fault that could not be carried out fails the drill unless true
   double loss_margin = 0.10;   // final loss <= fault-free final loss x (1 + margin)

@@ -15,6 +15,7 @@
 
 #include "../support/run_cli.hpp"
 #include "common/child_process.hpp"
+#include "run/data_parallel_job.hpp"
 
 namespace {
 
@@ -124,25 +125,6 @@ TEST_CASE("ddp-worker processes started by hand meet at a store, train together 
   fs::remove_all(dir);
 }
 
-namespace {
-
-// The pid of the running `ddp-worker` of rank `rank` whose configuration is `config` (0: none).
-pid_t find_worker(const fs::path& config, int rank) {
-  for (const auto& entry : fs::directory_iterator("/proc")) {
-    const std::string name = entry.path().filename();
-    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::ifstream in(entry.path() / "cmdline", std::ios::binary);
-    std::string line((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    if (line.find(std::string("ddp-worker\0", 11)) != std::string::npos &&
-        line.find(config.string() + '\0') != std::string::npos &&
-        line.find(std::string("--rank\0", 7) + std::to_string(rank) + '\0') != std::string::npos) {
-      return static_cast<pid_t>(std::stol(name));
-    }
-  }
-  return 0;
-}
-
-}  // namespace
 
 TEST_CASE("a gloo job whose worker is SIGKILLed restarts every worker from the checkpoint and ends where an unbroken job ends") {
   const fs::path dir = fs::temp_directory_path() / "archipelago-ddp-restart-test";
@@ -176,7 +158,7 @@ TEST_CASE("a gloo job whose worker is SIGKILLed restarts every worker from the c
   pid_t victim = 0;
   while (std::chrono::steady_clock::now() < deadline && train.running()) {
     if (fs::exists(dir / "broken" / "ddp-checkpoint.bin")) {
-      victim = find_worker(dir / "broken" / "config.toml", 1);
+      victim = archipelago::run::find_data_parallel_worker(dir / "broken" / "config.toml", 1);
       if (victim > 0) break;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
@@ -200,6 +182,11 @@ TEST_CASE("a gloo job whose worker is SIGKILLed restarts every worker from the c
   CHECK(summary["workers"][0]["parameter_digest"] == expected["workers"][0]["parameter_digest"]);
   CHECK(summary["heldout_loss"] == expected["heldout_loss"]);
   CHECK(summary["initial_heldout_loss"] == expected["initial_heldout_loss"]);
+  // Goodput, measured by the job: the restart's start-up and the steps redone since the checkpoint are lost.
+  CHECK(expected["goodput"].get<double>() > 0);
+  CHECK(expected["goodput"].get<double>() <= 1);
+  CHECK(summary["goodput"].get<double>() < expected["goodput"].get<double>());
+  CHECK(summary["kept_step_s"].get<double>() <= summary["allocated_s"].get<double>());
   fs::remove_all(dir);
 }
 
