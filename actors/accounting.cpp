@@ -10,9 +10,10 @@ namespace archipelago::actors {
 nlohmann::json to_json(const Ledger& ledger) {
   const auto& s = ledger.seconds;
   const std::vector<std::pair<const char*, double>> parts = {
-      {"rejected", s.rejected}, {"unmerged", s.unmerged}, {"recovering", s.recovering},
-      {"waiting", s.waiting},   {"paused", s.paused},     {"overhead", s.overhead},
-      {"restarting", s.restarting}, {"idle", s.idle}};
+      {"rejected", s.rejected},     {"in_flight", s.in_flight}, {"lost", s.lost},
+      {"throttled", s.throttled},   {"recovering", s.recovering}, {"waiting", s.waiting},
+      {"paused", s.paused},         {"overhead", s.overhead},   {"restarting", s.restarting},
+      {"idle", s.idle},             {"unaccounted", s.unaccounted}};
   nlohmann::json badput = nlohmann::json::object(), seconds = {{"merged", s.merged}};
   for (const auto& [name, value] : parts) {
     badput[name] = ledger.allocated_s > 0 ? value / ledger.allocated_s : 0.0;
@@ -28,8 +29,10 @@ const char* slot_state_name(messages::SlotState state) {
 }
 
 SlotTimesStatus slot_times(const messages::SlotReport& r) {
-  return {r.lifetime_seconds, r.alive_seconds, r.recovery_seconds, r.compute_seconds,
-          r.wait_seconds,     r.paused_seconds, r.restarting_seconds};
+  return {r.lifetime_seconds,     r.alive_seconds,        r.recovery_seconds,     r.compute_seconds,
+          r.wait_seconds,         r.paused_seconds,       r.restarting_seconds,   r.throttled_seconds,
+          r.overhead_seconds,     r.sent_compute_seconds, r.held_compute_seconds, r.left_compute_seconds,
+          r.idle_seconds};
 }
 
 namespace {
@@ -53,6 +56,21 @@ Expected<messages::SlotReport> report_from_json(const std::string& id, const nlo
   for (const auto& [key, out] : times) {
     auto it = j.find(key);
     if (it == j.end() || !it->is_number() || !std::isfinite(it->get<double>()) || it->get<double>() < 0) {
+      return make_error(ErrorCode::invalid_argument,
+                        std::string("ledger carry: slot ") + id + " has no valid " + key);
+    }
+    *out = it->get<double>();
+  }
+  // Measured since the ledger measures every part: a carry written before has none (0).
+  const std::pair<const char*, double*> later[] = {
+      {"throttled_s", &r.throttled_seconds},         {"overhead_s", &r.overhead_seconds},
+      {"sent_compute_s", &r.sent_compute_seconds},   {"held_compute_s", &r.held_compute_seconds},
+      {"left_compute_s", &r.left_compute_seconds},   {"idle_s", &r.idle_seconds}};
+  for (const auto& [key, out] : later) {
+    auto it = j.find(key);
+    if (it == j.end()) continue;
+    const bool signed_sum = out == &r.left_compute_seconds;  // less the restored work: may be negative
+    if (!it->is_number() || !std::isfinite(it->get<double>()) || (!signed_sum && it->get<double>() < 0)) {
       return make_error(ErrorCode::invalid_argument,
                         std::string("ledger carry: slot ") + id + " has no valid " + key);
     }
@@ -116,13 +134,18 @@ Ledger ledger_from_status(double wall_s, const std::vector<std::string>& slot_id
     const LearnerAccounting now = merged == syncer.learners.end() ? LearnerAccounting{} : LearnerAccounting(merged->second);
     const LearnerAccounting then = before == syncer_at_start.learners.end() ? LearnerAccounting{} : before->second;
     SlotTimes s;
-    s.lifetime_s = share * t.lifetime_s;
-    s.alive_s = share * t.alive_s;
     s.recovery_s = share * t.recovery_s;
     s.compute_s = share * t.compute_s;
+    s.throttled_s = share * t.throttled_s;
     s.wait_s = share * t.wait_s;
     s.paused_s = share * t.paused_s;
+    s.overhead_s = share * t.overhead_s;
+    s.sent_compute_s = share * t.sent_compute_s;
+    s.held_compute_s = share * t.held_compute_s;
+    s.left_compute_s = share * t.left_compute_s;
+    s.running = slot != monitor.slots.end() && slot->second.state == slot_state_name(messages::SlotState::running);
     s.restarting_s = share * t.restarting_s;
+    s.idle_s = share * t.idle_s;
     s.merged_compute_s = now.compute_merged_s - then.compute_merged_s;
     s.rejected_compute_s = now.compute_rejected_s - then.compute_rejected_s;
     times.push_back(s);

@@ -1,6 +1,7 @@
 #include "actors/failure_monitor.hpp"
 #include "actors/directory.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <map>
 #include <optional>
@@ -68,10 +69,17 @@ void add_times(SlotReport& into, const SlotReport& r, double sign = 1) {
   into.wait_seconds += sign * r.wait_seconds;
   into.paused_seconds += sign * r.paused_seconds;
   into.restarting_seconds += sign * r.restarting_seconds;
+  into.throttled_seconds += sign * r.throttled_seconds;
+  into.overhead_seconds += sign * r.overhead_seconds;
+  into.sent_compute_seconds += sign * r.sent_compute_seconds;
+  into.held_compute_seconds += sign * r.held_compute_seconds;
+  into.left_compute_seconds += sign * r.left_compute_seconds;
+  into.idle_seconds += sign * r.idle_seconds;
 }
 
 // The last report brought forward to `now`: a running incarnation lives on until now (or until the
-// monitor declared the learner dead after the report), a restart in progress goes on.
+// monitor declared the learner dead after the report), a restart in progress goes on, a slot that
+// finished or was given up stays idle.
 SlotReport extended(const Slot& slot, const Record* record, double now) {
   SlotReport r = slot.last;
   if (slot.received_s < 0) return r;
@@ -80,6 +88,8 @@ SlotReport extended(const Slot& slot, const Record* record, double now) {
     r.lifetime_seconds += (dead_since ? record->dead_s : now) - slot.received_s;
   } else if (r.state == SlotState::restarting) {
     r.restarting_seconds += now - slot.received_s;
+  } else {
+    r.idle_seconds += now - slot.received_s;
   }
   add_times(r, slot.baseline, -1);
   return r;
@@ -250,15 +260,32 @@ caf::behavior monitor_behavior(MonitorActor* self, std::shared_ptr<const Runtime
           auto found = st.learners.find(report->learner_id);
           const Record* record = found == st.learners.end() ? nullptr : &found->second;
           if (slot.received_s < 0 || slot.last.reporter != report->reporter) {
-            if (slot.received_s >= 0) add_times(slot.banked, extended(slot, record, st.now()));
             const double uptime = std::chrono::duration<double>(Clock::now() - st.started).count();
+            // What the new reporter's clock covered: its supervisor started that long ago.
+            const double covered = report->lifetime_seconds + report->restarting_seconds + report->idle_seconds;
+            if (slot.received_s >= 0) {
+              // The previous reporter (a node process) is gone: the unsent work its learner held is left.
+              SlotReport gone = extended(slot, record, st.now());
+              gone.left_compute_seconds += gone.held_compute_seconds;
+              gone.held_compute_seconds = 0;
+              add_times(slot.banked, gone);
+              // From its learner's death (declared after its last report) until the new reporter's
+              // supervisor started, the slot had no incarnation: idle on this clock. Before the
+              // death no clock knows what the gone process did.
+              if (record && record->dead_s >= slot.received_s) {
+                slot.banked.idle_seconds += std::max(0.0, st.now() - covered - record->dead_s);
+              }
+            }
             if (slot.received_s < 0 && st.options->ledger_at_start) {
               // A carried ledger covers the run from its start: the carried reporter goes on from its
               // carried report, any other (a node that joined after the carried report, or started while
-              // no coordinator ran) counts whole. What the carried one did after it is not known: idle.
+              // no coordinator ran) counts whole. What the carried one did after it no clock saw.
               slot.baseline = slot.carried && slot.carried->reporter == report->reporter ? *slot.carried : SlotReport{};
             } else {
-              slot.baseline = report->lifetime_seconds + report->restarting_seconds > uptime ? *report : SlotReport{};
+              slot.baseline = covered > uptime ? *report : SlotReport{};
+              // The slot's first reporter started after this monitor (a node that joined later): until
+              // its supervisor's clock began, the monitor's clock saw the slot without any incarnation.
+              if (slot.received_s < 0 && covered <= uptime) slot.banked.idle_seconds += uptime - covered;
             }
           }
           if (st.options->events && slot.last.state != report->state &&

@@ -21,6 +21,7 @@
 #include "actors/learner_checkpoint.hpp"
 #include "diloco/fragment_slot.hpp"
 #include "diloco/schedule.hpp"
+#include "diloco/time_sheet.hpp"
 #include "actors/wire.hpp"
 #include "common/log.hpp"
 #include "messages/error_feedback.hpp"
@@ -29,6 +30,7 @@
 
 namespace archipelago::actors {
 
+using diloco::Activity;
 using diloco::FragmentSchedule;
 using diloco::InstallMode;
 using diloco::ScheduleEpoch;
@@ -110,22 +112,25 @@ struct Checkpointing {
   int64_t steps_skipped = 0;        // data positions skipped at start: the syncer had work up to there
 };
 
-// Where this incarnation's time went (heartbeats carry it to the goodput ledger).
+// Where this incarnation's time went, and what became of its compute (heartbeats carry both to the
+// goodput ledger, diloco/ledger.hpp). The sheet's clock is seconds since `started`.
 struct Times {
   Clock::time_point started = Clock::now();
+  diloco::TimeSheet sheet{0.0};     // recovering until the first inner step
   Clock::time_point last_beat{};
-  Clock::time_point wait_started{};
   Clock::time_point drain_started{};
-  double compute_s = 0, wait_s = 0, recovery_s = 0, paused_s = 0;
   int64_t steps = 0;                // inner steps this incarnation
   int64_t tokens = 0;               // tokens this incarnation
-  double tokens_per_s = 0;          // tokens per compute second, this incarnation
+  double tokens_per_s = 0;          // tokens per busy second (compute and throttled), this incarnation
+  // compute + restored = sent + unsent (its fragments' work) + dropped
+  double sent_compute_s = 0;        // carried by the updates it sent
+  double dropped_compute_s = 0;     // unsent work dropped after a non-finite step
+  double restored_compute_s = 0;    // an earlier incarnation's work, restored from its checkpoint
 };
 
 // What an operator, a drill or fault injection did to this learner.
 struct Controls {
   bool paused = false;              // by an operator: no inner steps until resumed
-  Clock::time_point paused_since{};
   double throttle = 1;              // by an operator: each inner step takes this many times its compute time
   bool corrupt_next = false;        // drill hook: flip a payload bit of the next update (checksum unchanged)
   bool poisoned = false;            // fault injection: the non-finite step was injected already
@@ -165,20 +170,64 @@ void send_to(LearnerActor* self, const caf::actor& to, Message body) {
   if (bytes) self->send(to, std::move(*bytes));
 }
 
-void send_heartbeat(LearnerActor* self) {
+// This incarnation's clock: seconds since it started.
+double clock_s(LearnerActor* self, Clock::time_point at = Clock::now()) {
+  return seconds(at - self->state.times.started);
+}
+
+// What the learner is doing while no message of its own runs: an interval that goes on between
+// messages (paused, recovering before its first step, blocked on the syncer), or nothing it could
+// measure (training: the next step is in its mailbox).
+Activity between_messages(const LearnerState& st) {
+  if (st.controls.paused) return Activity::paused;
+  if (st.phase == Phase::waiting || st.phase == Phase::draining) return Activity::waiting;
+  if (st.times.steps == 0 && st.phase != Phase::finished) return Activity::recovering;
+  return Activity::unseen;
+}
+
+// The time sheet around one message: its handler's time is overhead unless it falls inside an
+// interval of another activity (or the handler charges a part of it to compute or throttled).
+class HandlerClock {
+ public:
+  explicit HandlerClock(LearnerActor* self) : self_(self) {
+    auto& sheet = self_->state.times.sheet;
+    if (sheet.current() == Activity::unseen) sheet.switch_to(Activity::overhead, clock_s(self_));
+  }
+  ~HandlerClock() {
+    auto& sheet = self_->state.times.sheet;
+    const Activity next = between_messages(self_->state);
+    if (sheet.current() != next) sheet.switch_to(next, clock_s(self_));
+  }
+  HandlerClock(const HandlerClock&) = delete;
+  HandlerClock& operator=(const HandlerClock&) = delete;
+
+ private:
+  LearnerActor* self_;
+};
+
+double unsent_compute_s(const LearnerState& st) {
+  double unsent = 0;
+  for (const auto& f : st.fragments) unsent += f.slot.work().compute_s;
+  return unsent;
+}
+
+// A heartbeat to the failure monitor and the supervisor; `supervisor_only`: the times alone, to the
+// supervisor (after an update left: the ledger counts its compute as sent before the syncer merges
+// it), leaving the monitor's heartbeat intervals as they are.
+void send_heartbeat(LearnerActor* self, bool supervisor_only = false) {
   auto& st = self->state;
-  st.times.last_beat = Clock::now();
-  const double alive = seconds(st.times.last_beat - st.times.started);
-  const double paused =
-      st.times.paused_s + (st.controls.paused ? seconds(st.times.last_beat - st.controls.paused_since) : 0);
-  const double waiting =
-      st.times.wait_s + (st.phase == Phase::waiting ? seconds(st.times.last_beat - st.times.wait_started) : 0);
+  const auto at = Clock::now();
+  if (!supervisor_only) st.times.last_beat = at;
+  const double now = clock_s(self, at);
+  const auto& sheet = st.times.sheet;
   Heartbeat beat{st.id, static_cast<uint64_t>(st.step), st.times.tokens_per_s,
-                 static_cast<uint64_t>(st.nonfinite_recoveries), static_cast<uint32_t>(st.spec.incarnation), alive,
-                 // before its first step an incarnation is recovering all along (minus a pause)
-                 st.times.steps > 0 ? st.times.recovery_s : alive - paused, st.times.compute_s, waiting, paused,
-                 st.controls.paused};
-  send_to(self, lookup(self, monitor_name()), beat);
+                 static_cast<uint64_t>(st.nonfinite_recoveries), static_cast<uint32_t>(st.spec.incarnation), now,
+                 sheet.seconds(Activity::recovering, now), sheet.seconds(Activity::computing, now),
+                 sheet.seconds(Activity::waiting, now), sheet.seconds(Activity::paused, now), st.controls.paused,
+                 sheet.seconds(Activity::throttled, now), sheet.seconds(Activity::overhead, now),
+                 st.times.sent_compute_s, unsent_compute_s(st), st.times.dropped_compute_s,
+                 st.times.restored_compute_s};
+  if (!supervisor_only) send_to(self, lookup(self, monitor_name()), beat);
   send_to(self, st.spec.supervisor, beat);
 }
 
@@ -264,6 +313,7 @@ void recover_from_nonfinite(LearnerActor* self, const std::string& why) {
   for (int p = 0; p < static_cast<int>(st.fragments.size()); ++p) {
     auto& held = st.fragments[p];
     if (held.global.values.empty()) continue;
+    st.times.dropped_compute_s += held.slot.work().compute_s;
     held.slot.recover(held.global.values, st.step);
     write_fragment(self, p, held.slot.ref());
     held.feedback.reset();
@@ -313,7 +363,9 @@ void send_update(LearnerActor* self, int p, const std::vector<float>& flat) {
   });
   if (!messages) return;
   for (auto& m : *messages) self->send(st.link.syncer, std::move(m));
+  st.times.sent_compute_s += work.compute_s;
   slot.sent(std::move(local), st.step);  // what is sent is no longer unsent work: θ_ref ← θ_local
+  send_heartbeat(self, true);
   if (st.rules.dynamic) {
     held.period = dynamic_inner_steps(st.rules.schedule.period_at(st.step), st.times.tokens_per_s,
                                       st.rules.fastest_tokens_per_s);
@@ -402,9 +454,9 @@ void finish(LearnerActor* self, const std::string& why) {
   send_heartbeat(self);
   send_to(self, st.link.syncer, Leave{st.id, "finished", LeaveCode::finished});
   send_to(self, lookup(self, monitor_name()), Leave{st.id, "finished", LeaveCode::finished});
+  const double now = clock_s(self);
   st.log->info("{} finished at step {} ({}); compute {:.1f} s, waiting {:.1f} s", st.id, st.step, why,
-               st.times.compute_s,
-               st.times.wait_s);
+               st.times.sheet.seconds(Activity::computing, now), st.times.sheet.seconds(Activity::waiting, now));
   self->quit();
 }
 
@@ -432,6 +484,7 @@ void begin_drain(LearnerActor* self) {
   auto& st = self->state;
   st.phase = Phase::draining;
   st.times.drain_started = Clock::now();
+  st.times.sheet.switch_to(Activity::waiting, clock_s(self, st.times.drain_started));
   drain(self);
 }
 
@@ -448,6 +501,7 @@ void run_step(LearnerActor* self) {
     return;
   }
   const auto begin = Clock::now();
+  st.times.sheet.switch_to(Activity::computing, clock_s(self, begin));
   const auto& faults = opts(self).faults;
   if (faults.nonfinite_learner == st.spec.index && !st.controls.poisoned && st.step >= faults.nonfinite_at_step) {
     // Fault injection: a NaN in the weights, as a bad batch or a hardware fault would leave them.
@@ -464,17 +518,23 @@ void run_step(LearnerActor* self) {
     stats = st.replica->step_averaged(batches);
   }
   // Slower hardware: the configured straggler (fault injection) and the operator's throttle. The
-  // learner's thread is busy for (factor − 1) × its step time more.
+  // learner's thread is busy for (factor − 1) × its step time more: throttled, not compute.
+  const auto computed = Clock::now();
+  const double elapsed = seconds(computed - begin);
   const auto slow = faults.slowdowns.find(st.spec.index);
   const double slowdown = (slow != faults.slowdowns.end() ? std::max(1.0, slow->second) : 1.0) * st.controls.throttle;
-  if (slowdown > 1) std::this_thread::sleep_for((Clock::now() - begin) * (slowdown - 1));
-  const double elapsed = seconds(Clock::now() - begin);
-  st.times.compute_s += elapsed;
+  st.times.sheet.switch_to(slowdown > 1 ? Activity::throttled : Activity::overhead, clock_s(self, computed));
+  if (slowdown > 1) {
+    std::this_thread::sleep_for((computed - begin) * (slowdown - 1));
+    st.times.sheet.switch_to(Activity::overhead, clock_s(self));
+  }
+  const auto end = Clock::now();
   st.times.tokens += stats.tokens;
-  if (st.times.compute_s > 0) st.times.tokens_per_s = st.times.tokens / st.times.compute_s;  // per compute second
+  const double busy_s = st.times.sheet.seconds(Activity::computing, clock_s(self, end)) +
+                        st.times.sheet.seconds(Activity::throttled, clock_s(self, end));
+  if (busy_s > 0) st.times.tokens_per_s = st.times.tokens / busy_s;  // a throttled learner is a slower one
   st.step += 1;
   st.times.steps += 1;
-  if (st.times.steps == 1) st.times.recovery_s = seconds(begin - st.times.started) - st.times.paused_s;
   for (auto& held : st.fragments) held.slot.record_step(elapsed * held.share, stats.tokens, stats.cross_entropy);
   if (seconds(Clock::now() - st.times.last_beat) >= opts(self).detector.heartbeat_s) send_heartbeat(self);
   if (!std::isfinite(stats.loss)) {
@@ -502,7 +562,7 @@ void run_step(LearnerActor* self) {
   if (!st.checkpoint.path.empty() && every > 0 && st.times.steps % every == 0) save_checkpoint(self);
   if (diloco::round_barrier(mode(self)) && st.step % run.inner_steps == 0 && any_outstanding(self)) {
     st.phase = Phase::waiting;
-    st.times.wait_started = Clock::now();
+    st.times.sheet.switch_to(Activity::waiting, clock_s(self));
     return;
   }
   self->send(self, step_atom::value);
@@ -559,7 +619,9 @@ void start_from_globals(LearnerActor* self) {
     std::vector<float> local = held.slot.start(held.global.values, held.global.version, st.step);
     if (restored) {
       const auto saved = saved_work(std::move(restored->fragments[q]));
-      if (!held.slot.restore(saved, received_until(q), local)) {
+      if (held.slot.restore(saved, received_until(q), local)) {
+        st.times.restored_compute_s += saved.work.compute_s;
+      } else {
         // An update of the previous incarnation, sent after this checkpoint, carried this work already.
         st.checkpoint.restored_dropped += 1;
         st.log->info("{}: fragment {}: its checkpointed work since step {} was sent before the restart (the syncer "
@@ -651,7 +713,6 @@ void on_global(LearnerActor* self, const GlobalFragment& fragment, std::vector<f
     install_fragment(self, p);
   }
   if (st.phase == Phase::waiting && !any_outstanding(self)) {
-    st.times.wait_s += seconds(Clock::now() - st.times.wait_started);
     start_training(self);
   } else if (st.phase == Phase::draining) {
     drain(self);
@@ -830,6 +891,7 @@ caf::behavior learner_behavior(LearnerActor* self, LearnerSpec spec) {
   st.id = learner_id(st.spec.index);
   st.link.outbox = Outbox(st.id);
   self->set_down_handler([=](caf::down_msg& down) {
+    HandlerClock clock{self};
     auto& st = self->state;
     if (st.link.syncer && down.source == st.link.syncer.address()) {
       st.log->warn("{}: the syncer is down; training on, rejoining when a syncer is back", st.id);
@@ -840,6 +902,7 @@ caf::behavior learner_behavior(LearnerActor* self, LearnerSpec spec) {
   self->send(self, init_atom::value);
   return {
       [=](init_atom) {
+        HandlerClock clock{self};
         auto& st = self->state;
         if (!from_this_process(self)) return;
         lower_thread_priority(st.spec.options->learner_nice, *st.log, st.id);  // its own thread (detached)
@@ -860,9 +923,11 @@ caf::behavior learner_behavior(LearnerActor* self, LearnerSpec spec) {
         self->delayed_send(self, millis(opts(self).detector.heartbeat_s), beat_atom::value);
       },
       [=](step_atom) {
+        HandlerClock clock{self};
         if (from_this_process(self)) run_step(self);
       },
       [=](stop_atom, const std::string& key) {
+        HandlerClock clock{self};
         // Asked to stop (its node is leaving): the budget ends now; in-flight work drains first.
         auto& st = self->state;
         if (!keys_equal(key, process_key())) {
@@ -877,9 +942,11 @@ caf::behavior learner_behavior(LearnerActor* self, LearnerSpec spec) {
         }
       },
       [=](beat_atom) {
+        HandlerClock clock{self};
         if (from_this_process(self)) on_beat(self);
       },
       [=](pause_atom, const std::string& key, bool pause) -> bool {
+        HandlerClock clock{self};
         // An operator's pause (console): no inner steps until resumed; heartbeats go on, marked paused.
         auto& st = self->state;
         if (!keys_equal(key, process_key())) {
@@ -889,10 +956,11 @@ caf::behavior learner_behavior(LearnerActor* self, LearnerSpec spec) {
         if (pause == st.controls.paused) return true;
         st.controls.paused = pause;
         if (pause) {
-          st.controls.paused_since = Clock::now();
+          st.times.sheet.switch_to(Activity::paused, clock_s(self));
           st.log->info("{}: paused at step {}", st.id, st.step);
         } else {
-          st.times.paused_s += seconds(Clock::now() - st.controls.paused_since);
+          const Activity resumed = between_messages(st);  // this handler's time is overhead
+          st.times.sheet.switch_to(resumed == Activity::unseen ? Activity::overhead : resumed, clock_s(self));
           st.log->info("{}: resumed at step {}", st.id, st.step);
           if (st.phase == Phase::training) self->send(self, step_atom::value);
         }
@@ -900,6 +968,7 @@ caf::behavior learner_behavior(LearnerActor* self, LearnerSpec spec) {
         return true;
       },
       [=](throttle_atom, const std::string& key, double factor) {
+        HandlerClock clock{self};
         auto& st = self->state;
         if (!keys_equal(key, process_key()) || !(factor >= 1 && factor <= kMaxThrottle)) {
           st.refused_remote += 1;
@@ -909,6 +978,7 @@ caf::behavior learner_behavior(LearnerActor* self, LearnerSpec spec) {
         st.log->info("{}: throttled to {:.3g}x its step time at step {}", st.id, factor, st.step);
       },
       [=](corrupt_atom, const std::string& key) {
+        HandlerClock clock{self};
         auto& st = self->state;
         if (!keys_equal(key, process_key()) || !drill_hooks()) {
           st.refused_remote += 1;
@@ -917,6 +987,7 @@ caf::behavior learner_behavior(LearnerActor* self, LearnerSpec spec) {
         st.controls.corrupt_next = true;
       },
       [=](restart_atom, const std::string& key) {
+        HandlerClock clock{self};
         // An operator's restart: its unsent work is saved first, so the next incarnation continues it.
         auto& st = self->state;
         if (!keys_equal(key, process_key())) {
@@ -929,14 +1000,17 @@ caf::behavior learner_behavior(LearnerActor* self, LearnerSpec spec) {
           collect_checkpoint_write(self, true);
         }
         st.log->info("{}: restarting at step {} (operator)", st.id, st.step);
+        send_heartbeat(self);  // its times up to the exit
         self->quit(caf::exit_reason::user_shutdown);  // not normal: its supervisor starts the next incarnation
       },
       [=](WireBytes& bytes) {
+        HandlerClock clock{self};
         if (!from_this_process(self)) return;
         LearnerHandler handler{self};
         self->state.link.receiver.dispatch(std::move(bytes), handler);
       },
       [=](admin_atom, WireBytes& bytes) -> caf::result<WireBytes> {
+        HandlerClock clock{self};
         auto& st = self->state;
         if (!from_this_process(self)) return caf::sec::request_receiver_down;
         auto request = read_admin_request(std::move(bytes));
@@ -956,8 +1030,10 @@ caf::behavior learner_behavior(LearnerActor* self, LearnerSpec spec) {
         nlohmann::json j = {{"id", st.id}, {"incarnation", st.spec.incarnation}, {"phase", phase_name(st.phase)},
                             {"step", st.step}, {"connected", st.link.connected},
                             {"welcome_version", st.link.welcome_version}, {"fragment_versions", versions},
-                            {"compute_s", st.times.compute_s}, {"wait_s", st.times.wait_s},
-                            {"recovery_s", st.times.recovery_s}, {"tokens_per_s", st.times.tokens_per_s},
+                            {"compute_s", st.times.sheet.seconds(Activity::computing, clock_s(self))},
+                            {"wait_s", st.times.sheet.seconds(Activity::waiting, clock_s(self))},
+                            {"recovery_s", st.times.sheet.seconds(Activity::recovering, clock_s(self))},
+                            {"tokens_per_s", st.times.tokens_per_s},
                             {"restored_from_step", st.checkpoint.restored_from_step},
                             {"restored_steps", st.checkpoint.restored_steps},
                             {"restored_dropped", st.checkpoint.restored_dropped},

@@ -53,7 +53,8 @@ ARCHIPELAGO_STATUS_JSON(EvaluationPoint, EVALUATION_POINT_FIELDS)
 ARCHIPELAGO_STATUS_JSON(EvaluatorStatus, EVALUATOR_FIELDS)
 
 #define SLOT_TIMES_FIELDS(F) \
-  F(lifetime_s) F(alive_s) F(recovery_s) F(compute_s) F(wait_s) F(paused_s) F(restarting_s)
+  F(lifetime_s) F(alive_s) F(recovery_s) F(compute_s) F(wait_s) F(paused_s) F(restarting_s) F(throttled_s) \
+  F(overhead_s) F(sent_compute_s) F(held_compute_s) F(left_compute_s) F(idle_s)
 ARCHIPELAGO_STATUS_JSON(SlotTimesStatus, SLOT_TIMES_FIELDS)
 
 #define MONITOR_LEARNER_FIELDS(F)                                                                              \

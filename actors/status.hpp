@@ -81,6 +81,12 @@ struct SlotTimesStatus {
   double wait_s = 0;
   double paused_s = 0;
   double restarting_s = 0;
+  double throttled_s = 0;
+  double overhead_s = 0;
+  double sent_compute_s = 0;
+  double held_compute_s = 0;
+  double left_compute_s = 0;
+  double idle_s = 0;
 };
 
 // ---- the failure monitor (failure_monitor.hpp) ------------------------------------------------

@@ -40,9 +40,11 @@ struct Child {
   double failed_s = -1;
   std::string last_reason;
   // The goodput ledger's times (SlotReport): the current incarnation's last heartbeat, and the
-  // incarnations that ended, summed; lifetime spawn -> exit.
+  // incarnations that ended, summed; lifetime spawn -> exit; idle while it has no incarnation, from
+  // `idle_since_s` (the supervisor's start, or the exit that finished the slot) on.
   messages::Heartbeat beat;
   SlotReport ended;
+  double idle_since_s = -1;
   double last_report_s = -1;
 };
 
@@ -72,6 +74,10 @@ void start_child(SupervisorActor* self, int index) {
   auto& st = self->state;
   auto& child = st.children[index];
   ChildContext context{index, child.incarnation, child.last_step, caf::actor_cast<caf::actor>(self)};
+  if (child.idle_since_s >= 0) {  // its first spawn
+    child.ended.idle_seconds += st.now() - child.idle_since_s;
+    child.idle_since_s = -1;
+  }
   child.handle = child.spec.spawn(self->system(), context);
   child.state = ChildState::running;
   child.start_step = child.last_step;
@@ -83,13 +89,21 @@ void start_child(SupervisorActor* self, int index) {
   refresh_live(self);
 }
 
-// An incarnation's times as its last heartbeat gave them, added to a slot's sums.
-void add_incarnation(SlotReport& into, const messages::Heartbeat& beat) {
+// An incarnation's times as its last heartbeat gave them, added to a slot's sums. The unsent work
+// of one that `ended` is left behind (its successor's restored work is taken back from it); the
+// running one holds its own.
+void add_incarnation(SlotReport& into, const messages::Heartbeat& beat, bool ended) {
   into.alive_seconds += beat.alive_seconds;
   into.recovery_seconds += beat.recovery_seconds;
   into.compute_seconds += beat.compute_seconds;
   into.wait_seconds += beat.wait_seconds;
   into.paused_seconds += beat.paused_seconds;
+  into.throttled_seconds += beat.throttled_seconds;
+  into.overhead_seconds += beat.overhead_seconds;
+  into.sent_compute_seconds += beat.sent_compute_seconds;
+  into.left_compute_seconds += beat.dropped_compute_seconds - beat.restored_compute_seconds;
+  if (ended) into.left_compute_seconds += beat.unsent_compute_seconds;
+  else into.held_compute_seconds = beat.unsent_compute_seconds;
 }
 
 // A learner slot's times so far: the ended incarnations plus the running one as of now.
@@ -102,9 +116,10 @@ SlotReport slot_report(const SupervisorState& st, const Child& c) {
   r.reporter = st.reporter;
   if (c.handle) {
     r.lifetime_seconds += st.now() - c.spawned_s;
-    add_incarnation(r, c.beat);
+    add_incarnation(r, c.beat, false);
   }
   if (c.state == ChildState::restarting && c.died_s >= 0) r.restarting_seconds += st.now() - c.died_s;
+  if (c.idle_since_s >= 0) r.idle_seconds += st.now() - c.idle_since_s;
   return r;
 }
 
@@ -128,13 +143,14 @@ void on_down(SupervisorActor* self, const caf::down_msg& down) {
     if (!child.handle || child.handle.address() != down.source) continue;
     child.handle = caf::actor{};
     child.ended.lifetime_seconds += st.now() - child.spawned_s;
-    add_incarnation(child.ended, child.beat);
+    add_incarnation(child.ended, child.beat, true);
     child.beat = messages::Heartbeat{};
     child.steps_computed += std::max<int64_t>(0, child.last_step - child.start_step);
     child.awaiting_progress = false;
     refresh_live(self);
     if (!down.reason || down.reason == caf::exit_reason::normal) {
       child.state = ChildState::finished;
+      child.idle_since_s = st.now();
       st.log->info("{} finished", child.spec.id);
       report_slot(self, child, true);
       return;
@@ -145,6 +161,7 @@ void on_down(SupervisorActor* self, const caf::down_msg& down) {
     if (!decision.restart) {
       child.state = ChildState::failed;
       child.failed_s = st.now();
+      child.idle_since_s = st.now();
       st.log->error("{} exited ({}); {}: the run continues without it", child.spec.id, child.last_reason,
                     decision.reason);
       report_slot(self, child, true);
@@ -199,6 +216,7 @@ caf::behavior supervisor_behavior(SupervisorActor* self, SupervisorSpec spec) {
     Child child;
     child.spec = child_spec;
     child.last_step = child_spec.start_step;
+    child.idle_since_s = st.now();
     st.children.push_back(std::move(child));
   }
   // Children go down with their supervisor, for the same reason.
@@ -231,8 +249,11 @@ caf::behavior supervisor_behavior(SupervisorActor* self, SupervisorSpec spec) {
           for (auto& c : st.children) {
             if (c.spec.id != beat->learner_id || !c.handle || caf::actor_cast<caf::actor>(sender) != c.handle) continue;
             c.last_step = static_cast<int64_t>(beat->step);
+            // An update left: reported at once, so the ledger has its compute as sent before the
+            // syncer's merge of it shows (else it would read as merged but never sent).
+            const bool update_sent = beat->sent_compute_seconds != c.beat.sent_compute_seconds;
             if (beat->incarnation == static_cast<uint32_t>(c.incarnation)) c.beat = *beat;
-            report_slot(self, c, false);
+            report_slot(self, c, update_sent);
             if (c.awaiting_progress && c.last_step > c.start_step) {
               c.awaiting_progress = false;
               c.recovery_s += st.now() - c.spawned_s;

@@ -98,7 +98,7 @@ json to_json(const run::ProgressSample& p) {
   auto number = [](double v) { return std::isnan(v) ? json(nullptr) : json(v); };
   return {{"elapsed_s", p.elapsed_s}, {"version", p.version}, {"tokens", p.tokens}, {"tokens_per_s", p.tokens_per_s},
           {"train_loss", number(p.train_loss)}, {"heldout_loss", number(p.heldout_loss)},
-          {"heldout_bits_per_byte", number(p.heldout_bits_per_byte)}, {"heldout_version", p.heldout_version}, {"alive", p.alive}, {"learners", p.total}, {"goodput", p.goodput},
+          {"heldout_bits_per_byte", number(p.heldout_bits_per_byte)}, {"heldout_version", p.heldout_version}, {"alive", p.alive}, {"learners", p.total}, {"goodput", p.goodput}, {"in_flight", p.in_flight}, {"unaccounted", p.unaccounted},
           {"bytes_sent", p.bytes_sent}, {"bytes_ddp_equivalent", p.bytes_ddp_equivalent}, {"restarts", p.restarts},
           {"rejected_updates", p.rejected}};
 }
@@ -111,22 +111,22 @@ class ClusterProgressPrinter {
   void print(const run::ProgressSample& p) {
     if (tty_) {
       if (rows_ % 20 == 0) {
-        std::printf("%8s %8s %9s %10s %9s %6s %9s %7s %8s %16s\n", "elapsed", "version", "tok/s", "train", "held-out",
-                    "bits/B", "alive", "goodput", "restarts", "MB sent / DP eq.");
+        std::printf("%8s %8s %9s %10s %9s %6s %9s %7s %9s %8s %16s\n", "elapsed", "version", "tok/s", "train", "held-out",
+                    "bits/B", "alive", "goodput", "in flight", "restarts", "MB sent / DP eq.");
       }
-      std::printf("%7.1fs %8llu %9.0f %s %s %s %6d/%-2d %7.2f %8lld %7.1f / %-8.1f\n", p.elapsed_s,
+      std::printf("%7.1fs %8llu %9.0f %s %s %s %6d/%-2d %7.2f %9.2f %8lld %7.1f / %-8.1f\n", p.elapsed_s,
                   static_cast<unsigned long long>(p.version), p.tokens_per_s, shown(p.train_loss, 10, 4).c_str(),
                   shown(p.heldout_loss, 9, 4).c_str(), shown(p.heldout_bits_per_byte, 6, 3).c_str(), p.alive,
-                  p.total, p.goodput, static_cast<long long>(p.restarts), p.bytes_sent / 1e6,
+                  p.total, p.goodput, p.in_flight, static_cast<long long>(p.restarts), p.bytes_sent / 1e6,
                   p.bytes_ddp_equivalent / 1e6);
       ++rows_;
     } else {
       std::printf("progress elapsed_s=%.1f version=%llu tokens=%lld tokens_per_s=%.0f train_loss=%s heldout_loss=%s "
-                  "heldout_bits_per_byte=%s alive=%d/%d goodput=%.3f restarts=%lld rejected=%lld mb_sent=%.1f "
+                  "heldout_bits_per_byte=%s alive=%d/%d goodput=%.3f in_flight=%.3f restarts=%lld rejected=%lld mb_sent=%.1f "
                   "mb_ddp_equivalent=%.1f\n",
                   p.elapsed_s, static_cast<unsigned long long>(p.version), static_cast<long long>(p.tokens),
                   p.tokens_per_s, shown(p.train_loss, 0, 4).c_str(), shown(p.heldout_loss, 0, 4).c_str(),
-                  shown(p.heldout_bits_per_byte, 0, 3).c_str(), p.alive, p.total, p.goodput,
+                  shown(p.heldout_bits_per_byte, 0, 3).c_str(), p.alive, p.total, p.goodput, p.in_flight,
                   static_cast<long long>(p.restarts), static_cast<long long>(p.rejected), p.bytes_sent / 1e6,
                   p.bytes_ddp_equivalent / 1e6);
     }

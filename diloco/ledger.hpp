@@ -1,34 +1,46 @@
-// The goodput ledger. Every learner slot's allocated time (the run's wall time) is split into parts
-// measured from timestamps, never from averages, and the parts add up to the allocated time
-// exactly (nothing is clamped or rescaled):
+// The goodput ledger. Every learner slot's allocated time (the run's wall time) is split into parts,
+// each one measured by a clock that saw it, never derived from the others or from averages:
 //
 //   merged       compute whose work reached a committed version: each update carries the compute
 //                time behind it (every inner step's time × the fragment's share of the
 //                parameters), summed by the syncer when it merges the update: this is goodput
 //   rejected     compute of updates the syncer refused (stale, duplicate, non-finite, ...)
-//   unmerged     compute not (yet) in a committed version: lost with a crashed incarnation, cut
-//                off by the drain timeout, or still in flight while the run goes on
+//   in_flight    compute not yet merged while its learner runs: the unsent work it holds, and the
+//                updates it sent that the syncer has not merged or refused yet (a live part: it
+//                turns into merged as the run goes on)
+//   lost         compute that will never be merged: the unsent work of an incarnation that exited
+//                (crashed, or cut off by the drain timeout) and no later one restored from its
+//                checkpoint, work dropped after a non-finite step, updates of a slot no longer
+//                running that the syncer never merged nor refused
+//   throttled    inner steps made slower on purpose (the configured straggler, an operator's or a
+//                drill's throttle): the step's sleep, not compute
 //   recovering   an incarnation's start → its first inner step: model build, join, state fetch
-//   waiting      blocked on the syncer (sync mode's round barrier)
+//   waiting      blocked on the syncer: sync mode's round barrier, the drain's wait for the last merges
 //   paused       paused by an operator
-//   overhead     the rest of a live incarnation's time: encoding and sending updates, installing
-//                globals, checkpoint copies, messaging
+//   overhead     the learner's message handlers outside the parts above: encoding and sending
+//                updates, installing globals, checkpoint copies, heartbeats, messaging
 //   restarting   an incarnation's exit → the next one's spawn (the supervisor's backoff)
-//   idle         no incarnation at all: before the slot's first spawn (a node not yet joined), after
-//                it finished or was given up, while its node is gone
+//   idle         no incarnation: before the slot's first spawn (a node not yet joined), after it
+//                finished or was given up
+//   unaccounted  allocated − every part above: the time no clock saw. A learner's thread between two
+//                messages, a frozen (SIGSTOPped) or killed learner after its last heartbeat, a node
+//                process gone, a start-up before the supervisor. Near 0 in a clean run; large when
+//                the ledger misses something. Negative: two clocks counted the same time.
 //
-// Where the times come from. A learner measures its own incarnation (alive, recovery, compute,
-// wait, paused: disjoint intervals on its clock) and reports them in its heartbeats; its supervisor,
-// in the same process and on the same clock, measures each incarnation's life (spawn → exit) and
-// the restarts between them, and sums both per slot (messages' SlotReport). The part of a life its
-// heartbeats do not cover (after the last heartbeat: a crash loses what was computed there, and a
-// live incarnation is computing) counts as compute. So
-//   computed   = compute + (lifetime − alive)     merged + rejected + unmerged = computed
-//   overhead   = alive − recovery − compute − wait − paused
-//   idle       = allocated − lifetime − restarting
-// A negative `unmerged` would mean updates carried more compute than the learner measured, a
-// negative `idle` a supervisor whose lives outlast the run's clock: either is a defect shown as it
-// is, never hidden.
+// Where the times come from. A learner keeps a time sheet of its incarnation (diloco/time_sheet.hpp:
+// recovering, computing, throttled, waiting, paused, overhead; disjoint intervals on its clock) and
+// the fate of its compute (sent in updates, unsent now, dropped, restored from a checkpoint), and
+// reports them in its heartbeats; its supervisor, in the same process and on the same clock, sums
+// each incarnation's last heartbeat per slot and measures the restarts and the idle time around its
+// lives (messages' SlotReport). The syncer measures the compute it merged and refused. A learner's
+// compute is split without a remainder of the ledger, from its own counters at each heartbeat:
+//   compute + restored = sent + unsent + dropped          (per incarnation)
+//   in_flight = unsent of the running incarnation + (running ? sent − merged − rejected : 0)
+//   lost      = unsent of ended incarnations + dropped − restored + (running ? 0 : sent − merged − rejected)
+// so merged + rejected + in_flight + lost is the compute the heartbeats reported. Nothing is clamped:
+// a negative `in_flight` or `lost` means the syncer credited more compute than the learners
+// measured, a negative `unaccounted` two clocks that overlap: each a defect shown as it is.
+// Pure; any thread.
 #pragma once
 
 #include <vector>
@@ -37,23 +49,35 @@ namespace archipelago::diloco {
 
 // One learner slot's reported times (seconds), summed over its incarnations.
 struct SlotTimes {
-  double lifetime_s = 0;     // incarnations' lives, spawn → exit or now
-  double alive_s = 0;        // ... covered by their heartbeats
+  // Its learners' time sheets, as their last heartbeats gave them.
   double recovery_s = 0;
   double compute_s = 0;
+  double throttled_s = 0;
   double wait_s = 0;
   double paused_s = 0;
-  double restarting_s = 0;   // exit → respawn
-  double merged_compute_s = 0;    // from the syncer
-  double rejected_compute_s = 0;  // from the syncer
+  double overhead_s = 0;
+  // The fate of that compute, by the learners' counters.
+  double sent_compute_s = 0;   // carried by the updates they sent
+  double held_compute_s = 0;   // unsent work of the running incarnation
+  double left_compute_s = 0;   // unsent work of ended incarnations + dropped work − work restored
+  bool running = false;        // an incarnation runs now
+  // Its supervisor's clock.
+  double restarting_s = 0;     // exit → respawn
+  double idle_s = 0;           // no incarnation: before the first spawn, after the end
+  // The syncer's.
+  double merged_compute_s = 0;
+  double rejected_compute_s = 0;
 };
 
 struct LedgerParts {
-  double merged = 0, rejected = 0, unmerged = 0, recovering = 0, waiting = 0, paused = 0, overhead = 0,
-         restarting = 0, idle = 0;
-  double sum() const {
-    return merged + rejected + unmerged + recovering + waiting + paused + overhead + restarting + idle;
+  double merged = 0, rejected = 0, in_flight = 0, lost = 0, throttled = 0, recovering = 0, waiting = 0, paused = 0,
+         overhead = 0, restarting = 0, idle = 0, unaccounted = 0;
+  // Every part but `unaccounted`: what the clocks saw.
+  double measured() const {
+    return merged + rejected + in_flight + lost + throttled + recovering + waiting + paused + overhead + restarting +
+           idle;
   }
+  double sum() const { return measured() + unaccounted; }
 };
 
 struct Ledger {
@@ -61,6 +85,8 @@ struct Ledger {
   LedgerParts seconds;             // summed over slots
   std::vector<LedgerParts> slots;  // per slot, seconds
   double goodput() const { return allocated_s > 0 ? seconds.merged / allocated_s : 0; }
+  // unaccounted ÷ allocated (0 with nothing allocated)
+  double unaccounted_share() const { return allocated_s > 0 ? seconds.unaccounted / allocated_s : 0; }
 };
 
 // `wall_s`: the run's wall time, allocated to every slot.

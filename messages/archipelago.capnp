@@ -130,6 +130,13 @@ struct Heartbeat {
   waitSeconds @8 :Float64;      # blocked on the syncer (sync mode)
   pausedSeconds @9 :Float64;    # paused by an operator
   paused @10 :Bool;             # paused now
+  throttledSeconds @11 :Float64;  # inner steps slowed on purpose (a straggler, a throttle): not compute
+  overheadSeconds @12 :Float64;   # its message handlers outside the times above
+  # The fate of its compute (compute + restored = sent + unsent + dropped):
+  sentComputeSeconds @13 :Float64;      # carried by the updates it sent
+  unsentComputeSeconds @14 :Float64;    # in the unsent work it holds now
+  droppedComputeSeconds @15 :Float64;   # unsent work dropped after a non-finite step
+  restoredComputeSeconds @16 :Float64;  # an earlier incarnation's, restored from its checkpoint
 }
 
 # What a learner slot's supervisor knows of it.
@@ -156,6 +163,12 @@ struct SlotReport {
   waitSeconds @9 :Float64;
   pausedSeconds @10 :Float64;
   restartingSeconds @11 :Float64;  # exit -> respawn, summed (one in progress included)
+  throttledSeconds @12 :Float64;   # the heartbeats' times, summed
+  overheadSeconds @13 :Float64;
+  sentComputeSeconds @14 :Float64;
+  heldComputeSeconds @15 :Float64;  # the running incarnation's unsent work
+  leftComputeSeconds @16 :Float64;  # ended incarnations' unsent work + dropped work - restored work
+  idleSeconds @17 :Float64;         # no incarnation: before the first spawn, after the end
 }
 
 # What the coordinator may tell a node about one of its learners (an operator's console command).

@@ -114,13 +114,18 @@ Status validate(const Message& message, const DecodeLimits& limits) {
   }
   if (auto* m = std::get_if<Heartbeat>(&message);
       m && !(duration(m->alive_seconds) && duration(m->recovery_seconds) && duration(m->compute_seconds) &&
-             duration(m->wait_seconds) && duration(m->paused_seconds))) {
+             duration(m->wait_seconds) && duration(m->paused_seconds) && duration(m->throttled_seconds) &&
+             duration(m->overhead_seconds) && duration(m->sent_compute_seconds) &&
+             duration(m->unsent_compute_seconds) && duration(m->dropped_compute_seconds) &&
+             duration(m->restored_compute_seconds))) {
     return make_error(ErrorCode::non_finite, "a heartbeat's times are not finite, non-negative numbers");
   }
   if (auto* m = std::get_if<SlotReport>(&message);
       m && !(duration(m->lifetime_seconds) && duration(m->alive_seconds) && duration(m->recovery_seconds) &&
              duration(m->compute_seconds) && duration(m->wait_seconds) && duration(m->paused_seconds) &&
-             duration(m->restarting_seconds))) {
+             duration(m->restarting_seconds) && duration(m->throttled_seconds) && duration(m->overhead_seconds) &&
+             duration(m->sent_compute_seconds) && duration(m->held_compute_seconds) && duration(m->idle_seconds) &&
+             finite(m->left_compute_seconds))) {
     return make_error(ErrorCode::non_finite, "a slot report's times are not finite, non-negative numbers");
   }
   if (auto* m = std::get_if<SlotReport>(&message); m && static_cast<uint8_t>(m->state) > 3) {

@@ -119,6 +119,13 @@ struct Heartbeat {
   double wait_seconds = 0;
   double paused_seconds = 0;
   bool paused = false;
+  double throttled_seconds = 0;
+  double overhead_seconds = 0;
+  // The fate of its compute (compute + restored = sent + unsent + dropped):
+  double sent_compute_seconds = 0;
+  double unsent_compute_seconds = 0;
+  double dropped_compute_seconds = 0;
+  double restored_compute_seconds = 0;
 };
 
 enum class SlotState : uint8_t { running = 0, restarting = 1, finished = 2, failed = 3 };
@@ -136,6 +143,12 @@ struct SlotReport {
   double wait_seconds = 0;
   double paused_seconds = 0;
   double restarting_seconds = 0;
+  double throttled_seconds = 0;
+  double overhead_seconds = 0;
+  double sent_compute_seconds = 0;
+  double held_compute_seconds = 0;  // the running incarnation's unsent work
+  double left_compute_seconds = 0;  // ended incarnations' unsent work + dropped − restored
+  double idle_seconds = 0;
 };
 
 enum class ControlAction : uint8_t { kill_learner = 0, restart_learner = 1, pause_learner = 2, resume_learner = 3,

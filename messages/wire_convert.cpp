@@ -122,6 +122,12 @@ void write_body(capnp::MessageBuilder& builder, wire::Envelope::Body::Builder bo
           out.setWaitSeconds(m.wait_seconds);
           out.setPausedSeconds(m.paused_seconds);
           out.setPaused(m.paused);
+          out.setThrottledSeconds(m.throttled_seconds);
+          out.setOverheadSeconds(m.overhead_seconds);
+          out.setSentComputeSeconds(m.sent_compute_seconds);
+          out.setUnsentComputeSeconds(m.unsent_compute_seconds);
+          out.setDroppedComputeSeconds(m.dropped_compute_seconds);
+          out.setRestoredComputeSeconds(m.restored_compute_seconds);
         } else if constexpr (std::is_same_v<T, SlotReport>) {
           auto out = body.initSlotReport();
           out.setLearnerId(text(m.learner_id));
@@ -136,6 +142,12 @@ void write_body(capnp::MessageBuilder& builder, wire::Envelope::Body::Builder bo
           out.setWaitSeconds(m.wait_seconds);
           out.setPausedSeconds(m.paused_seconds);
           out.setRestartingSeconds(m.restarting_seconds);
+          out.setThrottledSeconds(m.throttled_seconds);
+          out.setOverheadSeconds(m.overhead_seconds);
+          out.setSentComputeSeconds(m.sent_compute_seconds);
+          out.setHeldComputeSeconds(m.held_compute_seconds);
+          out.setLeftComputeSeconds(m.left_compute_seconds);
+          out.setIdleSeconds(m.idle_seconds);
         } else if constexpr (std::is_same_v<T, LearnerControl>) {
           auto out = body.initLearnerControl();
           out.setRequestId(m.request_id);
@@ -257,14 +269,18 @@ Expected<Message> read_body(wire::Envelope::Body::Reader body,
       return Message(Heartbeat{string(in.getLearnerId()), in.getStep(), in.getTokensPerSec(),
                                in.getNonfiniteRecoveries(), in.getIncarnation(), in.getAliveSeconds(),
                                in.getRecoverySeconds(), in.getComputeSeconds(), in.getWaitSeconds(),
-                               in.getPausedSeconds(), in.getPaused()});
+                               in.getPausedSeconds(), in.getPaused(), in.getThrottledSeconds(),
+                               in.getOverheadSeconds(), in.getSentComputeSeconds(), in.getUnsentComputeSeconds(),
+                               in.getDroppedComputeSeconds(), in.getRestoredComputeSeconds()});
     }
     case Which::SLOT_REPORT: {
       auto in = body.getSlotReport();
       return Message(SlotReport{string(in.getLearnerId()), static_cast<SlotState>(in.getState()), in.getIncarnation(),
                                 in.getRestarts(), in.getReporter(), in.getLifetimeSeconds(), in.getAliveSeconds(),
                                 in.getRecoverySeconds(), in.getComputeSeconds(), in.getWaitSeconds(),
-                                in.getPausedSeconds(), in.getRestartingSeconds()});
+                                in.getPausedSeconds(), in.getRestartingSeconds(), in.getThrottledSeconds(),
+                                in.getOverheadSeconds(), in.getSentComputeSeconds(), in.getHeldComputeSeconds(),
+                                in.getLeftComputeSeconds(), in.getIdleSeconds()});
     }
     case Which::LEARNER_CONTROL: {
       auto in = body.getLearnerControl();

@@ -320,6 +320,8 @@ Expected<ClusterResult> LocalCluster::run(const std::function<void(const Progres
     p.total = impl.learner_slots;
     const auto ledger = goodput_of(s, p.elapsed_s);
     p.goodput = ledger.goodput();
+    p.in_flight = ledger.allocated_s > 0 ? ledger.seconds.in_flight / ledger.allocated_s : 0;
+    p.unaccounted = ledger.unaccounted_share();
     p.bytes_sent = bytes_of(s);
     p.bytes_ddp_equivalent = ddp_equivalent_bytes(p.tokens, impl.tokens_per_learner_step / (diloco::data_parallel(run.mode) ? run.learners : 1),
                                                   result.parameters, run.learners);

@@ -45,7 +45,9 @@ struct ProgressSample {
   uint64_t heldout_version = 0;
   int alive = 0;
   int total = 0;
-  double goodput = 0;
+  double goodput = 0;          // merged ÷ allocated so far (the ledger's, diloco/ledger.hpp)
+  double in_flight = 0;        // ... computed, not merged yet: the learners' unsent work and updates on their way
+  double unaccounted = 0;      // ... what no clock saw
   int64_t bytes_sent = 0;
   int64_t bytes_ddp_equivalent = 0;
   int64_t restarts = 0;

@@ -22,7 +22,8 @@ std::string esc(const std::string& text) {
   return out;
 }
 
-const char* kColors[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"};
+const char* kColors[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b",
+                         "#e377c2", "#7f7f7f", "#bcbd22", "#17becf", "#393b79", "#000000"};
 
 }  // namespace
 
@@ -86,8 +87,8 @@ std::string line_svg(const std::string& title, const std::string& ylabel, const 
 }
 
 std::string ledger_svg(const std::vector<std::pair<std::string, std::map<std::string, double>>>& runs) {
-  const std::vector<std::string> parts = {"merged", "rejected", "unmerged", "recovering", "waiting",
-                                          "paused", "overhead", "restarting", "idle"};
+  const std::vector<std::string> parts = {"merged",     "rejected", "in_flight", "lost",       "throttled", "recovering",
+                                          "waiting",    "paused",   "overhead",  "restarting", "idle",      "unaccounted"};
   const double W = 760, L = 90, R = 20, T = 40, bar = 34, gap = 18;
   const double H = T + runs.size() * (bar + gap) + 70;
   std::ostringstream o;
@@ -107,7 +108,7 @@ std::string ledger_svg(const std::vector<std::pair<std::string, std::map<std::st
       const double share = total > 0 && it != seconds.end() ? std::max(0.0, it->second) / total : 0;
       const double w = share * (W - L - R);
       if (w <= 0) continue;
-      o << "<rect x=\"" << x << "\" y=\"" << y << "\" width=\"" << w << "\" height=\"" << bar << "\" fill=\"" << kColors[p % 10]
+      o << "<rect x=\"" << x << "\" y=\"" << y << "\" width=\"" << w << "\" height=\"" << bar << "\" fill=\"" << kColors[p % 12]
         << "\"><title>" << parts[p] << " " << fixed(100 * share, 1) << " %</title></rect>\n";
       if (w > 34) {
         o << "<text x=\"" << x + w / 2 << "\" y=\"" << y + bar / 2 + 4 << "\" text-anchor=\"middle\" fill=\"white\">"
@@ -117,8 +118,8 @@ std::string ledger_svg(const std::vector<std::pair<std::string, std::map<std::st
     }
   }
   for (size_t p = 0; p < parts.size(); ++p) {
-    const double x = L + (p % 5) * 130, y = H - 50 + (p / 5) * 18;  // two rows of five
-    o << "<rect x=\"" << x << "\" y=\"" << y << "\" width=\"12\" height=\"12\" fill=\"" << kColors[p % 10] << "\"/><text x=\""
+    const double x = L + (p % 6) * 110, y = H - 50 + (p / 6) * 18;  // two rows of six
+    o << "<rect x=\"" << x << "\" y=\"" << y << "\" width=\"12\" height=\"12\" fill=\"" << kColors[p % 12] << "\"/><text x=\""
       << x + 16 << "\" y=\"" << y + 10 << "\">" << parts[p] << (p == 0 ? " (goodput)" : "") << "</text>\n";
   }
   o << "</svg>\n";

@@ -67,7 +67,8 @@ TEST_CASE("a decoupled run without faults has goodput of at least 0.95 by the le
   options.learner_checkpoint_every = 25;
   auto cluster = LocalCluster::start(options, training::testing::kjv());
   REQUIRE_MESSAGE(cluster.ok(), (cluster.ok() ? "" : cluster.error().to_string()));
-  auto result = (*cluster)->run();
+  std::vector<ProgressSample> rows;
+  auto result = (*cluster)->run([&](const ProgressSample& p) { rows.push_back(p); });
   REQUIRE_MESSAGE(result.ok(), (result.ok() ? "" : result.error().to_string()));
   const auto& ledger = result->goodput;
   CAPTURE(to_json(ledger).dump());
@@ -79,9 +80,34 @@ TEST_CASE("a decoupled run without faults has goodput of at least 0.95 by the le
   CHECK(result->details["syncer"]["screening"]["mode"] == "refuse");
   // Every part measured; the learners computed almost all the time and every update was merged.
   CHECK(ledger.goodput() >= 0.95);
-  CHECK(ledger.seconds.sum() == doctest::Approx(ledger.allocated_s).epsilon(1e-9));
   CHECK(ledger.seconds.restarting == 0);
   CHECK(ledger.seconds.rejected == 0);
+  // What no clock saw is one part, and a small one in a clean run: it grows with every time that
+  // goes unmeasured (it is allocated − the measured parts, so the parts add up by definition).
+  CHECK(ledger.unaccounted_share() < 0.01);
+  CHECK(ledger.unaccounted_share() > -0.01);
+  CHECK(ledger.seconds.sum() == doctest::Approx(ledger.allocated_s).epsilon(1e-9));
+  // After the drain nothing is in flight, and no learner left work behind.
+  CHECK(std::abs(ledger.seconds.in_flight) < 1e-6 * ledger.allocated_s);
+  CHECK(ledger.seconds.lost < 0.01 * ledger.allocated_s);
+  // The compute's parts are the compute the learners measured, each learner's counters agreeing
+  // with what the syncer merged.
+  double compute_s = 0;
+  for (const auto& [id, slot] : result->details["monitor"]["slots"].items()) compute_s += slot["times"]["compute_s"].get<double>();
+  const auto& s = ledger.seconds;
+  CHECK(s.merged + s.rejected + s.in_flight + s.lost == doctest::Approx(compute_s).epsilon(1e-6));
+  // Live goodput: the last progress row (taken while the run went on, from the same ledger) reads
+  // within 0.05 of the summary's.
+  REQUIRE(rows.size() >= 2);
+  const auto& last_row = rows.back();
+  CAPTURE(last_row.elapsed_s);
+  CAPTURE(last_row.in_flight);
+  CHECK(last_row.version > result->start_version);  // the first round had merged
+  CHECK(std::abs(last_row.goodput - ledger.goodput()) < 0.05);
+  // In flight: the learners' unsent work and updates sent, not merged yet. The syncer's and the
+  // monitor's replies are two moments (the syncer's first): at most a heartbeat's work apart.
+  CHECK(last_row.in_flight > -0.005);
+  CHECK(last_row.in_flight < 0.05);
 }
 
 TEST_CASE("a killed learner is restarted, rejoins at the latest committed version and is merged again") {
@@ -148,11 +174,14 @@ TEST_CASE("a killed learner is restarted, rejoins at the latest committed versio
   CHECK(ledger.slots[0].restarting == 0);
   CHECK(ledger.goodput() <= 1 - 0.5 / ledger.allocated_s);
   CHECK(ledger.goodput() > 0.2);
-  CHECK(std::abs(ledger.seconds.sum() - ledger.allocated_s) < 1e-9 * ledger.allocated_s);
+  // The kill's unseen time (its learner after its last heartbeat) is unaccounted: a small part.
+  CAPTURE(to_json(ledger).dump());
+  CHECK(ledger.unaccounted_share() < 0.03);
+  CHECK(ledger.unaccounted_share() > -0.01);
   for (const auto& slot : ledger.slots) {
     CHECK(slot.merged > 0);
-    CHECK(slot.overhead >= 0);
-    CHECK(slot.idle > -0.05);  // lives measured inside the run's clock
+    CHECK(slot.overhead > 0);
+    CHECK(slot.idle >= 0);  // measured by its supervisor: after it finished
   }
   CHECK(ledger.slots[1].recovering > ledger.slots[0].recovering);  // it started twice
   const auto events = result->details["events"];
@@ -227,7 +256,8 @@ TEST_CASE("a learner that crashes on every start is given up after R restarts an
   CHECK(result->goodput.slots[1].idle + result->goodput.slots[1].restarting > 0.9 * result->goodput.allocated_s / 2);
   CHECK(result->goodput.slots[1].idle > 0);
   CHECK(result->goodput.slots[1].merged == 0);
-  CHECK(result->goodput.seconds.sum() == doctest::Approx(result->goodput.allocated_s).epsilon(1e-9));
+  CAPTURE(to_json(result->goodput).dump());
+  CHECK(result->goodput.unaccounted_share() < 0.03);
 }
 
 TEST_CASE("async mode: a straggler runs fewer inner steps per period (dynamic local steps)") {
@@ -256,6 +286,16 @@ TEST_CASE("async mode: a straggler runs fewer inner steps per period (dynamic lo
   auto result = cluster.run();
   REQUIRE(result.ok());
   CHECK(result->heldout_loss < result->initial_heldout_loss);
+  // The straggler's sleep is its own part, not compute: about 3 s throttled per 1 s computed, and
+  // its merged work carries only the compute.
+  const auto& ledger = result->goodput;
+  CAPTURE(to_json(ledger).dump());
+  const auto& straggler = ledger.slots[1];
+  const double straggler_compute = straggler.merged + straggler.rejected + straggler.in_flight + straggler.lost;
+  CHECK(ledger.slots[0].throttled == 0);
+  CHECK(straggler.throttled > 2 * straggler_compute);
+  CHECK(straggler.throttled < 4 * straggler_compute);
+  CHECK(ledger.unaccounted_share() < 0.01);
 }
 
 TEST_CASE("every class of bad update is rejected and counted, and the run completes") {

@@ -102,7 +102,8 @@ TEST_CASE("every message kind round-trips with all its fields") {
   CHECK(heartbeat.learner_id == "l3");
   CHECK(heartbeat.step == 77);
   CHECK(heartbeat.tokens_per_sec == 11000.25);
-  auto timed = std::get<Heartbeat>(round_trip(wrap(Heartbeat{"l3", 7, 1.0, 0, 2, 9.5, 1.25, 6.5, 0.5, 0.75, true})).body);
+  auto timed = std::get<Heartbeat>(round_trip(wrap(Heartbeat{"l3", 7, 1.0, 0, 2, 9.5, 1.25, 6.5, 0.5, 0.75, true, 0.125,
+                                                              0.375, 5.5, 1.0, 0.0625, 0.25})).body);
   CHECK(timed.incarnation == 2);
   CHECK(timed.alive_seconds == 9.5);
   CHECK(timed.recovery_seconds == 1.25);
@@ -110,8 +111,15 @@ TEST_CASE("every message kind round-trips with all its fields") {
   CHECK(timed.wait_seconds == 0.5);
   CHECK(timed.paused_seconds == 0.75);
   CHECK(timed.paused);
+  CHECK(timed.throttled_seconds == 0.125);
+  CHECK(timed.overhead_seconds == 0.375);
+  CHECK(timed.sent_compute_seconds == 5.5);
+  CHECK(timed.unsent_compute_seconds == 1.0);
+  CHECK(timed.dropped_compute_seconds == 0.0625);
+  CHECK(timed.restored_compute_seconds == 0.25);
   auto report = std::get<SlotReport>(
-      round_trip(wrap(SlotReport{"l3", SlotState::restarting, 4, 3, 99, 20, 18, 2, 12, 1, 0.5, 1.5})).body);
+      round_trip(wrap(SlotReport{"l3", SlotState::restarting, 4, 3, 99, 20, 18, 2, 12, 1, 0.5, 1.5, 0.25, 0.75, 10, 1.25,
+                                 -0.5, 3})).body);
   CHECK(report.state == SlotState::restarting);
   CHECK(report.incarnation == 4);
   CHECK(report.restarts == 3);
@@ -119,6 +127,12 @@ TEST_CASE("every message kind round-trips with all its fields") {
   CHECK(report.lifetime_seconds == 20);
   CHECK(report.compute_seconds == 12);
   CHECK(report.restarting_seconds == 1.5);
+  CHECK(report.throttled_seconds == 0.25);
+  CHECK(report.overhead_seconds == 0.75);
+  CHECK(report.sent_compute_seconds == 10);
+  CHECK(report.held_compute_seconds == 1.25);
+  CHECK(report.left_compute_seconds == -0.5);  // less restored work than dropped: a signed sum
+  CHECK(report.idle_seconds == 3);
   auto control = std::get<LearnerControl>(round_trip(wrap(LearnerControl{8, ControlAction::resume_learner, "l3"})).body);
   CHECK(control.request_id == 8);
   CHECK(control.action == ControlAction::resume_learner);
