@@ -109,26 +109,31 @@ class ClusterProgressPrinter {
   ClusterProgressPrinter() : tty_(isatty(STDOUT_FILENO)) {}
 
   void print(const run::ProgressSample& p) {
+    // The figures the summary ends with: goodput to three decimals, and data-parallel's bytes (ring
+    // all-reduce, computed) over the bytes sent; "—" with one learner or nothing sent yet.
+    const double ratio = p.bytes_sent > 0 && p.bytes_ddp_equivalent > 0
+                             ? static_cast<double>(p.bytes_ddp_equivalent) / p.bytes_sent
+                             : std::nan("");
     if (tty_) {
       if (rows_ % 20 == 0) {
-        std::printf("%8s %8s %9s %10s %9s %6s %9s %7s %9s %8s %16s\n", "elapsed", "version", "tok/s", "train", "held-out",
-                    "bits/B", "alive", "goodput", "in flight", "restarts", "MB sent / DP eq.");
+        std::printf("%8s %8s %9s %10s %9s %6s %9s %7s %9s %8s %8s %9s\n", "elapsed", "version", "tok/s", "train",
+                    "held-out", "bits/B", "alive", "goodput", "in flight", "restarts", "MB sent", "DP/sent");
       }
-      std::printf("%7.1fs %8llu %9.0f %s %s %s %6d/%-2d %7.2f %9.2f %8lld %7.1f / %-8.1f\n", p.elapsed_s,
+      std::printf("%7.1fs %8llu %9.0f %s %s %s %6d/%-2d %7.3f %9.3f %8lld %8.1f %8sx\n", p.elapsed_s,
                   static_cast<unsigned long long>(p.version), p.tokens_per_s, shown(p.train_loss, 10, 4).c_str(),
                   shown(p.heldout_loss, 9, 4).c_str(), shown(p.heldout_bits_per_byte, 6, 3).c_str(), p.alive,
                   p.total, p.goodput, p.in_flight, static_cast<long long>(p.restarts), p.bytes_sent / 1e6,
-                  p.bytes_ddp_equivalent / 1e6);
+                  shown(ratio, 8, 0).c_str());
       ++rows_;
     } else {
       std::printf("progress elapsed_s=%.1f version=%llu tokens=%lld tokens_per_s=%.0f train_loss=%s heldout_loss=%s "
                   "heldout_bits_per_byte=%s alive=%d/%d goodput=%.3f in_flight=%.3f restarts=%lld rejected=%lld mb_sent=%.1f "
-                  "mb_ddp_equivalent=%.1f\n",
+                  "mb_ddp_equivalent=%.1f ddp_bytes_ratio=%s\n",
                   p.elapsed_s, static_cast<unsigned long long>(p.version), static_cast<long long>(p.tokens),
                   p.tokens_per_s, shown(p.train_loss, 0, 4).c_str(), shown(p.heldout_loss, 0, 4).c_str(),
                   shown(p.heldout_bits_per_byte, 0, 3).c_str(), p.alive, p.total, p.goodput, p.in_flight,
                   static_cast<long long>(p.restarts), static_cast<long long>(p.rejected), p.bytes_sent / 1e6,
-                  p.bytes_ddp_equivalent / 1e6);
+                  p.bytes_ddp_equivalent / 1e6, shown(ratio, 0, 1).c_str());
     }
     std::fflush(stdout);
   }
@@ -255,14 +260,9 @@ void print_summary_table(const json& s) {
 int run_data_parallel(const Config& config, const std::string& run_id, const fs::path& run_dir,
                       const training::BlasReport& blas, const training::Corpus& corpus, bool json_line) {
   auto log = component_logger("train");
-  std::error_code ec;
-  const auto binary = fs::read_symlink("/proc/self/exe", ec);
-  if (ec) {
-    log->error("cannot find this program's file to start the workers: {}", ec.message());
-    return 1;
-  }
   run::DataParallelJobOptions options;
-  options.binary = binary.string();
+  // The workers exec the very file this process runs, even if a rebuild has replaced its path since.
+  options.binary = "/proc/self/exe";
   options.config_file = run_dir / "config.toml";
   options.run_dir = run_dir;
   options.world = config.run.learners;

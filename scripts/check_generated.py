@@ -98,6 +98,9 @@ def commands(readme, text, fail):
                 command = [PYTHON, generator]
                 for run in runs:
                     command += ["--run", *run]
+                gloo = re.search(r'\(`train\.mode = "ddp"`, from `([^`]+)`\)', body)
+                if gloo:
+                    command += ["--gloo", gloo.group(1)]
                 out.append((name, command + ["--using", *using.groups(), "--readme", "{file}"]))
             # one run of the script writes both of its sections: the using-model section is checked with it
         elif generator in SECTION_SCRIPTS:

@@ -12,7 +12,8 @@ built at; CPU: the CPU it ran on, as /proc/cpuinfo's "model name" says, and the 
         --run bench/results/default-run/default-run-DATE-fp32.json COMMIT "CPU (2-core VM)"
 
 Each `--run` names one `./dev.sh run --json` summary; its `precision` says which CPU kind it
-stands for. With one `--run` the paragraph says that no result of the other kind is recorded yet.
+stands for. `--gloo FILE` names a measured data-parallel job (`train --set train.mode=ddp` at one
+run's tokens, learners and model): that run's ratio is then against its measured bytes. With one `--run` the paragraph says that no result of the other kind is recorded yet.
 "Using the trained model" stays on its own run, sample and eval files unless given:
 `--using RUN SAMPLE EVAL COMMIT` (the sample and eval commands run on that run's directory).
 `--readme FILE` writes another file than README.md (scripts/check_generated.py runs this on a copy).
@@ -40,14 +41,20 @@ def replace(text, name, lines):
     return head + begin + "\n".join(lines) + "\n" + end + tail
 
 
-def run_sentence(path, run, commit, cpu):
+def run_sentence(path, run, commit, cpu, gloo=None):
     t = run["tokenizer"]
     tokenizer = (f"{t['vocab']} SentencePiece BPE pieces trained on the corpus, {t['heldout_bytes_per_token']:.2f} bytes "
                  f"per held-out token" if t["kind"] == "spm" else "byte-level tokens")
     mb = 1e6
-    base, basis = figures.baseline(run)
+    measured = gloo[1] if gloo and matches(run, gloo[1]) else None
+    base, basis = figures.baseline(run, measured)
     if base is None:
         against = "one learner: data-parallel would send nothing, so no ratio is given"
+    elif measured is not None:
+        against = (f"where the data-parallel job on gloo (`train.mode = \"ddp\"`, from `{gloo[0]}`) sent "
+                   f"{base / mb:,.0f} MB for the same tokens, measured on its sockets "
+                   f"({figures.ring_bytes(run) / mb:,.0f} MB by the ring formula): "
+                   f"**{figures.fmt_ratio(figures.ddp_ratio(run, measured))}** as many bytes")
     else:
         against = (f"where {figures.RING_TEXT} would send {base / mb:,.0f} MB ({basis}), "
                    f"**{figures.fmt_ratio(figures.ddp_ratio(run))}** as many bytes for the same tokens")
@@ -65,8 +72,16 @@ def run_sentence(path, run, commit, cpu):
         f"({run['bytes_up'] / mb:.1f} up, {run['bytes_down'] / mb:.1f} down), {against}.")
 
 
-def default_run(runs):
-    """runs: [(path, summary, commit, cpu)], at most one per precision."""
+def matches(run, gloo):
+    """A measured data-parallel job stands for a run's baseline only at the same tokens, learners and model."""
+    g = figures.summary_of(gloo)
+    return (g.get("tokens") == run["tokens"] and g.get("learners") == run["learners"]
+            and g.get("parameters") == run["parameters"])
+
+
+def default_run(runs, gloo=None):
+    """runs: [(path, summary, commit, cpu)], at most one per precision; gloo: (path, summary) of a measured
+    data-parallel job, the baseline of the run it matches."""
     by = {}
     for r in runs:
         if r[1]["precision"] in by:
@@ -76,12 +91,12 @@ def default_run(runs):
     for kind in ("bf16", "fp32"):
         if kind in by:
             path, run, commit, cpu = by[kind]
-            lines.append(run_sentence(path, run, commit, cpu))
+            lines.append(run_sentence(path, run, commit, cpu, gloo))
         else:
             lines.append(f"- **{kind}**, on {KINDS[kind]}: no {kind}-CPU result recorded yet.")
     for kind, r in by.items():
         if kind not in KINDS:
-            lines.append(run_sentence(r[0], r[1], r[2], r[3]))
+            lines.append(run_sentence(r[0], r[1], r[2], r[3], gloo))
     return lines
 
 
@@ -118,12 +133,14 @@ def using_model(run_path, sample_path, eval_path, commit):
 def main(argv):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--run", nargs=3, action="append", metavar=("FILE", "COMMIT", "CPU"), required=True)
+    ap.add_argument("--gloo", metavar="FILE", help="a measured data-parallel job (train.mode = ddp) at one run's tokens")
     ap.add_argument("--using", nargs=4, metavar=("RUN", "SAMPLE", "EVAL", "COMMIT"), default=USING)
     ap.add_argument("--readme", default="README.md")
     args = ap.parse_args(argv)
     runs = [(path, json.load(open(path)), commit, cpu) for path, commit, cpu in args.run]
     text = open(args.readme).read()
-    text = replace(text, "default-run", default_run(runs))
+    gloo = (args.gloo, json.load(open(args.gloo))) if args.gloo else None
+    text = replace(text, "default-run", default_run(runs, gloo))
     open(args.readme, "w").write(replace(text, "using-model", using_model(*args.using)))
 
 

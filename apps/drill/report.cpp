@@ -208,6 +208,15 @@ json result_of(const DrillOutcome& o) {
                {"heldout_loss", {{"initial", diloco.initial_loss}, {"diloco", diloco.final_loss}}},
                {"wall_s", diloco.wall_s}, {"coordinator_down_s", diloco.coordinator_down_s},
                {"report", (o.report_dir / "report.md").string()}};
+  if (o.runs.count(DrillVariant::gloo)) {
+    const RunResult& g = o.runs.at(DrillVariant::gloo);
+    const json& s = g.final_summary;
+    line["ddp_gloo_job"] = {{"kills", g.kills}, {"restarts", s.value("restarts", int64_t{0})},
+                            {"steps", s.value("steps", int64_t{0})}, {"bytes_sent", s.value("bytes_sent", int64_t{0})},
+                            {"kept_step_s", s.value("kept_step_s", 0.0)}, {"allocated_s", s.value("allocated_s", 0.0)},
+                            {"faults", s.value("faults", json::array())},
+                            {"not_applicable", s.value("not_applicable", json::array())}};
+  }
   line["skipped_faults"] = json::object();
   for (const auto& [variant, r] : o.runs) line["skipped_faults"][drill_variant_name(variant)] = r.skipped;
   for (const auto& [variant, r] : o.runs) {

@@ -57,6 +57,15 @@ TEST_CASE("the CI drill: every fault recovered within its bound, every invariant
   // The fields a caller reads.
   REQUIRE(result["goodput"]["diloco"].is_number());
   REQUIRE(result["goodput"]["ddp"].is_number());
+  // The real data-parallel job ran under the same schedule: every kill landed on its workers and
+  // restarted the whole job; its goodput is its own measurement.
+  REQUIRE(result["goodput"]["ddp_gloo"].is_number());
+  CHECK(result["goodput"]["ddp_gloo"].get<double>() > 0);
+  CHECK(result["goodput"]["ddp_gloo"].get<double>() < result["goodput"]["fault_free"].get<double>());
+  CHECK(result["ddp_gloo_job"]["kills"] == 4);  // learner-N's worker, node-1's two, rank 0
+  CHECK(result["ddp_gloo_job"]["restarts"].get<int>() >= 1);
+  CHECK(result["ddp_gloo_job"]["bytes_sent"].get<int64_t>() > 0);
+  CHECK(result["ddp_gloo_job"]["not_applicable"].size() == 1);  // the corrupted update
   REQUIRE(result["invariants_total"].is_number_integer());
   CHECK(result["invariants_passed"] == result["invariants_total"]);
   CHECK(result["invariants_total"].get<int>() >= 7);
