@@ -111,18 +111,23 @@ class ClusterProgressPrinter {
   void print(const run::ProgressSample& p) {
     // The figures the summary ends with: goodput to three decimals, and data-parallel's bytes (ring
     // all-reduce, computed) over the bytes sent; "—" with one learner or nothing sent yet.
-    const double ratio = p.bytes_sent > 0 && p.bytes_ddp_equivalent > 0
+    // Shown once a round beyond the start has been committed: before, the learners have sent next to
+    // nothing and the cumulative ratio means nothing yet.
+    const bool rounds_done = p.version > p.operator_view.value("start_version", uint64_t{0});
+    const double ratio = rounds_done && p.bytes_sent > 0 && p.bytes_ddp_equivalent > 0
                              ? static_cast<double>(p.bytes_ddp_equivalent) / p.bytes_sent
                              : std::nan("");
+    // Merged plus in flight: what goodput becomes if the work on its way is merged, as in a clean run.
+    const double with_in_flight = p.goodput + p.in_flight;
     if (tty_) {
       if (rows_ % 20 == 0) {
-        std::printf("%8s %8s %9s %10s %9s %6s %9s %7s %9s %8s %8s %9s\n", "elapsed", "version", "tok/s", "train",
-                    "held-out", "bits/B", "alive", "goodput", "in flight", "restarts", "MB sent", "DP/sent");
+        std::printf("%8s %8s %9s %10s %9s %6s %9s %7s %10s %8s %8s %9s\n", "elapsed", "version", "tok/s", "train",
+                    "held-out", "bits/B", "alive", "goodput", "+in flight", "restarts", "MB sent", "DP/sent");
       }
-      std::printf("%7.1fs %8llu %9.0f %s %s %s %6d/%-2d %7.3f %9.3f %8lld %8.1f %8sx\n", p.elapsed_s,
+      std::printf("%7.1fs %8llu %9.0f %s %s %s %6d/%-2d %7.3f %10.3f %8lld %8.1f %8sx\n", p.elapsed_s,
                   static_cast<unsigned long long>(p.version), p.tokens_per_s, shown(p.train_loss, 10, 4).c_str(),
                   shown(p.heldout_loss, 9, 4).c_str(), shown(p.heldout_bits_per_byte, 6, 3).c_str(), p.alive,
-                  p.total, p.goodput, p.in_flight, static_cast<long long>(p.restarts), p.bytes_sent / 1e6,
+                  p.total, p.goodput, with_in_flight, static_cast<long long>(p.restarts), p.bytes_sent / 1e6,
                   shown(ratio, 8, 0).c_str());
       ++rows_;
     } else {

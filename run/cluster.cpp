@@ -449,6 +449,14 @@ Expected<ClusterResult> LocalCluster::run(const std::function<void(const Progres
       result.tokens, impl.tokens_per_learner_step / (diloco::data_parallel(run.mode) ? run.learners : 1), result.parameters,
       run.learners);
   result.goodput = goodput_of(last, result.wall_s);
+  // The progress table's last row is the summary's: the final version scored, the ledger at the end.
+  auto final_row = sample(last);
+  final_row.elapsed_s = result.wall_s;
+  final_row.goodput = result.goodput.goodput();
+  final_row.in_flight = result.goodput.allocated_s > 0 ? result.goodput.seconds.in_flight / result.goodput.allocated_s : 0;
+  final_row.heldout_loss = result.heldout_loss;
+  result.curve.push_back(final_row);
+  if (progress) progress(final_row);
   result.restarts = last.learners.restarts;
   result.infrastructure_restarts = last.root.restarts;
   result.rejected_updates = last.syncer.rejected_total;

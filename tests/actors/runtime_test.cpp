@@ -96,14 +96,20 @@ TEST_CASE("a decoupled run without faults has goodput of at least 0.95 by the le
   for (const auto& [id, slot] : result->details["monitor"]["slots"].items()) compute_s += slot["times"]["compute_s"].get<double>();
   const auto& s = ledger.seconds;
   CHECK(s.merged + s.rejected + s.in_flight + s.lost == doctest::Approx(compute_s).epsilon(1e-6));
-  // Live goodput: the last progress row (taken while the run went on, from the same ledger) reads
-  // within 0.05 of the summary's.
-  REQUIRE(rows.size() >= 2);
-  const auto& last_row = rows.back();
+  // The table ends where the summary ends: its last row is taken after the drain and the final
+  // evaluation, from the final ledger.
+  REQUIRE(rows.size() >= 3);
+  CHECK(rows.back().goodput == doctest::Approx(ledger.goodput()).epsilon(1e-12));
+  CHECK(rows.back().heldout_loss == result->heldout_loss);
+  CHECK(rows.back().version == result->final_version);
+  // Live goodput: the last row taken while the run went on (from the same ledger) reads within
+  // 0.05 of the summary's, merged alone and merged plus in flight.
+  const auto& last_row = rows[rows.size() - 2];
   CAPTURE(last_row.elapsed_s);
   CAPTURE(last_row.in_flight);
   CHECK(last_row.version > result->start_version);  // the first round had merged
   CHECK(std::abs(last_row.goodput - ledger.goodput()) < 0.05);
+  CHECK(std::abs(last_row.goodput + last_row.in_flight - ledger.goodput()) < 0.05);
   // In flight: the learners' unsent work and updates sent, not merged yet. The syncer's and the
   // monitor's replies are two moments (the syncer's first): at most a heartbeat's work apart.
   CHECK(last_row.in_flight > -0.005);
