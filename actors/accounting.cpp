@@ -145,7 +145,8 @@ Ledger ledger_from_status(double wall_s, const std::vector<std::string>& slot_id
     s.left_compute_s = share * t.left_compute_s;
     s.running = slot != monitor.slots.end() && slot->second.state == slot_state_name(messages::SlotState::running);
     s.restarting_s = share * t.restarting_s;
-    s.idle_s = share * t.idle_s;
+    // A slot no process ever reported on: the monitor's clock saw it with no incarnation all along.
+    s.idle_s = share * (slot == monitor.slots.end() ? wall_s : t.idle_s);
     s.merged_compute_s = now.compute_merged_s - then.compute_merged_s;
     s.rejected_compute_s = now.compute_rejected_s - then.compute_rejected_s;
     times.push_back(s);
