@@ -54,14 +54,6 @@ std::string new_run_id() {
   return std::string(stamp) + "-" + suffix;
 }
 
-json to_json(const training::ProgressPoint& p) {
-  json j = {{"round", p.round}, {"steps", p.steps}, {"tokens", p.tokens}, {"elapsed_s", p.elapsed_s},
-            {"bytes_sent", p.bytes_sent}};
-  j["train_loss"] = std::isnan(p.train_loss) ? json(nullptr) : json(p.train_loss);
-  j["heldout_loss"] = std::isnan(p.heldout_loss) ? json(nullptr) : json(p.heldout_loss);
-  return j;
-}
-
 // Progress lines: an aligned table on a terminal, key=value lines otherwise (logs, pipes, CI).
 class ProgressPrinter {
  public:
@@ -263,7 +255,8 @@ void print_summary_table(const json& s) {
 // train.mode = "ddp" in the actor runtime's place: a data-parallel job of train.learners worker
 // processes on gloo, its bytes measured on their sockets.
 int run_data_parallel(const Config& config, const std::string& run_id, const fs::path& run_dir,
-                      const training::BlasReport& blas, const training::Corpus& corpus, bool json_line) {
+                      const training::BlasReport& blas, const training::Corpus& corpus, std::ofstream& metrics,
+                      bool json_line) {
   auto log = component_logger("train");
   run::DataParallelJobOptions options;
   // The workers exec the very file this process runs, even if a rebuild has replaced its path since.
@@ -281,10 +274,9 @@ int run_data_parallel(const Config& config, const std::string& run_id, const fs:
   options.checkpoint = run_dir / "ddp-checkpoint.bin";
   options.max_restarts = config.restart.max_restarts;
   ProgressPrinter printer;
-  std::ofstream metrics(run_dir / "metrics.jsonl", std::ios::app);
   auto result = run::run_data_parallel_job(options, [&](const training::ProgressPoint& point) {
     printer.print(point);
-    metrics << to_json(point).dump() << "\n" << std::flush;
+    metrics << run::to_json(point).dump() << "\n" << std::flush;
   });
   if (!result) {
     log->error("{}", result.error().reason);
@@ -415,7 +407,7 @@ int run_train(const TrainArguments& arguments) {
 
   std::ofstream metrics(run_dir / "metrics.jsonl", std::ios::app);
   if (config->engine == diloco::Engine::actors && diloco::data_parallel(config->run.mode)) {
-    return run_data_parallel(*config, run_id, run_dir, blas, *shared_corpus, arguments.json);
+    return run_data_parallel(*config, run_id, run_dir, blas, *shared_corpus, metrics, arguments.json);
   }
   if (config->engine == diloco::Engine::actors) {
     auto runtime = to_runtime_options(*config, run_dir.string(), resume);
@@ -519,7 +511,7 @@ int run_train(const TrainArguments& arguments) {
   setup.drop_seed = config->faults.seed;
   auto result = training::run_reference(setup, shared_corpus, [&](const training::ProgressPoint& point) {
     printer.print(point);
-    metrics << to_json(point).dump() << "\n" << std::flush;
+    metrics << run::to_json(point).dump() << "\n" << std::flush;
   });
   if (!result) {
     log->error("{}", result.error().reason);

@@ -67,12 +67,12 @@ pid_t find_data_parallel_worker(const fs::path& config_file, int rank) {
   return found.empty() ? 0 : found.front();
 }
 
-std::string progress_line(const training::ProgressPoint& p) {
-  return "progress " + json{{"round", p.round}, {"steps", p.steps}, {"tokens", p.tokens},
-                            {"train_loss", number(p.train_loss)}, {"heldout_loss", number(p.heldout_loss)},
-                            {"elapsed_s", p.elapsed_s}, {"bytes_sent", p.bytes_sent}}
-                               .dump();
+nlohmann::json to_json(const training::ProgressPoint& p) {
+  return {{"round", p.round}, {"steps", p.steps}, {"tokens", p.tokens}, {"train_loss", number(p.train_loss)},
+          {"heldout_loss", number(p.heldout_loss)}, {"elapsed_s", p.elapsed_s}, {"bytes_sent", p.bytes_sent}};
 }
+
+std::string progress_line(const training::ProgressPoint& p) { return "progress " + to_json(p).dump(); }
 
 std::optional<training::ProgressPoint> parse_progress_line(const std::string& line) {
   static const std::string prefix = "progress ";
@@ -141,11 +141,7 @@ Expected<DataParallelJobResult> run_data_parallel_job(const DataParallelJobOptio
   if (ec) return make_error(ErrorCode::io, "cannot create " + logs.string() + ": " + ec.message());
   const auto start = std::chrono::steady_clock::now();
   auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
-  auto now_ms = [] {
-    return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
-        .count();
-  };
-  const int64_t deadline_ms = options.max_seconds > 0 ? now_ms() + static_cast<int64_t>(options.max_seconds * 1000) : 0;
+  const int64_t deadline_ms = options.max_seconds > 0 ? training::unix_ms() + static_cast<int64_t>(options.max_seconds * 1000) : 0;
 
   std::vector<DataParallelRestart> restarts;
   std::vector<std::unique_ptr<ChildProcess>> workers;
@@ -228,7 +224,7 @@ Expected<DataParallelJobResult> run_data_parallel_job(const DataParallelJobOptio
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   follow();
-  const int64_t ended_ms = now_ms();
+  const int64_t ended_ms = training::unix_ms();
 
   DataParallelJobResult result;
   result.mode = diloco::Mode::ddp;
@@ -246,8 +242,6 @@ Expected<DataParallelJobResult> run_data_parallel_job(const DataParallelJobOptio
     result.store_bytes += report->store_bytes_sent + report->store_bytes_received;
     result.workers.push_back(*report);
   }
-  result.mode = diloco::Mode::ddp;
-  result.bytes_measured = true;
   result.bytes_ddp_equivalent = training::ring_allreduce_bytes(result.steps, options.world, result.parameters);
   result.restarts = restarts;
   result.kept_step_s = result.workers[0].kept_step_s;

@@ -18,6 +18,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "common/error.hpp"
 #include "training/data_parallel.hpp"
 #include "training/reference_engine.hpp"
@@ -79,6 +81,8 @@ pid_t find_data_parallel_worker(const std::filesystem::path& config_file, int ra
 // What a worker prints: progress lines ("progress " + JSON, rank 0) and, last, its result (one JSON
 // line); and their readers (nullopt: not such a line). Pure.
 std::string progress_line(const training::ProgressPoint& point);
+// A progress point as JSON (a progress line's, and a run's metrics.jsonl line); null for a loss not measured.
+nlohmann::json to_json(const training::ProgressPoint& point);
 std::optional<training::ProgressPoint> parse_progress_line(const std::string& line);
 std::string worker_result_line(const training::DataParallelResult& result);
 std::optional<DataParallelWorkerReport> parse_worker_result_line(const std::string& line,

@@ -24,10 +24,6 @@ using Clock = std::chrono::steady_clock;
 
 constexpr char kCheckpointMagic[8] = {'A', 'R', 'C', 'H', 'D', 'D', 'P', '1'};
 
-int64_t now_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 template <typename T>
 void put(std::vector<char>& out, const T* values, size_t count) {
@@ -106,6 +102,11 @@ Expected<DataParallelCheckpoint> decode_checkpoint(const std::vector<char>& byte
   c.optimizer.exp_avg.assign(floats + parameters, floats + parameters + moments);
   c.optimizer.exp_avg_sq.assign(floats + parameters + moments, floats + parameters + 2 * moments);
   return c;
+}
+
+int64_t unix_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
 }
 
 int64_t ring_allreduce_bytes(int64_t steps, int workers, int64_t parameters) {
@@ -283,13 +284,13 @@ Expected<DataParallelResult> run_data_parallel_worker(const ReferenceSetup& setu
   for (;;) {
     bool stop = step_limit > 0 && result.steps >= step_limit;
     if (!stop && (deadline_ms > 0 || run.max_seconds > 0)) {  // the workers' clocks differ: stop when any one's is out
-      int64_t spent = (deadline_ms > 0 ? now_ms() >= deadline_ms : elapsed() >= run.max_seconds) ? 1 : 0;
+      int64_t spent = (deadline_ms > 0 ? unix_ms() >= deadline_ms : elapsed() >= run.max_seconds) ? 1 : 0;
       if (Status voted = group.all_reduce_sum(&spent, 1); !voted) return voted.error();
       stop = spent > 0;
     }
     if (stop) break;
     const auto step_start = Clock::now();
-    if (result.first_step_at_ms == 0) result.first_step_at_ms = now_ms();
+    if (result.first_step_at_ms == 0) result.first_step_at_ms = unix_ms();
     auto stats = model.step_reduced(cursor.next(), reduce);
     if (!failed) return failed.error();
     result.kept_step_s += std::chrono::duration<double>(Clock::now() - step_start).count();

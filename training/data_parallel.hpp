@@ -41,6 +41,10 @@ struct WorkerBytes {
 // one worker. The figure every "× fewer bytes" is given against when no gloo job was measured.
 int64_t ring_allreduce_bytes(int64_t steps, int workers, int64_t parameters);
 
+// The system clock in ms since the epoch: the unit of a job's deadline and of its first step's time,
+// compared across the launcher's and the workers' processes.
+int64_t unix_ms();
+
 // This process's bytes so far, the sockets to `store_port` apart.
 Expected<WorkerBytes> measure_worker_bytes(int store_port);
 
