@@ -51,6 +51,18 @@ class LineFollower {
   size_t offset_ = 0;
 };
 
+// How much a worker's exit code says of the job's failure. A worker that lost a peer exits 1: a
+// consequence, restartable. A signal (a crash, a kill) is a cause, restartable. Anything else (2: a
+// bad configuration, 3: a corrupt checkpoint) is a cause that a restart would meet again.
+constexpr int kNotRestartable = 2;
+int cause_rank(int exit_code) {
+  if (exit_code == 1) return 0;
+  if (exit_code > 128) return 1;
+  return kNotRestartable;
+}
+// How long the launcher waits, once a worker has ended with 1, for the cause of it to end too.
+constexpr double kSettleSeconds = 2.0;
+
 }  // namespace
 
 pid_t find_data_parallel_worker(const fs::path& config_file, int rank) {
@@ -151,6 +163,11 @@ Expected<DataParallelJobResult> run_data_parallel_job(const DataParallelJobOptio
   auto start_workers = [&]() -> Status {
     workers.clear();  // SIGKILLs and reaps what still runs
     store.reset();
+    // A checkpoint that does not decode is refused here, before any worker starts: a restart would
+    // not mend it, and no worker's exit races another's to say so.
+    if (!options.checkpoint.empty()) {
+      if (auto checked = training::read_checkpoint(options.checkpoint.string()); !checked) return checked.error();
+    }
     auto started = training::RendezvousHost::start("127.0.0.1", 0);
     if (!started) return started.error();
     store = std::move(*started);
@@ -187,20 +204,31 @@ Expected<DataParallelJobResult> run_data_parallel_job(const DataParallelJobOptio
     follow();
     bool any_running = false;
     std::optional<DataParallelRestart> failure;
-    for (int rank = 0; rank < options.world; ++rank) {
-      auto& w = *workers[rank];
-      if (w.running()) {
-        any_running = true;
-      } else if (int code = w.wait(0); code != 0) {
-        // The cause rather than the peers that lost it: a worker a signal ended comes first.
-        if (!failure || (code > 128 && failure->exit_code <= 128)) failure = DataParallelRestart{elapsed(), rank, code};
+    auto look = [&] {
+      any_running = false;
+      for (int rank = 0; rank < options.world; ++rank) {
+        auto& w = *workers[rank];
+        if (w.running()) {
+          any_running = true;
+        } else if (int code = w.wait(0); code != 0) {
+          if (!failure || cause_rank(code) > cause_rank(failure->exit_code)) {
+            failure = DataParallelRestart{elapsed(), rank, code};
+          }
+        }
       }
-    }
+    };
+    look();
     if (failure) {
+      // A worker that lost its peer can end before the peer whose end caused it: the cause is awaited,
+      // boundedly, so that a corrupt checkpoint or a bad configuration is never taken for a lost peer.
+      const double settle_until = elapsed() + kSettleSeconds;
+      while (cause_rank(failure->exit_code) == 0 && any_running && elapsed() < settle_until) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        look();
+      }
       std::string reason = workers[failure->rank]->err();
       if (reason.size() > 600) reason = reason.substr(reason.size() - 600);
-      // A crash (a signal) or a lost peer (1) may be outlived; a bad configuration (2) or checkpoint (3) not.
-      const bool restartable = failure->exit_code == 1 || failure->exit_code > 128;
+      const bool restartable = cause_rank(failure->exit_code) < kNotRestartable;
       if (!restartable || static_cast<int>(restarts.size()) >= options.max_restarts) {
         return make_error(ErrorCode::unavailable, "data-parallel worker " + std::to_string(failure->rank) +
                                                       " exited with code " + std::to_string(failure->exit_code) +

@@ -104,6 +104,20 @@ Expected<DataParallelCheckpoint> decode_checkpoint(const std::vector<char>& byte
   return c;
 }
 
+Expected<std::optional<DataParallelCheckpoint>> read_checkpoint(const std::string& path) {
+  auto bytes = read_file(path);
+  if (!bytes) {
+    if (bytes.error().code == ErrorCode::not_found) return std::optional<DataParallelCheckpoint>();
+    return bytes.error();
+  }
+  auto decoded = decode_checkpoint(*bytes);
+  if (!decoded) {
+    return make_error(ErrorCode::corrupt,
+                      "checkpoint " + path + ": " + decoded.error().reason + " (move it away to start the job over)");
+  }
+  return std::optional<DataParallelCheckpoint>(std::move(*decoded));
+}
+
 int64_t unix_ms() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
       .count();
@@ -169,13 +183,9 @@ Expected<DataParallelResult> run_data_parallel_worker(const ReferenceSetup& setu
   start.parameters = model.read_parameters();
   bool resumed = false;
   if (rank == 0 && !checkpoint_path.empty()) {
-    auto bytes = read_file(checkpoint_path);
-    if (bytes) {
-      auto decoded = decode_checkpoint(*bytes);
-      if (!decoded) {
-        return make_error(ErrorCode::corrupt, "checkpoint " + checkpoint_path + ": " + decoded.error().reason +
-                                                  " (move it away to start the job over)");
-      }
+    auto read = read_checkpoint(checkpoint_path);
+    if (!read) return read.error();
+    if (auto& decoded = *read) {
       if (static_cast<int64_t>(decoded->parameters.size()) != parameter_count) {
         return make_error(ErrorCode::inconsistent, "checkpoint " + checkpoint_path + " holds " +
                                                        std::to_string(decoded->parameters.size()) +

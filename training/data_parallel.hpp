@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -76,6 +77,10 @@ struct DataParallelCheckpoint {
 std::vector<char> encode_checkpoint(const DataParallelCheckpoint& checkpoint);
 // corrupt: a checksum or size that does not match (the reason says which).
 Expected<DataParallelCheckpoint> decode_checkpoint(const std::vector<char>& bytes);
+// The checkpoint at `path`, or none when there is no file there. A file that does not decode is
+// corrupt, with the path, the reason and what to do in the message: the workers' rank 0 and the
+// launcher, which checks it before it starts an incarnation, refuse it in the same words.
+Expected<std::optional<DataParallelCheckpoint>> read_checkpoint(const std::string& path);
 
 // Progress of rank 0 (every worker calls it; only rank 0 evaluates): `bytes_sent` there is the
 // job's measured total, summed over the workers at that point.

@@ -206,6 +206,7 @@ TEST_CASE("a corrupt data-parallel checkpoint is refused with its reason, never 
   CHECK(outcome.out.find("ddp-checkpoint.bin") != std::string::npos);
   CHECK(outcome.out.find("move it away") != std::string::npos);
   CHECK(outcome.out.find("restarting every worker") == std::string::npos);  // a restart would not mend it
+  CHECK(outcome.out.find("data-parallel workers on gloo") == std::string::npos);  // refused before any worker starts
   CHECK(fs::file_size(dir / "run" / "ddp-checkpoint.bin") == std::string("ARCHDDP1 but not the rest").size());
   fs::remove_all(dir);
 }
