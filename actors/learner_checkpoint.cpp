@@ -1,17 +1,14 @@
 #include "actors/learner_checkpoint.hpp"
 
-#include <cerrno>
 #include <cmath>
-#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <iterator>
 
-#include <fcntl.h>
-#include <unistd.h>
 #include <xxhash.h>
 
 #include "common/byte_io.hpp"
+#include "common/files.hpp"
 
 namespace archipelago::actors {
 namespace {
@@ -55,10 +52,6 @@ Status get_floats(ByteReader& in, std::vector<float>& values, uint64_t expected,
   return {};
 }
 
-Status io_error(const std::string& what, const std::string& path) {
-  return make_error(ErrorCode::io, what + " " + path + ": " + std::strerror(errno));
-}
-
 }  // namespace
 
 std::string learner_checkpoint_path(const std::string& directory, const std::string& learner_id) {
@@ -89,34 +82,7 @@ Status save_learner_checkpoint(const std::string& path, const LearnerCheckpoint&
   }
   put_le(bytes, XXH3_64bits(bytes.data(), bytes.size()), 8);
 
-  const std::string temporary = path + ".tmp";
-  const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return io_error("cannot create", temporary);
-  size_t written = 0;
-  while (written < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + written, bytes.size() - written);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      Status failed = io_error("cannot write", temporary);
-      ::close(fd);
-      ::unlink(temporary.c_str());
-      return failed;
-    }
-    written += static_cast<size_t>(n);
-  }
-  if (sync && ::fdatasync(fd) != 0) {
-    Status failed = io_error("cannot sync", temporary);
-    ::close(fd);
-    ::unlink(temporary.c_str());
-    return failed;
-  }
-  ::close(fd);
-  if (::rename(temporary.c_str(), path.c_str()) != 0) {
-    Status failed = io_error("cannot rename into", path);
-    ::unlink(temporary.c_str());
-    return failed;
-  }
-  return {};
+  return write_file_atomically(path, bytes, sync);
 }
 
 Expected<LearnerCheckpoint> load_learner_checkpoint(const std::string& path, int64_t parameter_count,

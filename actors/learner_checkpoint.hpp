@@ -12,8 +12,9 @@
 // from θ_G,p + u_p, so a checkpoint older than the newest version loses nothing committed since.
 //
 // File: "<dir>/<learner-id>.ckpt", little-endian, an XXH3-64 checksum over everything before it. It is
-// written to "<name>.tmp" and renamed, so the visible name never holds a partial file; `sync` adds an
-// fdatasync (without it the file survives a process kill, not a power loss). Loading checks the
+// written by write_file_atomically (common/files.hpp): aside and renamed, so the visible name never
+// holds a partial file; `sync` adds an fdatasync (without it the file survives a process kill, not a
+// power loss). Loading checks the
 // checksum, the layout (parameter count, fragment sizes) and that every value is finite; a bad file is
 // refused with the reason and the learner starts from the global model alone. Pure; any thread.
 #pragma once

@@ -1,37 +1,44 @@
-// Whole-file reads and writes that a crash cannot leave half done.
+// Whole-file reads and writes that a crash cannot leave half done, and a reader of the lines a file
+// grows by (a child process's output, a log another process appends to).
 #pragma once
 
+#include <cstddef>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "common/error.hpp"
 
 namespace archipelago {
 
 // The file's bytes; not_found with the path named when it cannot be opened.
-inline Expected<std::string> read_whole_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return make_error(ErrorCode::not_found, "cannot open " + path);
-  std::ostringstream out;
-  out << in.rdbuf();
-  return out.str();
-}
+Expected<std::string> read_whole_file(const std::string& path);
 
-// Writes `bytes` to <path>.partial, then renames it over `path`: a reader sees the old file or the
-// whole new one, never a part.
-inline Status write_file_atomically(const std::string& path, const std::string& bytes) {
-  const std::string partial = path + ".partial";
-  {
-    std::ofstream out(partial, std::ios::binary);
-    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-    if (!out.flush()) return make_error(ErrorCode::io, "cannot write " + partial);
-  }
-  std::error_code ec;
-  std::filesystem::rename(partial, path, ec);
-  if (ec) return make_error(ErrorCode::io, "cannot write " + path + ": " + ec.message());
-  return {};
-}
+// Where write_file_atomically writes before it renames: "<path>.partial".
+std::string partial_path(const std::string& path);
+
+// Writes `bytes` to partial_path(path), then renames it over `path`: a reader sees the old file or
+// the whole new one, never a part, and a failed write leaves no partial file behind. `sync` adds an
+// fdatasync before the rename: without it the file survives a process kill, not a power loss.
+Status write_file_atomically(const std::string& path, std::string_view bytes, bool sync = false);
+
+// Reads what a file grew by since the last call, line by line; a partial last line waits until it
+// is whole. A file that does not exist yet reads as empty.
+class LineTail {
+ public:
+  explicit LineTail(std::filesystem::path path = {}) : path_(std::move(path)) {}
+  // Follows `path` from its start.
+  void reset(std::filesystem::path path);
+  // Goes on after what the file holds now, a partial last line included (what another writer
+  // appends next starts a line of its own).
+  void skip_existing();
+  std::vector<std::string> lines();
+
+ private:
+  std::filesystem::path path_;
+  size_t offset_ = 0;
+  std::string partial_;
+};
 
 }  // namespace archipelago

@@ -2,13 +2,13 @@
 
 #include <chrono>
 #include <cmath>
-#include <fstream>
 #include <memory>
 #include <thread>
 
 #include <nlohmann/json.hpp>
 
 #include "common/child_process.hpp"
+#include "common/files.hpp"
 #include "common/log.hpp"
 #include "training/gloo_group.hpp"
 
@@ -20,36 +20,6 @@ namespace {
 
 json number(double v) { return std::isfinite(v) ? json(v) : json(nullptr); }
 double number_of(const json& j) { return j.is_number() ? j.get<double>() : std::nan(""); }
-
-// Reads the lines a file gained since the last call (a worker's stdout while it runs).
-class LineFollower {
- public:
-  explicit LineFollower(fs::path path) : path_(std::move(path)) {}
-  // Starts after what the file holds now (an appended file's earlier lines).
-  void skip_existing() {
-    std::error_code ec;
-    const auto size = fs::file_size(path_, ec);
-    offset_ = ec ? 0 : static_cast<size_t>(size);
-  }
-  std::vector<std::string> new_lines() {
-    std::ifstream in(path_, std::ios::binary);
-    std::vector<std::string> lines;
-    if (!in) return lines;
-    in.seekg(static_cast<std::streamoff>(offset_));
-    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    size_t start = 0;
-    for (size_t end = text.find('\n'); end != std::string::npos; end = text.find('\n', start)) {
-      lines.push_back(text.substr(start, end - start));
-      start = end + 1;
-    }
-    offset_ += start;  // a partial last line is read again when it is whole
-    return lines;
-  }
-
- private:
-  fs::path path_;
-  size_t offset_ = 0;
-};
 
 // How much a worker's exit code says of the job's failure. A worker that lost a peer exits 1: a
 // consequence, restartable. A signal (a crash, a kill) is a cause, restartable. Anything else (2: a
@@ -194,9 +164,9 @@ Expected<DataParallelJobResult> run_data_parallel_job(const DataParallelJobOptio
   };
   if (Status started = start_workers(); !started) return started.error();
 
-  auto rank0 = std::make_unique<LineFollower>(workers[0]->out_path());
+  LineTail rank0(workers[0]->out_path());  // every incarnation's rank 0 appends to the same file
   auto follow = [&] {
-    for (const auto& line : rank0->new_lines()) {
+    for (const auto& line : rank0.lines()) {
       if (auto point = parse_progress_line(line); point && progress) progress(*point);
     }
   };
@@ -239,8 +209,7 @@ Expected<DataParallelJobResult> run_data_parallel_job(const DataParallelJobOptio
                 failure->rank, failure->exit_code, failure->at_s);
       restarts.push_back(*failure);
       follow();
-      rank0 = std::make_unique<LineFollower>(workers[0]->out_path());
-      rank0->skip_existing();  // the new incarnation appends to the same file
+      rank0.skip_existing();  // a killed worker's partial last line is not the start of the next one's
       if (Status started = start_workers(); !started) return started.error();
       continue;
     }

@@ -2,15 +2,11 @@
 
 #include <xxhash.h>
 
-#include <unistd.h>
-
-#include <cerrno>
 #include <chrono>
 #include <cmath>
-#include <cstdio>
 #include <cstring>
-#include <fstream>
 
+#include "common/files.hpp"
 #include "common/log.hpp"
 #include "common/socket_bytes.hpp"
 #include "training/exported_model.hpp"
@@ -24,38 +20,16 @@ using Clock = std::chrono::steady_clock;
 
 constexpr char kCheckpointMagic[8] = {'A', 'R', 'C', 'H', 'D', 'D', 'P', '1'};
 
-
+// The values as they are in memory (IEEE-754, little-endian hosts).
 template <typename T>
-void put(std::vector<char>& out, const T* values, size_t count) {
-  const char* bytes = reinterpret_cast<const char*>(values);
-  out.insert(out.end(), bytes, bytes + count * sizeof(T));
-}
-
-// Reads the file whole; not_found when there is none.
-Expected<std::vector<char>> read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return make_error(ErrorCode::not_found, "no checkpoint at " + path);
-  return std::vector<char>((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
-
-// Written aside, flushed to disk and renamed: a crash leaves the old checkpoint or the new one.
-Status write_file(const std::string& path, const std::vector<char>& bytes) {
-  const std::string aside = path + ".tmp";
-  std::FILE* file = std::fopen(aside.c_str(), "wb");
-  if (!file) return make_error(ErrorCode::io, "cannot write " + aside + ": " + std::strerror(errno));
-  const bool written = std::fwrite(bytes.data(), 1, bytes.size(), file) == bytes.size() && std::fflush(file) == 0 &&
-                       fsync(fileno(file)) == 0;
-  std::fclose(file);
-  if (!written || std::rename(aside.c_str(), path.c_str()) != 0) {
-    return make_error(ErrorCode::io, "cannot write checkpoint " + path + ": " + std::strerror(errno));
-  }
-  return {};
+void put(std::string& out, const T* values, size_t count) {
+  out.append(reinterpret_cast<const char*>(values), count * sizeof(T));
 }
 
 }  // namespace
 
-std::vector<char> encode_checkpoint(const DataParallelCheckpoint& c) {
-  std::vector<char> out(kCheckpointMagic, kCheckpointMagic + sizeof kCheckpointMagic);
+std::string encode_checkpoint(const DataParallelCheckpoint& c) {
+  std::string out(kCheckpointMagic, sizeof kCheckpointMagic);
   const int64_t header[5] = {c.steps, static_cast<int64_t>(c.parameters.size()), c.optimizer.adam_steps,
                              c.optimizer.schedule_steps, static_cast<int64_t>(c.optimizer.exp_avg.size())};
   put(out, header, 5);
@@ -70,7 +44,7 @@ std::vector<char> encode_checkpoint(const DataParallelCheckpoint& c) {
   return out;
 }
 
-Expected<DataParallelCheckpoint> decode_checkpoint(const std::vector<char>& bytes) {
+Expected<DataParallelCheckpoint> decode_checkpoint(const std::string& bytes) {
   const size_t header_size = sizeof kCheckpointMagic + 5 * sizeof(int64_t) + 2 * sizeof(double) + sizeof(int64_t);
   if (bytes.size() < header_size + sizeof(uint64_t) ||
       std::memcmp(bytes.data(), kCheckpointMagic, sizeof kCheckpointMagic) != 0) {
@@ -105,7 +79,7 @@ Expected<DataParallelCheckpoint> decode_checkpoint(const std::vector<char>& byte
 }
 
 Expected<std::optional<DataParallelCheckpoint>> read_checkpoint(const std::string& path) {
-  auto bytes = read_file(path);
+  auto bytes = read_whole_file(path);
   if (!bytes) {
     if (bytes.error().code == ErrorCode::not_found) return std::optional<DataParallelCheckpoint>();
     return bytes.error();
@@ -283,7 +257,9 @@ Expected<DataParallelResult> run_data_parallel_worker(const ReferenceSetup& setu
     if (!checkpoint_path.empty()) {
       DataParallelCheckpoint c{result.steps, result.initial_heldout_loss, result.kept_step_s, result.first_step_at_ms,
                                model.read_parameters(), model.export_optimizer_state()};
-      if (Status written = write_file(checkpoint_path, encode_checkpoint(c)); !written) return written;
+      if (Status written = write_file_atomically(checkpoint_path, encode_checkpoint(c), true); !written) {
+        return written;
+      }
     }
     train_loss_sum = 0;
     train_loss_count = 0;

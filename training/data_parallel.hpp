@@ -8,8 +8,8 @@
 // Bytes are measured on the worker's own TCP sockets (kernel counters, common/socket_bytes.hpp):
 // the gloo pairs apart from the store connection. A worker that loses a peer fails with the
 // collective's error; a non-elastic job restarts every worker from its last checkpoint: rank 0
-// writes one at every report (parameters, AdamW state, steps; xxh64-checked, written aside and
-// renamed), reads it at start and broadcasts it, so the workers need no shared file system. A
+// writes one at every report (parameters, AdamW state, steps; XXH3-64-checked, written aside,
+// synced and renamed), reads it at start and broadcasts it, so the workers need no shared file system. A
 // worker's data cursor is its step count, so a resumed job reads the batches it would have read.
 #pragma once
 
@@ -54,7 +54,7 @@ Expected<WorkerBytes> measure_worker_bytes(int store_port);
 struct DataParallelResult : RunSummary {
   int rank = 0;
   WorkerBytes bytes;
-  uint64_t parameter_digest = 0;  // xxh64 of the final fp32 parameters: equal on every rank
+  uint64_t parameter_digest = 0;  // XXH3-64 of the final fp32 parameters: equal on every rank
   int64_t broadcast_bytes = 0;    // of the start-up broadcast, part of bytes.sent / received
   int64_t resumed_from_step = 0;  // the checkpoint's step this worker started from (0: none)
   // Goodput, measured: the wall time of the steps in the final parameters (a step's time on this
@@ -74,9 +74,9 @@ struct DataParallelCheckpoint {
   std::vector<float> parameters;
   OptimizerState optimizer;
 };
-std::vector<char> encode_checkpoint(const DataParallelCheckpoint& checkpoint);
+std::string encode_checkpoint(const DataParallelCheckpoint& checkpoint);
 // corrupt: a checksum or size that does not match (the reason says which).
-Expected<DataParallelCheckpoint> decode_checkpoint(const std::vector<char>& bytes);
+Expected<DataParallelCheckpoint> decode_checkpoint(const std::string& bytes);
 // The checkpoint at `path`, or none when there is no file there. A file that does not decode is
 // corrupt, with the path, the reason and what to do in the message: the workers' rank 0 and the
 // launcher, which checks it before it starts an incarnation, refuse it in the same words.

@@ -4,12 +4,15 @@
 
 #include <chrono>
 #include <cmath>
+#include <optional>
 #include <cstdlib>
 #include <thread>
 
 #include <nlohmann/json.hpp>
 
+#include "apps/drill/observer.hpp"
 #include "common/child_process.hpp"
+#include "common/files.hpp"
 #include "run/data_parallel_job.hpp"
 
 namespace archipelago::apps::drill {
@@ -82,15 +85,12 @@ RunResult run_gloo_baseline(const DrillConfig& c, const std::vector<Fault>& sche
   // Progress lines ("progress round=R steps=S ..."): the schedule's zero is the first.
   double origin = -1;
   int64_t last_steps = 0;
-  size_t read_to = 0;
+  LineTail out(train.out_path());
   auto read_progress = [&] {
-    const std::string out = train.out();
-    for (size_t end = out.find('\n', read_to); end != std::string::npos; end = out.find('\n', read_to)) {
-      const std::string line = out.substr(read_to, end - read_to);
-      read_to = end + 1;
-      const auto at = line.find(" steps=");
-      if (line.rfind("progress ", 0) != 0 || at == std::string::npos) continue;
-      last_steps = std::atoll(line.c_str() + at + 7);
+    for (const auto& line : out.lines()) {
+      const auto steps = line.rfind("progress ", 0) == 0 ? progress_field(line, "steps") : std::nullopt;
+      if (!steps) continue;
+      last_steps = static_cast<int64_t>(*steps);
       if (origin < 0) origin = since_launch();
     }
   };
@@ -115,6 +115,15 @@ RunResult run_gloo_baseline(const DrillConfig& c, const std::vector<Fault>& sche
   };
   std::vector<Pending> pending;
   auto now = [&] { return since_launch() - origin; };
+  // Resumes the workers of every freeze or slowdown whose time is up.
+  auto resume_due = [&] {
+    for (auto& p : pending) {
+      if (p.resume_at_s >= 0 && now() >= p.resume_at_s) {
+        for (pid_t pid : p.stopped) kill(pid, SIGCONT);
+        p.resume_at_s = -1;
+      }
+    }
+  };
   for (size_t i = 0; i < schedule.size(); ++i) {
     const Fault& f = schedule[i];
     const auto ranks = ranks_of(c, f, i);
@@ -125,12 +134,7 @@ RunResult run_gloo_baseline(const DrillConfig& c, const std::vector<Fault>& sche
     // Until the fault's time: follow progress, resume what a freeze stopped.
     while (now() < f.at_s && train.running()) {
       read_progress();
-      for (auto& p : pending) {
-        if (p.resume_at_s >= 0 && now() >= p.resume_at_s) {
-          for (pid_t pid : p.stopped) kill(pid, SIGCONT);
-          p.resume_at_s = -1;
-        }
-      }
+      resume_due();
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
     if (!train.running()) break;
@@ -174,11 +178,8 @@ RunResult run_gloo_baseline(const DrillConfig& c, const std::vector<Fault>& sche
   const double end_by = duration_s + startup_allowance_s + 600;
   while (train.running() && since_launch() < end_by) {
     read_progress();
-    for (auto& p : pending) {
-      if (p.resume_at_s >= 0 && now() >= p.resume_at_s) {
-        for (pid_t pid : p.stopped) kill(pid, SIGCONT);
-        p.resume_at_s = -1;
-      }
+    resume_due();
+    for (const auto& p : pending) {
       if (std::isnan(recovered[p.fault]) && last_steps > p.steps) recovered[p.fault] = now() - p.at_s;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));

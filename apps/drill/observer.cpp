@@ -3,17 +3,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
-#include <fstream>
-#include <iterator>
 #include <optional>
 
 namespace archipelago::apps::drill {
-namespace {
 
 using nlohmann::json;
 
-// `key=value` of a progress line, or nullopt.
-std::optional<double> field(const std::string& line, const std::string& key) {
+std::optional<double> progress_field(const std::string& line, const std::string& key) {
   auto at = line.find(" " + key + "=");
   if (at == std::string::npos) return std::nullopt;
   const char* begin = line.c_str() + at + key.size() + 2;
@@ -21,29 +17,6 @@ std::optional<double> field(const std::string& line, const std::string& key) {
   double v = std::strtod(begin, &end);
   if (end == begin) return std::nullopt;
   return v;
-}
-
-}  // namespace
-
-void LineTail::reset(std::filesystem::path path) {
-  path_ = std::move(path);
-  offset_ = 0;
-  partial_.clear();
-}
-
-std::vector<std::string> LineTail::lines() {
-  std::vector<std::string> out;
-  std::ifstream in(path_, std::ios::binary);
-  if (!in) return out;
-  in.seekg(static_cast<std::streamoff>(offset_));
-  std::string chunk((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  offset_ += chunk.size();
-  partial_ += chunk;
-  for (size_t at; (at = partial_.find('\n')) != std::string::npos;) {
-    out.push_back(partial_.substr(0, at));
-    partial_.erase(0, at + 1);
-  }
-  return out;
 }
 
 ClusterObserver::ClusterObserver(const RunClock& clock, DrillCluster& cluster, std::vector<LossPoint>& loss)
@@ -57,10 +30,10 @@ void ClusterObserver::follow_coordinator() {
 void ClusterObserver::read_progress() {
   for (const auto& line : tail_.lines()) {
     if (line.rfind("progress ", 0) != 0) continue;
-    auto version = field(line, "version");
+    auto version = progress_field(line, "version");
     if (!version) continue;
     last_version_ = std::max<int64_t>(last_version_, static_cast<int64_t>(*version));
-    auto loss = field(line, "heldout_loss");
+    auto loss = progress_field(line, "heldout_loss");
     if (loss && std::isfinite(*loss) && (loss_.empty() || loss_.back().loss != *loss || loss_.back().version != *version)) {
       loss_.push_back({clock_.now(), *version, *loss});
     }

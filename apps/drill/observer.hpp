@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -19,21 +20,13 @@
 #include "apps/drill/cluster.hpp"
 #include "apps/drill/console_client.hpp"
 #include "apps/drill/observations.hpp"
+#include "common/files.hpp"
 
 namespace archipelago::apps::drill {
 
-// Reads what a file grew by since the last call, line by line.
-class LineTail {
- public:
-  explicit LineTail(std::filesystem::path path) : path_(std::move(path)) {}
-  void reset(std::filesystem::path path);
-  std::vector<std::string> lines();
-
- private:
-  std::filesystem::path path_;
-  size_t offset_ = 0;
-  std::string partial_;
-};
+// `key=value` of a progress line of `archipelago train` or of a coordinator ("progress k=v k=v ..."
+// when its output is not a terminal), or nullopt.
+std::optional<double> progress_field(const std::string& line, const std::string& key);
 
 class ClusterObserver {
  public:
@@ -65,7 +58,7 @@ class ClusterObserver {
   const RunClock& clock_;
   DrillCluster& cluster_;
   std::vector<LossPoint>& loss_;
-  LineTail tail_{""};
+  LineTail tail_;
   ConsoleClient console_;
   std::map<std::string, nlohmann::json> learners_;
   int64_t last_version_ = 0;

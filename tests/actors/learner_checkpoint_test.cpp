@@ -6,6 +6,7 @@
 #include <doctest/doctest.h>
 
 #include "actors/learner_checkpoint.hpp"
+#include "common/files.hpp"
 #include "test_support.hpp"
 
 using namespace archipelago;
@@ -45,7 +46,7 @@ TEST_CASE("learner checkpoint: round trip, and bad files are refused with the re
   const std::vector<int64_t> sizes = {3, 2};
   const auto written = sample();
   REQUIRE(save_learner_checkpoint(path, written, true).ok());
-  CHECK_FALSE(std::filesystem::exists(path + ".tmp"));
+  CHECK_FALSE(std::filesystem::exists(partial_path(path)));  // renamed into place
 
   auto read = load_learner_checkpoint(path, 5, sizes);
   REQUIRE_MESSAGE(read.ok(), (read.ok() ? "" : read.error().to_string()));
