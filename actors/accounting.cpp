@@ -16,7 +16,7 @@ nlohmann::json to_json(const Ledger& ledger) {
       {"idle", s.idle},             {"unaccounted", s.unaccounted}};
   nlohmann::json badput = nlohmann::json::object(), seconds = {{"merged", s.merged}};
   for (const auto& [name, value] : parts) {
-    badput[name] = ledger.allocated_s > 0 ? value / ledger.allocated_s : 0.0;
+    badput[name] = ledger.share(value);
     seconds[name] = value;
   }
   return {{"goodput", ledger.goodput()}, {"allocated_s", ledger.allocated_s}, {"badput", badput},

@@ -1027,12 +1027,13 @@ caf::behavior learner_behavior(LearnerActor* self, LearnerSpec spec) {
           versions.push_back(f.slot.version());
           periods.push_back(f.period);
         }
+        const double now = clock_s(self);
         nlohmann::json j = {{"id", st.id}, {"incarnation", st.spec.incarnation}, {"phase", phase_name(st.phase)},
                             {"step", st.step}, {"connected", st.link.connected},
                             {"welcome_version", st.link.welcome_version}, {"fragment_versions", versions},
-                            {"compute_s", st.times.sheet.seconds(Activity::computing, clock_s(self))},
-                            {"wait_s", st.times.sheet.seconds(Activity::waiting, clock_s(self))},
-                            {"recovery_s", st.times.sheet.seconds(Activity::recovering, clock_s(self))},
+                            {"compute_s", st.times.sheet.seconds(Activity::computing, now)},
+                            {"wait_s", st.times.sheet.seconds(Activity::waiting, now)},
+                            {"recovery_s", st.times.sheet.seconds(Activity::recovering, now)},
                             {"tokens_per_s", st.times.tokens_per_s},
                             {"restored_from_step", st.checkpoint.restored_from_step},
                             {"restored_steps", st.checkpoint.restored_steps},

@@ -84,9 +84,10 @@ struct Ledger {
   double allocated_s = 0;          // slots × wall
   LedgerParts seconds;             // summed over slots
   std::vector<LedgerParts> slots;  // per slot, seconds
-  double goodput() const { return allocated_s > 0 ? seconds.merged / allocated_s : 0; }
-  // unaccounted ÷ allocated (0 with nothing allocated)
-  double unaccounted_share() const { return allocated_s > 0 ? seconds.unaccounted / allocated_s : 0; }
+  // `part_s` ÷ allocated (0 with nothing allocated): a part's share of the slots' time.
+  double share(double part_s) const { return allocated_s > 0 ? part_s / allocated_s : 0; }
+  double goodput() const { return share(seconds.merged); }
+  double unaccounted_share() const { return share(seconds.unaccounted); }
 };
 
 // `wall_s`: the run's wall time, allocated to every slot.

@@ -306,9 +306,10 @@ Expected<ClusterResult> LocalCluster::run(const std::function<void(const Progres
   auto bytes_up_of = [](const Snapshot& s) { return learner_link_bytes(s.syncer, s.store).up; };
   auto bytes_down_of = [](const Snapshot& s) { return learner_link_bytes(s.syncer, s.store).down; };
   auto bytes_of = [&](const Snapshot& s) { return bytes_up_of(s) + bytes_down_of(s); };
-  auto sample = [&](const Snapshot& s) {
+  // The figures at `at_s` on the run's clock, the ledger's included.
+  auto sample = [&](const Snapshot& s, double at_s) {
     ProgressSample p;
-    p.elapsed_s = elapsed_s();
+    p.elapsed_s = at_s;
     p.version = s.syncer.version;
     p.tokens = tokens_of(s);
     p.tokens_per_s = p.elapsed_s > 0 ? p.tokens / p.elapsed_s : 0;
@@ -320,7 +321,7 @@ Expected<ClusterResult> LocalCluster::run(const std::function<void(const Progres
     p.total = impl.learner_slots;
     const auto ledger = goodput_of(s, p.elapsed_s);
     p.goodput = ledger.goodput();
-    p.in_flight = ledger.allocated_s > 0 ? ledger.seconds.in_flight / ledger.allocated_s : 0;
+    p.in_flight = ledger.share(ledger.seconds.in_flight);
     p.unaccounted = ledger.unaccounted_share();
     p.bytes_sent = bytes_of(s);
     p.bytes_ddp_equivalent = ddp_equivalent_bytes(p.tokens, impl.tokens_per_learner_step / (diloco::data_parallel(run.mode) ? run.learners : 1),
@@ -395,7 +396,7 @@ Expected<ClusterResult> LocalCluster::run(const std::function<void(const Progres
       }
       if (report) {
         next_progress = now + options.progress_interval_s;
-        auto p = sample(last);
+        auto p = sample(last, elapsed_s());
         result.curve.push_back(p);
         if (progress) progress(p);
       }
@@ -450,10 +451,7 @@ Expected<ClusterResult> LocalCluster::run(const std::function<void(const Progres
       run.learners);
   result.goodput = goodput_of(last, result.wall_s);
   // The progress table's last row is the summary's: the final version scored, the ledger at the end.
-  auto final_row = sample(last);
-  final_row.elapsed_s = result.wall_s;
-  final_row.goodput = result.goodput.goodput();
-  final_row.in_flight = result.goodput.allocated_s > 0 ? result.goodput.seconds.in_flight / result.goodput.allocated_s : 0;
+  auto final_row = sample(last, result.wall_s);
   final_row.heldout_loss = result.heldout_loss;
   result.curve.push_back(final_row);
   if (progress) progress(final_row);
