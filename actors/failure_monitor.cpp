@@ -18,6 +18,7 @@ namespace archipelago::actors {
 
 using diloco::HeartbeatHistory;
 using diloco::check_liveness;
+using diloco::check_progress;
 using diloco::observe_heartbeat;
 using diloco::suspect_timeout;
 namespace {
@@ -36,7 +37,10 @@ struct Record {
   double tokens_per_s = 0;
   int64_t nonfinite_recoveries = 0;       // earlier incarnations
   int64_t nonfinite_recoveries_now = 0;   // the current incarnation, as its last heartbeat said
-  int64_t deaths = 0;
+  int64_t deaths_silence = 0;       // deaths declared for silence ...
+  int64_t deaths_exit = 0;          // ... and for an exit: one death per incarnation
+  int64_t suspicions_withdrawn = 0; // declared dead for silence, then heard again (no death)
+  bool stalled = false;             // beating without inner steps (diloco::check_progress)
   std::string last_reason;
   uint32_t incarnation = 0;
   bool paused = false;
@@ -105,6 +109,7 @@ const char* shown_state(const Record& r, const Slot* slot, double now, const Det
   if (r.paused) return "paused";
   if (r.incarnation > 0 && !r.stepping) return "restarting";  // a new incarnation recovering its state
   if (r.history.last_s >= 0 && now - r.history.last_s > 0.5 * suspect_timeout(r.history, detector)) return "suspect";
+  if (r.stalled) return "stalled";
   return "alive";
 }
 
@@ -133,7 +138,8 @@ void declare_dead(MonitorActor* self, const std::string& id, Record& record, con
   auto& st = self->state;
   record.state = Liveness::dead;
   record.suspected = reason.rfind("suspected", 0) == 0;
-  record.deaths += 1;
+  (record.suspected ? record.deaths_silence : record.deaths_exit) += 1;
+  record.stalled = false;
   record.last_reason = reason;
   record.dead_s = st.now();
   record.stepping = false;
@@ -145,6 +151,17 @@ void declare_dead(MonitorActor* self, const std::string& id, Record& record, con
     auto bytes = st.outbox.wrap(Leave{id, "dead: " + reason, LeaveCode::dead});
     if (target && bytes) self->send(target, std::move(*bytes));
   }
+}
+
+// An incarnation already declared dead for its silence is seen to exit (its supervisor's report, a
+// down signal): the same death, now known to be an exit. A kill is one death whatever else was seen.
+void exit_confirmed(MonitorActor* self, const std::string& id, Record& record, const std::string& reason) {
+  if (record.state != Liveness::dead || !record.suspected) return;
+  record.suspected = false;
+  record.deaths_silence -= 1;
+  record.deaths_exit += 1;
+  record.last_reason = reason;
+  self->state.log->info("{}: the death declared for its silence was an exit: {}", id, reason);
 }
 
 // The ledger's carry (accounting.hpp): each slot's total as of its last report, and that report.
@@ -201,6 +218,9 @@ caf::behavior monitor_behavior(MonitorActor* self, std::shared_ptr<const Runtime
     for (auto& [id, record] : st.learners) {
       if (!record.handle || record.handle.address() != down.source) continue;
       record.handle = caf::actor{};
+      if (record.state == Liveness::dead && down.reason && down.reason != caf::exit_reason::normal) {
+        exit_confirmed(self, id, record, "actor down (" + self->system().render(down.reason) + ")");
+      }
       if (record.state != Liveness::alive) return;
       if (!down.reason || down.reason == caf::exit_reason::normal) {
         record.state = Liveness::finished;
@@ -239,6 +259,8 @@ caf::behavior monitor_behavior(MonitorActor* self, std::shared_ptr<const Runtime
             // incarnation lives. It is alive again; the syncer already took it back when it re-joined.
             record.state = Liveness::alive;
             record.suspected = false;
+            record.deaths_silence -= 1;
+            record.suspicions_withdrawn += 1;
             record.history = HeartbeatHistory{};
             st.log->info("{} is heard again after it was declared dead for its silence: alive", beat->learner_id);
             if (st.options->events) st.options->events->add("revived", beat->learner_id, "heard again");
@@ -300,10 +322,13 @@ caf::behavior monitor_behavior(MonitorActor* self, std::shared_ptr<const Runtime
           st.carry_changed = true;
           send_carry(self);
           // Its supervisor saw the incarnation exit: dead now, not after the heartbeat timeout.
-          if (found != st.learners.end() && found->second.state == Liveness::alive &&
-              found->second.incarnation == report->incarnation &&
+          if (found != st.learners.end() && found->second.incarnation == report->incarnation &&
               (report->state == SlotState::restarting || report->state == SlotState::failed)) {
-            declare_dead(self, report->learner_id, found->second, "exited (its supervisor)", false);
+            if (found->second.state == Liveness::alive) {
+              declare_dead(self, report->learner_id, found->second, "exited (its supervisor)", false);
+            } else {
+              exit_confirmed(self, report->learner_id, found->second, "exited (its supervisor)");
+            }
           }
         }
       },
@@ -312,7 +337,20 @@ caf::behavior monitor_behavior(MonitorActor* self, std::shared_ptr<const Runtime
         for (auto& [id, record] : st.learners) {
           if (record.state != Liveness::alive) continue;
           auto decision = check_liveness(record.history, st.now(), st.options->detector);
-          if (decision.suspected) declare_dead(self, id, record, "suspected: " + decision.reason);
+          if (decision.suspected) {
+            declare_dead(self, id, record, "suspected: " + decision.reason);
+            continue;
+          }
+          // Slow is not dead: a learner that beats without stepping is reported, never killed. A
+          // paused one and a synchronous round's wait are no stall.
+          const bool judged = !record.paused && st.options->setup.run.mode != diloco::Mode::sync;
+          auto progress = check_progress(record.history, st.now(), st.options->detector);
+          const bool stalled = judged && progress.stalled;
+          if (stalled && !record.stalled) {
+            st.log->warn("{} stalled: {}", id, progress.reason);
+            if (st.options->events) st.options->events->add("stalled", id, progress.reason);
+          }
+          record.stalled = stalled;
         }
         send_carry(self);
         self->delayed_send(self, std::chrono::milliseconds(100), tick_atom::value);
@@ -338,7 +376,11 @@ caf::behavior monitor_behavior(MonitorActor* self, std::shared_ptr<const Runtime
           learner.incarnation = r.incarnation;
           learner.step = r.step;
           learner.tokens_per_s = r.tokens_per_s;
-          learner.deaths = r.deaths;
+          learner.deaths = r.deaths_silence + r.deaths_exit;
+          learner.deaths_silence = r.deaths_silence;
+          learner.deaths_exit = r.deaths_exit;
+          learner.suspicions_withdrawn = r.suspicions_withdrawn;
+          learner.stalled = r.stalled;
           learner.mean_interval_s = r.history.mean_interval_s;
           learner.timeout_s = suspect_timeout(r.history, st.options->detector);
           learner.last_reason = r.last_reason;

@@ -19,6 +19,7 @@
 
 #include "messages/broadcast.hpp"
 #include "actors/learner_checkpoint.hpp"
+#include "actors/learner_pulse.hpp"
 #include "diloco/fragment_slot.hpp"
 #include "diloco/schedule.hpp"
 #include "diloco/time_sheet.hpp"
@@ -138,6 +139,7 @@ struct Controls {
 
 struct LearnerState {
   LearnerSpec spec;
+  std::shared_ptr<PulseBoard> pulse;  // its latest heartbeat, which its pulse sends to the monitor
   std::string id;
   Phase phase = Phase::init;
   std::unique_ptr<training::Replica> replica;
@@ -211,23 +213,29 @@ double unsent_compute_s(const LearnerState& st) {
   return unsent;
 }
 
-// A heartbeat to the failure monitor and the supervisor; `supervisor_only`: the times alone, to the
+// A heartbeat to the supervisor, and published for the pulse, which sends the latest to the failure
+// monitor on its own clock (learner_pulse.hpp); `supervisor_only`: the times alone, to the
 // supervisor (after an update left: the ledger counts its compute as sent before the syncer merges
-// it), leaving the monitor's heartbeat intervals as they are.
-void send_heartbeat(LearnerActor* self, bool supervisor_only = false) {
+// it).
+Heartbeat current_heartbeat(LearnerActor* self, Clock::time_point at) {
   auto& st = self->state;
-  const auto at = Clock::now();
-  if (!supervisor_only) st.times.last_beat = at;
   const double now = clock_s(self, at);
   const auto& sheet = st.times.sheet;
-  Heartbeat beat{st.id, static_cast<uint64_t>(st.step), st.times.tokens_per_s,
+  return Heartbeat{st.id, static_cast<uint64_t>(st.step), st.times.tokens_per_s,
                  static_cast<uint64_t>(st.nonfinite_recoveries), static_cast<uint32_t>(st.spec.incarnation), now,
                  sheet.seconds(Activity::recovering, now), sheet.seconds(Activity::computing, now),
                  sheet.seconds(Activity::waiting, now), sheet.seconds(Activity::paused, now), st.controls.paused,
                  sheet.seconds(Activity::throttled, now), sheet.seconds(Activity::overhead, now),
                  st.times.sent_compute_s, unsent_compute_s(st), st.times.dropped_compute_s,
                  st.times.restored_compute_s};
-  if (!supervisor_only) send_to(self, lookup(self, monitor_name()), beat);
+}
+
+void send_heartbeat(LearnerActor* self, bool supervisor_only = false) {
+  auto& st = self->state;
+  const auto at = Clock::now();
+  if (!supervisor_only) st.times.last_beat = at;
+  const Heartbeat beat = current_heartbeat(self, at);
+  if (!supervisor_only) st.pulse->publish(beat);
   send_to(self, st.spec.supervisor, beat);
 }
 
@@ -885,9 +893,10 @@ struct LearnerHandler : messages::Handler {
   }
 };
 
-caf::behavior learner_behavior(LearnerActor* self, LearnerSpec spec) {
+caf::behavior learner_behavior(LearnerActor* self, LearnerSpec spec, std::shared_ptr<PulseBoard> pulse) {
   auto& st = self->state;
   st.spec = std::move(spec);
+  st.pulse = std::move(pulse);
   st.id = learner_id(st.spec.index);
   st.link.outbox = Outbox(st.id);
   self->set_down_handler([=](caf::down_msg& down) {
@@ -911,6 +920,7 @@ caf::behavior learner_behavior(LearnerActor* self, LearnerSpec spec) {
           self->quit(caf::exit_reason::unhandled_exception);
           return;
         }
+        st.pulse->publish(current_heartbeat(self, Clock::now()));  // alive while it builds its replica
         Status ready = initialize(self);
         if (!ready) {
           st.log->error("{}: cannot start: {}", st.id, ready.error().to_string());
@@ -1054,7 +1064,12 @@ caf::behavior learner_behavior(LearnerActor* self, LearnerSpec spec) {
 }  // namespace
 
 caf::actor spawn_learner(caf::actor_system& system, LearnerSpec spec) {
-  return system.spawn<caf::detached>(learner_behavior, std::move(spec));
+  // The pulse is spawned from this (the supervisor's) thread: it does not inherit the learner's nice.
+  auto board = std::make_shared<PulseBoard>();
+  const double interval_s = spec.options->detector.heartbeat_s;
+  auto learner = system.spawn<caf::detached>(learner_behavior, std::move(spec), board);
+  spawn_learner_pulse(system, learner, board, interval_s);
+  return learner;
 }
 
 }  // namespace archipelago::actors

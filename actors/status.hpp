@@ -96,7 +96,11 @@ struct MonitorLearnerStatus {
   uint32_t incarnation = 0;
   uint64_t step = 0;
   double tokens_per_s = 0;
-  int64_t deaths = 0;
+  int64_t deaths = 0;              // declared deaths: deaths_silence + deaths_exit
+  int64_t deaths_silence = 0;      // ... for silence (a frozen process, a cut link)
+  int64_t deaths_exit = 0;         // ... for an exit (a crash, a kill): one per incarnation, whatever else was seen
+  int64_t suspicions_withdrawn = 0;  // declared dead for silence, then heard again: not a death
+  bool stalled = false;            // beating, but no inner step for runtime.stall_factor x its step time
   double mean_interval_s = 0;
   double timeout_s = 0;
   std::string last_reason;

@@ -237,6 +237,8 @@ Expected<Config> to_config(const toml::table& table) {
   c.detector.suspect_factor = r.get_double("runtime.suspect_factor");
   c.detector.min_timeout_s = r.get_double("runtime.suspect_min_s");
   c.detector.max_timeout_s = r.get_double("runtime.suspect_max_s");
+  c.detector.stall_factor = r.get_double("runtime.stall_factor");
+  c.detector.stall_min_s = r.get_double("runtime.stall_min_s");
   c.restart.max_restarts = static_cast<int>(r.get_int("runtime.max_restarts"));
   c.restart.window_s = r.get_double("runtime.restart_window_s");
   c.restart.backoff_initial_s = r.get_double("runtime.backoff_initial_s");
@@ -296,6 +298,11 @@ Expected<Config> to_config(const toml::table& table) {
   c.net.max_connections_per_address = r.get_int("net.max_connections_per_address");
   c.net.handshake_timeout_s = r.get_double("net.handshake_timeout_s");
   c.net.max_pending_mib = r.get_int("net.max_pending_mib");
+  c.net.session_calls_per_s = r.get_double("net.session_calls_per_s");
+  c.net.session_call_burst = r.get_double("net.session_call_burst");
+  c.net.session_mib_per_s = r.get_double("net.session_mib_per_s");
+  c.net.session_burst_mib = r.get_double("net.session_burst_mib");
+  c.net.session_max_delay_s = r.get_double("net.session_max_delay_s");
 
   for (Status status : {
            one_of("model.mlp", c.model.mlp, {"swiglu", "gelu"}),
@@ -343,6 +350,8 @@ Expected<Config> to_config(const toml::table& table) {
            at_least("runtime.suspect_factor", c.detector.suspect_factor, 1),
            in_open_range("runtime.suspect_min_s", c.detector.min_timeout_s, 0, 3600),
            at_least("runtime.suspect_max_s", c.detector.max_timeout_s, c.detector.min_timeout_s),
+           at_least("runtime.stall_factor", c.detector.stall_factor, 1),
+           at_least("runtime.stall_min_s", c.detector.stall_min_s, 0),
            at_least("runtime.max_restarts", c.restart.max_restarts, 0),
            in_open_range("runtime.restart_window_s", c.restart.window_s, 0, 1e9),
            at_least("runtime.backoff_initial_s", c.restart.backoff_initial_s, 0),
@@ -380,6 +389,11 @@ Expected<Config> to_config(const toml::table& table) {
            at_least("net.max_connections_per_address", static_cast<double>(c.net.max_connections_per_address), 1),
            in_open_range("net.handshake_timeout_s", c.net.handshake_timeout_s, 0, 3600),
            at_least("net.max_pending_mib", static_cast<double>(c.net.max_pending_mib), c.net.max_message_mib),
+           in_open_range("net.session_calls_per_s", c.net.session_calls_per_s, 0, 1e9),
+           at_least("net.session_call_burst", c.net.session_call_burst, 1),
+           in_open_range("net.session_mib_per_s", c.net.session_mib_per_s, 0, 1e6),
+           at_least("net.session_burst_mib", c.net.session_burst_mib, static_cast<double>(c.net.max_message_mib)),
+           in_open_range("net.session_max_delay_s", c.net.session_max_delay_s, 0, 3600),
        }) {
     if (!status) return status.error();
   }

@@ -31,6 +31,11 @@ struct NetOptions {
   int64_t max_connections_per_address = 16;
   double handshake_timeout_s = 5.0;
   int64_t max_pending_mib = 256;
+  double session_calls_per_s = 1000;   // what one session may send: calls per second ...
+  double session_call_burst = 1000;    // ... at once above that rate
+  double session_mib_per_s = 256;      // envelope MiB per second ...
+  double session_burst_mib = 64;       // ... at once above that rate
+  double session_max_delay_s = 2.0;    // a session this far in debt is cut
 };
 
 struct Config {

@@ -24,6 +24,7 @@
 #include "net/auth.hpp"
 #include "common/log.hpp"
 #include "training/blas_check.hpp"
+#include "common/allocator.hpp"
 #include "training/text_score.hpp"
 #include "training/reference_engine.hpp"
 #include "training/run_data.hpp"
@@ -389,6 +390,8 @@ int run_train(const TrainArguments& arguments) {
   const int threads = training::set_compute_threads(config->run.threads);
   auto blas = training::check_blas();
   if (blas.optimized) log->info("{}", blas.message); else log->warn("{}", blas.message);
+  const auto allocator = allocator_in_use();
+  if (allocator.scalable) log->info("{}", allocator.message); else log->warn("{}", allocator.message);
   log->info("run {} in {} | engine {} | mode {} | {} learner(s) | {} compute threads", run_id, run_dir.string(),
             diloco::engine_name(config->engine), diloco::mode_name(config->run.mode), config->run.learners, threads);
 

@@ -32,9 +32,8 @@ void observe_heartbeat(HeartbeatHistory& h, double now_s, int64_t step) {
 }
 
 double suspect_timeout(const HeartbeatHistory& h, const DetectorOptions& o) {
-  if (h.step_s <= 0 || h.samples < 3) return o.max_timeout_s;
-  const double basis = std::max(h.mean_interval_s + 4 * h.deviation_s, h.step_s);
-  return std::clamp(o.suspect_factor * basis, o.min_timeout_s, o.max_timeout_s);
+  if (h.samples < 3) return o.max_timeout_s;
+  return std::clamp(o.suspect_factor * (h.mean_interval_s + 4 * h.deviation_s), o.min_timeout_s, o.max_timeout_s);
 }
 
 LivenessDecision check_liveness(const HeartbeatHistory& h, double now_s, const DetectorOptions& o) {
@@ -47,6 +46,16 @@ LivenessDecision check_liveness(const HeartbeatHistory& h, double now_s, const D
   const double timeout = suspect_timeout(h, o);
   d.suspected = silent > timeout;
   d.reason = reason("silent %.2f s, timeout %.2f s (mean interval %.3f s)", silent, timeout, h.mean_interval_s);
+  return d;
+}
+
+ProgressDecision check_progress(const HeartbeatHistory& h, double now_s, const DetectorOptions& o) {
+  ProgressDecision d;
+  if (h.step_s <= 0 || h.last_step_s < 0) return d;
+  const double still = now_s - h.last_step_s;
+  const double bound = std::max(o.stall_min_s, o.stall_factor * h.step_s);
+  d.stalled = still > bound;
+  d.reason = reason("no inner step for %.1f s, %.3g s per step (bound %.1f s)", still, h.step_s, bound);
   return d;
 }
 

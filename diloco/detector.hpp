@@ -22,14 +22,24 @@ struct HeartbeatHistory {
 };
 // Records a heartbeat arriving at `now_s` that reports inner step `step`.
 void observe_heartbeat(HeartbeatHistory& history, double now_s, int64_t step = -1);
-// Silence after which the learner is suspected. A learner beats between inner steps, so one step
-// must always fit: factor · max(mean + 4·deviation, seconds per step), within [min, max]. Before
-// the first inner step (model build, join, state fetch, first step) the maximum applies.
+// Silence after which the learner is suspected: factor · (mean + 4·deviation) of the heartbeat
+// intervals, within [min, max]; the maximum until three intervals are known. Heartbeats come from
+// the learner's pulse (actors/learner_pulse.hpp), which its inner steps do not hold up, so the
+// timeout does not stretch to cover a step: a slow learner is not a silent one.
 double suspect_timeout(const HeartbeatHistory& history, const DetectorOptions& options);
 struct LivenessDecision {
   bool suspected = false;
   std::string reason;
 };
 LivenessDecision check_liveness(const HeartbeatHistory& history, double now_s, const DetectorOptions& options);
+
+// Progress, apart from liveness: a learner that beats but whose inner step has not moved for
+// stall_factor · its own seconds per step (at least stall_min_s) is stalled. Judged only once two
+// steps gave a step time; never a reason to declare it dead.
+struct ProgressDecision {
+  bool stalled = false;
+  std::string reason;
+};
+ProgressDecision check_progress(const HeartbeatHistory& history, double now_s, const DetectorOptions& options);
 
 }  // namespace archipelago::diloco

@@ -24,6 +24,8 @@ struct DetectorOptions {
   double suspect_factor = 3.0;  // timeout = factor · (mean interval + 4 · deviation)
   double min_timeout_s = 2.0;   // never suspect sooner than this
   double max_timeout_s = 30.0;  // a learner silent this long is dead whatever its history says
+  double stall_factor = 20.0;   // a beating learner without an inner step for factor · its step time
+  double stall_min_s = 30.0;    //   (and at least this long) is reported stalled, not declared dead
 };
 
 struct RestartOptions {

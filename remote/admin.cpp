@@ -187,7 +187,9 @@ Expected<nlohmann::json> execute(caf::actor_system& system, const AdminSpec& spe
                         {"staleness", record.staleness < 0 ? nlohmann::json(nullptr) : nlohmann::json(record.staleness)},
                         // its supervisor's restarts (a rejoin after a syncer restart is not one)
                         {"restarts", slot == monitor.slots.end() ? 0u : slot->second.restarts},
-                        {"deaths", r.deaths},
+                        {"deaths", r.deaths},  // one per incarnation that died; its cause below
+                        {"deaths_by_cause", {{"silence", r.deaths_silence}, {"exit", r.deaths_exit}}},
+                        {"suspicions_withdrawn", r.suspicions_withdrawn},
                         {"heartbeat_age_s", r.heartbeat_age_s},
                         {"joins", record.joins}, {"contributions_merged", record.contributions_merged}});
       }

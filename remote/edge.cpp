@@ -16,6 +16,8 @@ nlohmann::json EdgeCounters::to_json() const {
           {"proofs_refused", proofs_refused.load()},
           {"pending_limit_hits", pending_limit_hits.load()},
           {"calls_refused", calls_refused.load()},
+          {"budget_delays", budget_delays.load()},
+          {"budget_cuts", budget_cuts.load()},
           {"bytes_received", bytes_received.load()},
           {"bytes_sent", bytes_sent.load()}};
 }

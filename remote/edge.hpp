@@ -14,6 +14,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "net/session_budget.hpp"
+
 namespace archipelago::remote {
 
 struct TlsFiles {
@@ -31,6 +33,7 @@ struct EdgeLimits {
   double ping_interval_s = 0.5;                  // how often a client proves it is alive
   uint64_t max_pending_bytes = 256ull << 20;     // per session: incoming calls in flight, outgoing queue
   int max_failed_proofs = 3;                     // wrong proofs on one connection before it is cut
+  net::SessionLimits session;                    // per session: calls and bytes per second it may send
 };
 
 // Incremented on the plane's thread, read from any thread.
@@ -46,6 +49,8 @@ struct EdgeCounters {
   std::atomic<int64_t> proofs_refused{0};             // wrong or missing join/admin proofs
   std::atomic<int64_t> pending_limit_hits{0};         // a session past max_pending_bytes (cut)
   std::atomic<int64_t> calls_refused{0};              // a session call refused (kind, learner, handle)
+  std::atomic<int64_t> budget_delays{0};              // a session call answered late: over its rate (net::SessionBudget)
+  std::atomic<int64_t> budget_cuts{0};                // a session cut: its debt past net.session_max_delay_s
   std::atomic<int64_t> bytes_received{0};             // envelope bytes of session calls
   std::atomic<int64_t> bytes_sent{0};                 // envelope bytes of sink calls
 

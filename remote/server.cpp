@@ -2,6 +2,7 @@
 
 #include <deque>
 #include <map>
+#include <optional>
 #include <set>
 
 #include <capnp/rpc-twoparty.h>
@@ -105,6 +106,7 @@ struct Connection : std::enable_shared_from_this<Connection> {
   uint64_t outgoing_bytes = 0;
   bool pumping = false;
   int admin_requests = 0;
+  std::optional<net::SessionBudget> budget;  // the node session's inbound budget, from its join on
 
   kj::Own<kj::AsyncIoStream> stream;
   kj::Own<capnp::TwoPartyVatNetwork> network;
@@ -220,51 +222,69 @@ class SessionImpl final : public wire::Session::Server {
 
   kj::Promise<void> join(JoinContext context) override {
     auto p = context.getParams();
-    forward(EnvelopeKind::join, actors::syncer_name(), p.getLearner(), p.getEnvelope());
-    return kj::READY_NOW;
+    return forward(EnvelopeKind::join, actors::syncer_name(), p.getLearner(), p.getEnvelope());
   }
   kj::Promise<void> update(UpdateContext context) override {
     auto p = context.getParams();
-    forward(EnvelopeKind::fragment_update, actors::syncer_name(), p.getLearner(), p.getEnvelope());
-    return kj::READY_NOW;
+    return forward(EnvelopeKind::fragment_update, actors::syncer_name(), p.getLearner(), p.getEnvelope());
   }
   kj::Promise<void> fetch(FetchContext context) override {
     auto p = context.getParams();
-    forward(EnvelopeKind::fetch, actors::store_name(), p.getLearner(), p.getEnvelope());
-    return kj::READY_NOW;
+    return forward(EnvelopeKind::fetch, actors::store_name(), p.getLearner(), p.getEnvelope());
   }
   kj::Promise<void> heartbeat(HeartbeatContext context) override {
     auto p = context.getParams();
-    forward(EnvelopeKind::heartbeat, actors::monitor_name(), p.getLearner(), p.getEnvelope());
-    return kj::READY_NOW;
+    return forward(EnvelopeKind::heartbeat, actors::monitor_name(), p.getLearner(), p.getEnvelope());
   }
   kj::Promise<void> slotReport(SlotReportContext context) override {
     auto p = context.getParams();
-    forward(EnvelopeKind::slot_report, actors::monitor_name(), p.getLearner(), p.getEnvelope());
-    return kj::READY_NOW;
+    return forward(EnvelopeKind::slot_report, actors::monitor_name(), p.getLearner(), p.getEnvelope());
   }
   kj::Promise<void> leave(LeaveContext context) override {
     auto p = context.getParams();
-    forward(EnvelopeKind::leave, p.getToMonitor() ? actors::monitor_name() : actors::syncer_name(), p.getLearner(),
-            p.getEnvelope());
-    return kj::READY_NOW;
+    return forward(EnvelopeKind::leave, p.getToMonitor() ? actors::monitor_name() : actors::syncer_name(),
+                   p.getLearner(), p.getEnvelope());
   }
   kj::Promise<void> learnerGone(LearnerGoneContext context) override {
     auto c = connection_.lock();
     if (!c || c->closed) return ended();
+    auto answer = charge(*c, 0);
+    if (c->closed) return answer;
     c->heard();
     c->end_learner(context.getParams().getLearner(), context.getParams().getAbnormal());
-    return kj::READY_NOW;
+    return answer;
   }
   kj::Promise<void> ping(PingContext) override {
-    if (auto c = connection_.lock()) c->heard();
-    return kj::READY_NOW;
+    auto c = connection_.lock();
+    if (!c || c->closed) return ended();
+    auto answer = charge(*c, 0);
+    if (!c->closed) c->heard();
+    return answer;
   }
 
  private:
-  void forward(EnvelopeKind method, caf::atom_value role, uint32_t handle, capnp::Data::Reader envelope) {
+  // Every call is charged to the session's budget on arrival, whatever becomes of it: within the
+  // budget it is answered at once; in debt, after the debt's delay (a stream's sender waits for
+  // it); past the debt bound the session is cut, so one sender cannot hold the plane's thread.
+  kj::Promise<void> charge(Connection& c, size_t bytes) {
+    auto& server = *c.server;
+    if (!c.budget) return kj::READY_NOW;
+    auto decision = c.budget->charge(bytes, monotonic_seconds());
+    if (decision.cut) {
+      server.counters->budget_cuts += 1;
+      server.close(c.shared_from_this(), "over its inbound budget: " + decision.reason);
+      return KJ_EXCEPTION(OVERLOADED, "this session is over its inbound budget", decision.reason);
+    }
+    if (decision.delay_s <= 0) return kj::READY_NOW;
+    server.counters->budget_delays += 1;
+    return c.context->io.provider->getTimer().afterDelay(static_cast<int64_t>(decision.delay_s * 1e9) * kj::NANOSECONDS);
+  }
+
+  kj::Promise<void> forward(EnvelopeKind method, caf::atom_value role, uint32_t handle, capnp::Data::Reader envelope) {
     auto c = connection_.lock();
-    if (!c || c->closed) return;
+    if (!c || c->closed) return ended();
+    auto answer = charge(*c, envelope.size());
+    if (c->closed) return answer;
     c->heard();
     auto& server = *c->server;
     server.counters->bytes_received += static_cast<int64_t>(envelope.size());
@@ -272,6 +292,7 @@ class SessionImpl final : public wire::Session::Server {
     auto refuse = [&](Refusal reason, const std::string& kind, const std::string& detail) {
       server.counters->calls_refused += 1;
       server.refusals().refuse(actor, kind, reason, *server.log, detail);
+      return kj::mv(answer);
     };
     auto header = envelope_header(envelope.begin(), envelope.size());
     if (!header) return refuse(Refusal::malformed, to_string(method), header.error().reason);
@@ -288,6 +309,7 @@ class SessionImpl final : public wire::Session::Server {
     if (!proxy) return refuse(Refusal::malformed, header->name, "too many learner handles on one session");
     WireBytes bytes(reinterpret_cast<const char*>(envelope.begin()), reinterpret_cast<const char*>(envelope.end()));
     caf::anon_send(c->link, remote::up_atom::value, c->key, role, proxy, std::move(bytes));
+    return answer;
   }
 
   std::weak_ptr<Connection> connection_;
@@ -433,6 +455,7 @@ class GatewayImpl final : public wire::Gateway::Server {
             return;
           }
           c->authenticated = true;
+          c->budget.emplace(c->server->spec.limits.session);
           c->link = link;
           c->key = key;
           c->sink_proxy = proxy;

@@ -9,6 +9,7 @@ packages=(
   librocksdb-dev libspdlog-dev libfmt-dev doctest-dev
   libcli11-dev libtomlplusplus-dev nlohmann-json3-dev libxxhash-dev
   bible-kjv clang libclang-rt-14-dev iproute2 procps libedit-dev libcpp-httplib-dev chromium python3-torch python3-numpy libsentencepiece-dev python3-sentencepiece libgloo-dev
+  libgoogle-perftools-dev libjemalloc2
 )
 
 sudo_cmd=()

@@ -91,7 +91,12 @@ __attribute__((visibility("default"))) void archipelago_spm_piece(const void* pr
   *kind = sp->IsByte(id) ? 1 : (sp->IsControl(id) || sp->IsUnknown(id) || sp->IsUnused(id)) ? 2 : 0;
 }
 
-// The ids of `text` in a malloc'd array (free with free()); -1 when encoding fails.
+// Frees a buffer this object allocated (the ids of an encode, a trained model). Deep-bound, the
+// shim's malloc may not be the process's (a preloaded or linked tcmalloc, jemalloc): memory that
+// crosses the boundary goes back through the side that allocated it.
+__attribute__((visibility("default"))) void archipelago_spm_free_buffer(void* buffer) { std::free(buffer); }
+
+// The ids of `text` in a buffer of this object (free with archipelago_spm_free_buffer); -1 when encoding fails.
 __attribute__((visibility("default"))) int archipelago_spm_encode(const void* processor, const char* text, size_t size,
                                                                   int** ids, size_t* count) {
   std::vector<int> out;
@@ -106,7 +111,7 @@ __attribute__((visibility("default"))) int archipelago_spm_encode(const void* pr
 }
 
 // Trains on `text` (one sentence a line) with SentencePiece's command-line `args`; the serialized
-// model in a malloc'd buffer (free with free()). 0 on success, else -1 with the error.
+// model in a buffer of this object (free with archipelago_spm_free_buffer). 0 on success, else -1 with the error.
 __attribute__((visibility("default"))) int archipelago_spm_train(const char* args, const char* text, size_t size,
                                                                  char** model, size_t* model_size, char* error,
                                                                  size_t error_size) {

@@ -24,6 +24,7 @@ namespace {
 struct SentencePieceApi {
   void* (*load)(const char*, size_t, char*, size_t) = nullptr;
   void (*free_processor)(void*) = nullptr;
+  void (*free_buffer)(void*) = nullptr;  // every buffer the shim hands over goes back through it
   int (*size)(const void*) = nullptr;
   void (*piece)(const void*, int, const char**, size_t*, int*) = nullptr;
   int (*encode)(const void*, const char*, size_t, int**, size_t*) = nullptr;
@@ -48,6 +49,7 @@ const SentencePieceApi& sentencepiece_api() {
     };
     bind(a.load, "archipelago_spm_load");
     bind(a.free_processor, "archipelago_spm_free");
+    bind(a.free_buffer, "archipelago_spm_free_buffer");
     bind(a.size, "archipelago_spm_size");
     bind(a.piece, "archipelago_spm_piece");
     bind(a.encode, "archipelago_spm_encode");
@@ -202,7 +204,7 @@ std::vector<Token> Tokenizer::encode(std::string_view text) const {
     throw std::runtime_error("SentencePiece could not encode a text");
   }
   std::vector<Token> out(ids, ids + count);
-  std::free(ids);
+  sentencepiece_api().free_buffer(ids);
   return out;
 }
 
@@ -245,7 +247,7 @@ Expected<std::string> train_tokenizer(const std::string& text, const TokenizerTr
     return make_error(ErrorCode::invalid_argument, std::string("SentencePiece training failed: ") + error);
   }
   std::string out(model, size);
-  std::free(model);
+  api.free_buffer(model);
   return out;
 }
 

@@ -257,9 +257,12 @@ TEST_CASE("async mode: a killed syncer comes back with Delayed Nesterov's moment
   REQUIRE(before.ok());
   REQUIRE(status(*cluster, syncer_name())["outer_optimizer"] == "delayed_nesterov");
   REQUIRE(cluster->kill(syncer_name()));
+  // kill() only sends the exit: until it lands the old syncer still answers "ready". Only a restarted
+  // one has restored a version (a fresh run's first syncer committed θ0 instead: restored_version 0).
   REQUIRE(cluster->wait_for([&] {
     auto s = status(*cluster, syncer_name());
-    return s.value("phase", "") == "ready";
+    auto d = cluster->query(syncer_name(), "digests", {}, 5);
+    return s.value("phase", "") == "ready" && d.ok() && (*d).value("restored_version", uint64_t{0}) > 0;
   }, 15));
   auto after = cluster->query(syncer_name(), "digests", {}, 5);
   REQUIRE(after.ok());

@@ -17,6 +17,7 @@
 
 #include "../training/test_corpus.hpp"
 #include "run/cluster.hpp"
+#include "actors/authorization.hpp"
 #include "actors/directory.hpp"
 #include "actors/wire.hpp"
 #include "cluster_queries.hpp"
@@ -276,20 +277,34 @@ TEST_CASE("async mode: a straggler runs fewer inner steps per period (dynamic lo
   auto started = LocalCluster::start(options, training::testing::kjv());
   REQUIRE_MESSAGE(started.ok(), (started.ok() ? "" : started.error().to_string()));
   auto& cluster = **started;
-  auto periods = [&](int index) {
-    auto learner = cluster.query(learner_name(index));
-    return learner ? (*learner)["periods"].get<std::vector<int>>() : std::vector<int>{};
+  auto learner = [&](int index) {
+    auto answer = cluster.query(learner_name(index));
+    return answer ? *answer : nlohmann::json::object();
   };
-  // Once the syncer has reported the fastest rate, every period of the straggler is shortened
-  // to about H / 4 (at most H / 2 allows for noise), while the fast learner keeps about H.
+  auto periods = [&](const nlohmann::json& l) { return l.value("periods", std::vector<int>{}); };
+  auto reported_rate = [](const nlohmann::json& syncer, int index) {
+    const auto rate = syncer.value("learners", nlohmann::json::object()).value(learner_id(index), nlohmann::json::object()).value("tokens_per_s", nlohmann::json());
+    return rate.is_number() ? rate.get<double>() : 0.0;
+  };
+  // A period is 0 until the learner holds its fragment, H until it has sent an update knowing the
+  // fastest rate. Wait for the event itself: the syncer reported the fastest rate to the straggler,
+  // which then set every period (all > 0) to about H / 4 (at most H / 2 allows for noise), and the
+  // syncer knows both learners' rates.
+  nlohmann::json syncer;
   REQUIRE(cluster.wait_for([&] {
-    auto slow = periods(1);
-    return !slow.empty() && *std::max_element(slow.begin(), slow.end()) <= 6;
+    const auto slow = learner(1);
+    const auto slow_periods = periods(slow);
+    if (slow.value("fastest_tokens_per_s", 0.0) <= 0 || slow_periods.empty()) return false;
+    if (*std::min_element(slow_periods.begin(), slow_periods.end()) <= 0) return false;
+    if (*std::max_element(slow_periods.begin(), slow_periods.end()) > 6) return false;
+    syncer = status(cluster, syncer_name());
+    return reported_rate(syncer, 0) > 0 && reported_rate(syncer, 1) > 0;
   }, 30));
-  for (int period : periods(0)) CHECK(period >= 10);
-  auto syncer = status(cluster, syncer_name());
-  const double fast = syncer["learners"][learner_id(0)]["tokens_per_s"].get<double>();
-  const double slow = syncer["learners"][learner_id(1)]["tokens_per_s"].get<double>();
+  const auto fast_periods = periods(learner(0));
+  REQUIRE(!fast_periods.empty());
+  for (int period : fast_periods) CHECK(period >= 10);
+  const double fast = reported_rate(syncer, 0);
+  const double slow = reported_rate(syncer, 1);
   CHECK(fast > 2 * slow);
   CHECK(slow > 0);
   auto result = cluster.run();
@@ -305,6 +320,52 @@ TEST_CASE("async mode: a straggler runs fewer inner steps per period (dynamic lo
   CHECK(straggler.throttled > 2 * straggler_compute);
   CHECK(straggler.throttled < 4 * straggler_compute);
   CHECK(ledger.unaccounted_share() < 0.01);
+}
+
+TEST_CASE("slow is not dead: a learner whose inner steps outlast the silence timeout is never declared dead") {
+  // Its heartbeats come from its pulse (actors/learner_pulse.hpp), not from between its steps: a
+  // learner throttled to 100x its step time, so that one step takes longer than the monitor waits
+  // for a heartbeat, keeps beating, is never declared dead nor restarted, and its steps go on.
+  auto options = testing::tiny_options("slow-not-dead", "decoupled", 1, 40);
+  options.setup.inner.batch_size = 16;
+  options.detector.min_timeout_s = 1.0;  // the pulse beats every 0.1 s: the timeout is this floor
+  auto started = LocalCluster::start(options, training::testing::kjv());
+  REQUIRE_MESSAGE(started.ok(), (started.ok() ? "" : started.error().to_string()));
+  auto& cluster = **started;
+  auto watched = [&] {
+    auto s = status(cluster, monitor_name());
+    return s.value("learners", json::object()).value(learner_id(0), json::object());
+  };
+  REQUIRE(cluster.wait_for([&] { return watched().value("step", 0) >= 5; }, 30));
+  auto learner = Directory::get(cluster.system(), learner_name(0));
+  REQUIRE(learner);
+  caf::anon_send(learner, throttle_atom::value, process_key(), 100.0);
+  // The step under way when the throttle arrived is not throttled; count the two after it.
+  int64_t from = 0;
+  REQUIRE(cluster.wait_for([&] { return (from = watched().value("step", int64_t{0})) > 5; }, 30));
+  REQUIRE(cluster.wait_for([&] { return watched().value("step", int64_t{0}) > from; }, 30));
+  const double started_s = cluster.elapsed_s();
+  from = watched().value("step", int64_t{0});
+  int64_t deaths = 0;
+  REQUIRE(cluster.wait_for([&] {
+    auto l = watched();
+    deaths = std::max(deaths, l.value("deaths", int64_t{0}));
+    return l.value("step", int64_t{0}) >= from + 2;
+  }, 60));
+  const double per_step_s = (cluster.elapsed_s() - started_s) / 2;
+  const auto seen = watched();
+  CAPTURE(seen.dump());
+  CAPTURE(per_step_s);
+  // The case at hand: each throttled step outlasted the silence after which a learner is dead.
+  REQUIRE(per_step_s > seen.value("timeout_s", 0.0));
+  CHECK(deaths == 0);
+  CHECK(seen.value("state", "") != "dead");
+  CHECK(seen.value("incarnation", -1) == 0);
+  caf::anon_send(learner, throttle_atom::value, process_key(), 1.0);
+  auto result = cluster.run();
+  REQUIRE(result.ok());
+  CHECK(result->restarts == 0);
+  CHECK(result->details["monitor"]["learners"][learner_id(0)].value("deaths", -1) == 0);
 }
 
 TEST_CASE("every class of bad update is rejected and counted, and the run completes") {

@@ -157,7 +157,8 @@ TEST_CASE("metrics and the status page: Prometheus text checked against the run,
                     if (!response || response->status != 200) return false;
                     metrics = parse_exposition(response->body);
                     return metrics.samples.count("archipelago_heldout_loss") > 0 &&
-                           metrics.samples["archipelago_committed_version"] >= 3;
+                           metrics.samples["archipelago_committed_version"] >= 3 &&
+                           metrics.samples["archipelago_learners{state=\"alive\"}"] == 2;
                   }, 60),
                   coordinator.all());
   const double seen_after = static_cast<double>(coordinator.last_value("version"));
@@ -318,7 +319,10 @@ TEST_CASE("a local run (archipelago train) serves the admin console and the metr
   REQUIRE(metrics_port > 0);
   auto answer = [&](const std::string& command) { return console_answer(s.dir, target, command, admin_token); };
   nlohmann::json status;
-  REQUIRE_MESSAGE(wait_until([&] { return (status = answer("status"))["committed_version"].get<uint64_t>() >= 3; }, 60),
+  REQUIRE_MESSAGE(wait_until([&] {
+                    status = answer("status");
+                    return status["committed_version"].get<uint64_t>() >= 3 && status["learners_alive"].get<int>() == 2;
+                  }, 60),
                   status.dump());
   CHECK(status["mode"] == "decoupled");
   CHECK(status["learners_alive"].get<int>() == 2);
