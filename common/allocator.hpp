@@ -11,7 +11,7 @@
 namespace archipelago {
 
 struct AllocatorReport {
-  std::string name;       // "tcmalloc", "jemalloc" or "glibc malloc"
+  std::string name;       // "tcmalloc (gperftools V)", "jemalloc" or "glibc malloc"
   bool scalable = false;  // tcmalloc or jemalloc
   std::string message;    // one line for the log
 };

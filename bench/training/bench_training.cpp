@@ -2,7 +2,7 @@
 //   1. inner-step throughput, bf16 autocast vs fp32, on one preset;
 //   2. synchronous DiLoCo (M learners, H inner steps) vs data-parallel at equal tokens:
 //      held-out loss and bytes that would cross the network.
-// Usage: bench_training [--preset small] [--steps 20] [--compare-preset tiny] [--learners 4]
+// Usage: bench_training [--preset small] [--vocab 256] [--steps 20] [--compare-preset tiny] [--learners 4]
 //                       [--inner-steps 50] [--steps-per-learner 1000] [--skip-compare]
 #include <chrono>
 #include <cstdio>
@@ -11,6 +11,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "common/allocator.hpp"
 #include "common/log.hpp"
 #include "training/blas_check.hpp"
 #include "training/reference_engine.hpp"
@@ -36,10 +37,11 @@ double seconds_per_step(const ModelConfig& model, const std::string& precision, 
 int main(int argc, char** argv) {
   CLI::App app{"Archipelago training-core benchmarks"};
   std::string preset = "small", compare_preset = "tiny", cache_dir = "archipelago-runs/data";
-  int steps = 20, learners = 4, inner_steps = 50, threads = 0;
+  int steps = 20, learners = 4, inner_steps = 50, threads = 0, vocab = 256;
   int64_t steps_per_learner = 1000;
   bool skip_compare = false;
   app.add_option("--preset", preset, "model preset for the step-time benchmark");
+  app.add_option("--vocab", vocab, "its vocabulary (8192: the default SentencePiece tokenizer's; 256: bytes)");
   app.add_option("--steps", steps, "timed inner steps per precision");
   app.add_option("--compare-preset", compare_preset, "model preset for DiLoCo vs data-parallel");
   app.add_option("--learners", learners, "M");
@@ -56,6 +58,7 @@ int main(int argc, char** argv) {
   auto blas = check_blas();
   std::printf("%s\n%d compute threads\n\n", blas.message.c_str(), used_threads);
   report["blas_gflops"] = blas.gflops;
+  report["allocator"] = archipelago::allocator_in_use().name;
 
   DataOptions data;
   data.cache_dir = cache_dir;
@@ -68,6 +71,7 @@ int main(int argc, char** argv) {
 
   // 1. bf16 vs fp32 inner steps.
   auto model = *model_preset(preset);
+  model.vocab = vocab;
   auto split = *split_corpus(*shared, "tail", 0.05);
   DataCursor cursor(std::shared_ptr<const std::vector<Token>>(shared, &shared->tokens), split.train, 16, model.seq_len, 1, 0);
   std::vector<Batch> batches;
@@ -79,7 +83,7 @@ int main(int argc, char** argv) {
   std::printf("  fp32  %7.3f s/step  %8.0f tokens/s\n", fp32, tokens_per_step / fp32);
   std::printf("  bf16  %7.3f s/step  %8.0f tokens/s   speed-up vs fp32: %.2fx\n\n", bf16, tokens_per_step / bf16,
               fp32 / bf16);
-  report["step"] = {{"preset", preset}, {"fp32_s", fp32}, {"bf16_s", bf16}, {"bf16_speedup", fp32 / bf16}};
+  report["step"] = {{"preset", preset}, {"vocab", vocab}, {"threads", used_threads}, {"fp32_s", fp32}, {"bf16_s", bf16}, {"bf16_speedup", fp32 / bf16}};
 
   if (!skip_compare) {
     // 2. DiLoCo vs data-parallel at equal tokens.

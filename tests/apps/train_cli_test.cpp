@@ -57,3 +57,36 @@ TEST_CASE("train refuses a bad configuration with exit code 2 and names the key"
   CHECK(outcome.out.find("train.mode") != std::string::npos);
   std::filesystem::remove_all(std::filesystem::temp_directory_path() / "archipelago-cli-bad");
 }
+
+TEST_CASE("the allocator: the build's own is named at start, and a run under a preloaded jemalloc trains a SentencePiece tokenizer, encodes and commits") {
+  // Memory the SentencePiece shim allocates goes back through the shim (training/spm_shim.cpp): a
+  // malloc that is not the shim's (a preloaded jemalloc here, the linked tcmalloc otherwise) must
+  // never be handed a buffer it does not own. jemalloc aborts or corrupts on such a free.
+  const std::filesystem::path jemalloc = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2";
+  REQUIRE_MESSAGE(std::filesystem::exists(jemalloc), "libjemalloc2 is installed by scripts/setup.sh");
+  const auto dir = std::filesystem::temp_directory_path() / "archipelago-cli-allocator";
+  std::filesystem::remove_all(dir);
+  const std::string data = (std::filesystem::temp_directory_path() / "archipelago-test-data").string();
+  const std::string run_args = "train --json --run-dir " + (dir / "run").string() +
+                               " --set model.preset=tiny --set data.tokenizer='\"bpe:512\"' --set train.learners=1"
+                               " --set train.inner_steps=10 --set train.max_tokens=40960 --set train.max_seconds=0"
+                               " --set inner.batch_size=8 --set data.eval_batches=2 --set train.threads=1"
+                               " --set data.cache_dir=" + data;
+  auto outcome = archipelago::testing::run_cli_with_env("LD_PRELOAD=" + jemalloc.string(), run_args, 240);
+  CAPTURE(outcome.out);
+  REQUIRE(outcome.exit_code == 0);
+  CHECK(outcome.out.find("allocator: jemalloc") != std::string::npos);
+  auto summary = last_line_json(outcome.out);
+  CHECK(summary["tokenizer"]["kind"] == "spm");  // trained on the corpus by the shim
+  CHECK(summary["tokenizer"]["vocab"] == 512);
+  CHECK(summary["versions_committed"].get<int64_t>() >= 1);
+  CHECK(summary["heldout_loss"].get<double>() < summary["initial_heldout_loss"].get<double>());
+  // Without a preload the build's own allocator serves it, and says so.
+  auto plain = run("train --engine reference --set train.mode=sync --run-dir " + (dir / "plain").string() +
+                   " --set model.preset=tiny --set data.tokenizer=bytes --set train.max_tokens=8192 --set train.max_seconds=0"
+                   " --set inner.batch_size=8 --set data.eval_batches=1 --set train.threads=1 --set data.cache_dir=" + data);
+  CAPTURE(plain.out);
+  CHECK(plain.exit_code == 0);
+  CHECK(plain.out.find(ARCHIPELAGO_EXPECTED_ALLOCATOR) != std::string::npos);
+  std::filesystem::remove_all(dir);
+}

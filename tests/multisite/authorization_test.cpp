@@ -343,9 +343,9 @@ TEST_CASE("a node holding the token may send only its own learners' messages, ea
   //    its session is cut when what waits for it passes net.max_pending_mib.
   PlaneClient hoarder(port, &forger.io());
   auto [hoard, hoard_first] = open_session(hoarder, "hoarder", true);
-  REQUIRE(hoard_first == 3);
+  REQUIRE(hoard_first >= 2);  // the forger's slot is free again once its session was cut
   for (int i = 0; i < 1000; ++i) {
-    auto bytes = Outbox(learner_id(3)).wrap(messages::Fetch{learner_id(3), {}});
+    auto bytes = Outbox(learner_id(hoard_first)).wrap(messages::Fetch{learner_id(hoard_first), {}});
     REQUIRE(bytes.ok());
     auto r = hoard.fetchRequest();
     r.setLearner(1);

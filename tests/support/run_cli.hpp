@@ -17,9 +17,11 @@ struct CliOutcome {
   std::string out;  // stdout and stderr
 };
 
-inline CliOutcome run_cli(const std::string& arguments, int timeout_s) {
+// The same, with `environment` (NAME=value ...) set for the process alone.
+inline CliOutcome run_cli_with_env(const std::string& environment, const std::string& arguments, int timeout_s) {
   // stderr joins stdout so that a failure shows why.
-  std::string command = "timeout " + std::to_string(timeout_s) + " " ARCHIPELAGO_BINARY " " + arguments + " 2>&1";
+  std::string command = "env " + environment + " timeout " + std::to_string(timeout_s) + " " ARCHIPELAGO_BINARY " " +
+                        arguments + " 2>&1";
   FILE* pipe = popen(command.c_str(), "r");
   REQUIRE(pipe != nullptr);
   CliOutcome outcome;
@@ -30,6 +32,8 @@ inline CliOutcome run_cli(const std::string& arguments, int timeout_s) {
   outcome.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return outcome;
 }
+
+inline CliOutcome run_cli(const std::string& arguments, int timeout_s) { return run_cli_with_env("", arguments, timeout_s); }
 
 // The JSON summary `--json` prints as the last line of stdout.
 inline nlohmann::json last_line_json(const std::string& text) {
