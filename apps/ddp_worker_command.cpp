@@ -29,7 +29,8 @@ int run_ddp_worker(const DdpWorkerArguments& arguments) {
                     std::to_string(config->run.learners), 2);
   }
   init_logging({"ddp-" + std::to_string(arguments.rank), config->log_level, ""});
-  training::set_compute_threads(arguments.threads > 0 ? arguments.threads : config->run.threads);
+  training::set_compute_threads(arguments.threads > 0 ? arguments.threads : config->run.threads,
+                                training::resolve_precision(config->inner.precision, config->run.device));
 
   auto corpus = training::load_corpus(config->data);
   if (!corpus) return fail("corpus: " + corpus.error().reason, 1);

@@ -387,7 +387,8 @@ int run_train(const TrainArguments& arguments) {
   auto log = component_logger("train");
   if (!resume) std::ofstream(run_dir / "config.toml") << config->toml;
 
-  const int threads = training::set_compute_threads(config->run.threads);
+  const int threads = training::set_compute_threads(config->run.threads,
+                                                    training::resolve_precision(config->inner.precision, config->run.device));
   auto blas = training::check_blas();
   if (blas.optimized) log->info("{}", blas.message); else log->warn("{}", blas.message);
   const auto allocator = allocator_in_use();

@@ -121,7 +121,8 @@ Expected<std::unique_ptr<LocalCluster>> LocalCluster::start(RuntimeOptions optio
   const int64_t step_limit = training::plan_step_budget(setup);
 
   // LibTorch and OpenBLAS threads are process-wide: give each learner its share of the cores.
-  const int threads = configure_compute_threads(run.threads, impl->learner_slots);
+  const int threads = configure_compute_threads(run.threads, impl->learner_slots,
+                                                training::resolve_precision(setup.inner.precision, run.device));
 
   // Model layout, θ0 and the initial held-out loss from one replica built with the run's seed.
   auto start = build_model_start(setup);

@@ -20,6 +20,7 @@
 
 #include "actors/authorization.hpp"
 #include "actors/compute_threads.hpp"
+#include "training/replica.hpp"
 #include "run/run_setup.hpp"
 #include "remote/shaped_link.hpp"
 #include "remote/shard_router.hpp"
@@ -491,7 +492,9 @@ struct Node::Impl {
         Directory::put(*system, role_at(i), routers.back());
       }
     }
-    const int threads = configure_compute_threads(runtime->setup.run.threads, options.learners);
+    const int threads = configure_compute_threads(
+        runtime->setup.run.threads, options.learners,
+        training::resolve_precision(runtime->setup.inner.precision, runtime->setup.run.device));
     LearnerSlots slots;
     slots.first = first;
     slots.count = options.learners;

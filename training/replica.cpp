@@ -9,6 +9,7 @@
 #include <ATen/autocast_mode.h>
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
+#include <dlfcn.h>
 #endif
 
 #include "training/model.hpp"
@@ -405,10 +406,19 @@ void Replica::write_range(int64_t offset, int64_t count, const float* in) {
   impl_->flat.narrow(0, offset, count).copy_(source);
 }
 
-int set_compute_threads(int threads) {
+int set_compute_threads(int threads, const std::string& precision) {
   if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  at::set_num_threads(threads);
-  return at::get_num_threads();
+  // Looked up at run time: another BLAS (MKL, reference) has no such setter and skips this step.
+  using SetThreads = void (*)(int);
+  auto set_blas = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));
+  if (!set_blas) {
+    at::set_num_threads(threads);
+    return at::get_num_threads();
+  }
+  const bool blas_products = precision != "bf16";
+  set_blas(blas_products ? threads : 1);
+  at::set_num_threads(blas_products ? 1 : threads);
+  return threads;
 }
 
 }  // namespace archipelago::training

@@ -107,7 +107,13 @@ class Replica {
 // Ampere or newer). Held-out loss is always evaluated in fp32, whatever the training precision.
 std::string resolve_precision(const std::string& precision, const std::string& device);
 
-// Sets LibTorch's intra-op threads (0 = all cores) and returns the number in use.
-int set_compute_threads(int threads);
+// Gives one replica's compute `threads` (0 = all cores) for training in `precision` ("fp32" or
+// "bf16", resolved) and returns that number. With OpenBLAS (Debian's LibTorch), fp32 matrix products
+// run in OpenBLAS's own pool and LibTorch's intra-op pool is another: on the same cores the two spin
+// against each other (bench/training/README.md, "Threads": LibTorch 2 + OpenBLAS 2 ran the small
+// model's step at 0.6x LibTorch 1 + OpenBLAS 2). So fp32 gets OpenBLAS `threads` and LibTorch 1;
+// bf16, whose products LibTorch runs itself (oneDNN), gets LibTorch `threads` and OpenBLAS 1.
+// Without OpenBLAS (MKL, a CUDA LibTorch) LibTorch gets them all.
+int set_compute_threads(int threads, const std::string& precision = "fp32");
 
 }  // namespace archipelago::training

@@ -116,7 +116,7 @@ json bare_loop(const std::string& preset, int64_t steps, int threads, const std:
   s.model = *training::model_preset(preset);
   auto split = training::split_corpus(*text, s.data.split, s.data.heldout_fraction);
   auto shards = training::make_shards(*text, *split, s.data.sharding, 1, s.data.chunk_bytes, s.run.seed);
-  actors::configure_compute_threads(threads, 1);  // exactly what the runtime does for one learner
+  actors::configure_compute_threads(threads, 1, training::resolve_precision(s.inner.precision, "cpu"));  // as the runtime does for one learner
   auto replica = training::Replica::create(s.model, s.inner, "cpu", s.run.seed);
   training::DataCursor cursor(std::shared_ptr<const std::vector<training::Token>>(text, &text->tokens), (*shards)[0], s.inner.batch_size,
                               s.model.seq_len, s.run.seed, 0);

@@ -19,7 +19,30 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "crosscheck"))
 import torch  # noqa: E402
+import math  # noqa: E402
+
+import mirror  # noqa: E402
 from mirror import Transformer, language_model_loss  # noqa: E402
+
+
+def attention_with_fp32_norms(self, x):  # (B, T, C) -> (B, T, C)
+    """mirror.CausalSelfAttention.forward with QK-LayerNorm in fp32, as the engine runs it
+    (training/model.cpp): under bf16 autocast LibTorch 1.13's CPU layer_norm refuses bf16 input
+    with fp32 weights. In fp32 the casts do nothing."""
+    B, T, C = x.shape
+    D = C // self.heads
+    qkv = self.qkv(x).view(B, T, 3, self.heads, D)
+    q = self.q_norm(qkv[:, :, 0].float()).transpose(1, 2)
+    k = self.k_norm(qkv[:, :, 1].float()).transpose(1, 2)
+    v = qkv[:, :, 2].transpose(1, 2)
+    scores = q @ k.transpose(-2, -1) / math.sqrt(D)
+    future = torch.ones(T, T, dtype=torch.bool).triu(1)
+    attention = scores.masked_fill(future, float("-inf")).softmax(dim=-1)
+    y = (attention @ v.to(attention.dtype)).transpose(1, 2).reshape(B, T, C)
+    return self.proj(y)
+
+
+mirror.CausalSelfAttention.forward = attention_with_fp32_norms
 
 PRESETS = {"tiny": (64, 2, 2, 64), "small": (256, 4, 4, 128), "base": (512, 8, 8, 256)}
 

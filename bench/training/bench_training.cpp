@@ -21,7 +21,9 @@ using namespace archipelago::training;
 
 namespace {
 
-double seconds_per_step(const ModelConfig& model, const std::string& precision, const std::vector<Batch>& batches) {
+double seconds_per_step(const ModelConfig& model, const std::string& precision, const std::vector<Batch>& batches,
+                        int threads) {
+  set_compute_threads(threads, precision);  // its split between LibTorch and OpenBLAS depends on the precision
   InnerOptions inner;
   inner.precision = precision;
   auto replica = Replica::create(model, inner, "cpu", 1);
@@ -40,6 +42,7 @@ int main(int argc, char** argv) {
   int steps = 20, learners = 4, inner_steps = 50, threads = 0, vocab = 256;
   int64_t steps_per_learner = 1000;
   bool skip_compare = false;
+  std::string precisions = "both";
   app.add_option("--preset", preset, "model preset for the step-time benchmark");
   app.add_option("--vocab", vocab, "its vocabulary (8192: the default SentencePiece tokenizer's; 256: bytes)");
   app.add_option("--steps", steps, "timed inner steps per precision");
@@ -50,6 +53,8 @@ int main(int argc, char** argv) {
   app.add_option("--threads", threads, "LibTorch intra-op threads (0 = all cores)");
   app.add_option("--cache-dir", cache_dir, "corpus cache directory");
   app.add_flag("--skip-compare", skip_compare, "only the step-time benchmark");
+  app.add_option("--precision", precisions, "the step precisions timed: fp32, bf16 or both (bf16 is emulated, and slow, without bf16 hardware)")
+      ->check(CLI::IsMember({"fp32", "bf16", "both"}));
   CLI11_PARSE(app, argc, argv);
   archipelago::init_logging({"bench", "warn", ""});
 
@@ -76,14 +81,20 @@ int main(int argc, char** argv) {
   DataCursor cursor(std::shared_ptr<const std::vector<Token>>(shared, &shared->tokens), split.train, 16, model.seq_len, 1, 0);
   std::vector<Batch> batches;
   for (int i = 0; i <= steps; ++i) batches.push_back(cursor.next());
-  const double fp32 = seconds_per_step(model, "fp32", batches);
-  const double bf16 = seconds_per_step(model, "bf16", batches);
   const double tokens_per_step = 16.0 * model.seq_len;
-  std::printf("inner step, %s preset, batch 16 x %d tokens\n", preset.c_str(), model.seq_len);
-  std::printf("  fp32  %7.3f s/step  %8.0f tokens/s\n", fp32, tokens_per_step / fp32);
-  std::printf("  bf16  %7.3f s/step  %8.0f tokens/s   speed-up vs fp32: %.2fx\n\n", bf16, tokens_per_step / bf16,
-              fp32 / bf16);
-  report["step"] = {{"preset", preset}, {"vocab", vocab}, {"threads", used_threads}, {"fp32_s", fp32}, {"bf16_s", bf16}, {"bf16_speedup", fp32 / bf16}};
+  std::printf("inner step, %s preset, vocabulary %d, batch 16 x %d tokens\n", preset.c_str(), vocab, model.seq_len);
+  report["step"] = {{"preset", preset}, {"vocab", vocab}, {"threads", used_threads}};
+  double fp32 = 0;
+  for (const std::string precision : {"fp32", "bf16"}) {
+    if (precisions != "both" && precisions != precision) continue;
+    const double s = seconds_per_step(model, precision, batches, used_threads);
+    std::printf("  %s  %7.3f s/step  %8.0f tokens/s\n", precision.c_str(), s, tokens_per_step / s);
+    report["step"][precision + "_s"] = s;
+    report["step"][precision + "_tokens_per_s"] = tokens_per_step / s;
+    if (precision == "fp32") fp32 = s;
+    if (precision == "bf16" && fp32 > 0) report["step"]["bf16_speedup"] = fp32 / s;
+  }
+  std::printf("\n");
 
   if (!skip_compare) {
     // 2. DiLoCo vs data-parallel at equal tokens.
