@@ -14,4 +14,6 @@ fi
 dir=$(mktemp -d "${TMPDIR:-/tmp}/archipelago-crosscheck.XXXXXX")
 trap 'rm -rf "$dir"' EXIT
 "$exporter" --mode "$mode" --out "$dir"
-"$python" "$mirror" "$dir"
+# The mirror runs on one thread, OpenBLAS's included, as the exporter does (set_compute_threads(1)):
+# the same kernels in the same order.
+OPENBLAS_NUM_THREADS=1 "$python" "$mirror" "$dir"
