@@ -165,6 +165,8 @@ nlohmann::json operator_sample(double elapsed_s, uint64_t start_version, const S
           {"start_version", start_version},
           {"heldout_loss", scored ? *evaluator.heldout_loss : std::nan("")},
           {"heldout_bits_per_byte", scored ? evaluator.heldout_bits_per_byte.value_or(0.0) : std::nan("")},
+          {"best_version", evaluator.best_version},
+          {"best_heldout_loss", evaluator.best_heldout_loss.value_or(std::nan(""))},
           {"merged", syncer.merged_contributions},
           {"rejected", syncer.rejected},
           {"screening", syncer.screening},

@@ -2,6 +2,7 @@
 #include "actors/directory.hpp"
 
 #include <chrono>
+#include <cmath>
 
 #include <caf/all.hpp>
 
@@ -33,6 +34,8 @@ struct EvaluatorState {
   uint64_t scored_version = 0;
   uint64_t first_version = 0;   // the version held when the state first became complete
   double scored_loss = 0;
+  uint64_t best_version = 0;    // the lowest held-out loss scored so far, and its version
+  double best_loss = 0;
   double bytes_per_token = 1;   // of the held-out set's predicted tokens (bits per byte)
   bool eval_queued = false;
   std::vector<EvaluationPoint> curve;
@@ -86,6 +89,10 @@ void score(EvaluatorActor* self) {
     const double at = std::chrono::duration<double>(Clock::now() - st.started).count();
     st.curve.push_back({version, if_finite(st.scored_loss), if_finite(training::bits_per_byte(st.scored_loss, st.bytes_per_token)),
                         at, std::chrono::duration<double>(Clock::now() - begin).count()});
+    if (std::isfinite(st.scored_loss) && (st.best_version == 0 || st.scored_loss < st.best_loss)) {
+      st.best_version = version;
+      st.best_loss = st.scored_loss;
+    }
     st.log->info("version {}: held-out loss {:.4f}", version, st.scored_loss);
   }
   std::vector<Waiter> still;
@@ -185,6 +192,8 @@ caf::behavior evaluator_behavior(EvaluatorActor* self, EvaluatorSpec spec) {
         status.heldout_bytes_per_token = st.bytes_per_token;
         status.held_version = held_version(st);
         status.curve = st.curve;
+        status.best_version = st.best_version;
+        if (st.best_version > 0) status.best_heldout_loss = st.best_loss;
         return admin_reply("evaluator", request ? request->request_id : 0, true, "ok", status);
       },
   };

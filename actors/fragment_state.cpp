@@ -32,14 +32,19 @@ Status check_finite(int fragment, const char* what, const std::vector<float>& va
 
 }  // namespace
 
-bool uses_delayed_nesterov(diloco::Mode mode, const std::string& optimizer) {
-  return diloco::dynamic_local_steps(mode) && optimizer != "nesterov";
+bool keeps_accumulator(diloco::OuterRule rule) {
+  return rule == diloco::OuterRule::work_clock || rule == diloco::OuterRule::delayed_nesterov;
+}
+
+double commit_share(const FragmentRules& rules, size_t contributions) {
+  if (rules.mode == diloco::Mode::sync || diloco::data_parallel(rules.mode)) return 1.0;
+  return static_cast<double>(contributions) / static_cast<double>(std::max(1, rules.expected_learners));
 }
 
 FragmentState initial_fragment(std::vector<float> initial, const FragmentRules& rules) {
   FragmentState f;
   f.numel = static_cast<int64_t>(initial.size());
-  f.outer = training::zero_outer_state(f.numel, rules.delayed_nesterov);
+  f.outer = training::zero_outer_state(f.numel, keeps_accumulator(rules.outer));
   f.sum = training::MergeAccumulator(f.numel, rules.merge, rules.merge_threads);
   f.broadcast = initial;
   f.parameters = std::move(initial);
@@ -67,15 +72,15 @@ FragmentState without_pending(const FragmentState& state) {
   return copy;
 }
 
-Expected<StagedFragment> stage_fragment(int fragment, const FragmentState& current, const FragmentRules& rules,
-                                        double share) {
+Expected<StagedFragment> stage_fragment(int fragment, const FragmentState& current, const FragmentRules& rules) {
   if (current.pending.empty()) return make_error(ErrorCode::invalid_argument, "no pending contribution to merge");
   // A fixed merge order (learner index, then arrival) makes sync mode deterministic.
   std::vector<size_t> order(current.pending.size());
   std::iota(order.begin(), order.end(), size_t{0});
   const auto& pending = current.pending;
+  const bool per_arrival = rules.outer == diloco::OuterRule::delayed_nesterov;
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-    if (rules.delayed_nesterov) return pending[a].arrived_s < pending[b].arrived_s;
+    if (per_arrival) return pending[a].arrived_s < pending[b].arrived_s;
     return pending[a].learner != pending[b].learner ? pending[a].learner < pending[b].learner
                                                     : pending[a].arrived_s < pending[b].arrived_s;
   });
@@ -83,8 +88,13 @@ Expected<StagedFragment> stage_fragment(int fragment, const FragmentState& curre
   staged.fragment = fragment;
   staged.next = without_pending(current);
   FragmentState& next = staged.next;
-  if (rules.delayed_nesterov) {
-    if (next.outer.accumulated.size() != static_cast<size_t>(next.numel)) next.outer.accumulated.assign(next.numel, 0.0f);
+  const double share = commit_share(rules, pending.size());
+  staged.share = per_arrival ? 1.0 / std::max(1, rules.delayed_every) : share;
+  if (keeps_accumulator(rules.outer) && next.outer.accumulated.size() != static_cast<size_t>(next.numel)) {
+    next.outer.accumulated.assign(next.numel, 0.0f);
+  }
+  const double momentum = training::warmed_momentum(rules.momentum, rules.momentum_warmup, next.outer.steps);
+  if (per_arrival) {
     for (size_t i : order) {  // N counts arrivals, not commits
       training::delayed_nesterov_arrival(next.outer, next.parameters.data(), pending[i].delta.data(), rules.lr,
                                          training::warmed_momentum(rules.momentum, rules.momentum_warmup, next.outer.steps),
@@ -102,11 +112,28 @@ Expected<StagedFragment> stage_fragment(int fragment, const FragmentState& curre
     if (share != 1.0) {
       for (auto& v : *merged) v = static_cast<float>(v * share);
     }
-    if (diloco::data_parallel(rules.mode)) {
-      for (int64_t i = 0; i < next.numel; ++i) next.parameters[i] -= (*merged)[i];  // θ ← θ_local (plain checkpoint)
-    } else {
-      training::nesterov_step(next.outer, next.parameters.data(), merged->data(), rules.lr,
-                              training::warmed_momentum(rules.momentum, rules.momentum_warmup, next.outer.steps));
+    switch (rules.outer) {
+      case diloco::OuterRule::average:  // θ ← θ_local (plain checkpoint)
+        for (int64_t i = 0; i < next.numel; ++i) next.parameters[i] -= (*merged)[i];
+        break;
+      case diloco::OuterRule::memoryless: {
+        const auto lr = static_cast<float>(rules.lr);
+        for (int64_t i = 0; i < next.numel; ++i) next.parameters[i] -= lr * (*merged)[i];
+        break;
+      }
+      case diloco::OuterRule::work_clock: {
+        int64_t steps = 0;
+        for (const auto& c : pending) steps += c.steps;
+        training::work_clock_step(next.outer, next.parameters.data(), merged->data(), steps,
+                                  static_cast<int64_t>(std::max(1, rules.expected_learners)) * rules.inner_steps,
+                                  rules.lr, momentum);
+        break;
+      }
+      case diloco::OuterRule::nesterov:
+      case diloco::OuterRule::per_commit_nesterov:
+      case diloco::OuterRule::delayed_nesterov:  // (taken above)
+        training::nesterov_step(next.outer, next.parameters.data(), merged->data(), rules.lr, momentum);
+        break;
     }
   }
   uint64_t highest_round = next.next_round;
@@ -164,6 +191,7 @@ nlohmann::json stored_entry(const FragmentState& state) {
   return {{"layout", layout},
           {"arrivals", state.outer.arrivals},
           {"outer_steps", state.outer.steps},
+          {"work_steps", state.outer.work_steps},
           {"next_round", state.next_round}};
 }
 
@@ -240,10 +268,11 @@ Expected<FragmentState> from_stored(std::vector<float> broadcast, std::vector<fl
     }
   }
   if (f.outer.momentum.size() != n) f.outer.momentum.assign(n, 0.0f);
-  if (rules.delayed_nesterov && f.outer.accumulated.size() != n) f.outer.accumulated.assign(n, 0.0f);
+  if (keeps_accumulator(rules.outer) && f.outer.accumulated.size() != n) f.outer.accumulated.assign(n, 0.0f);
   if (entry.is_object()) {
     f.outer.arrivals = entry.value("arrivals", int64_t{0});
     f.outer.steps = entry.value("outer_steps", int64_t{0});  // stores before the warm-up: 0 (it only matters with one)
+    f.outer.work_steps = entry.value("work_steps", int64_t{0});  // the work clock's round in progress
     f.next_round = entry.value("next_round", uint64_t{0});
   }
   f.broadcast = std::move(broadcast);

@@ -73,17 +73,24 @@ struct FragmentState {
 struct FragmentRules {
   diloco::Mode mode = diloco::Mode::sync;
   training::MergeRule merge = training::MergeRule::token_weighted;
+  diloco::OuterRule outer = diloco::OuterRule::nesterov;  // outer.optimizer as the mode runs it
   double lr = 0.7;
   double momentum = 0.9;
   int64_t momentum_warmup = 0;            // momentum ramps over this many momentum updates (training::warmed_momentum)
-  bool delayed_nesterov = false;          // per-arrival Delayed Nesterov instead of one Nesterov step
-  int delayed_every = 4;                  // its N
+  int delayed_every = 4;                  // delayed_nesterov's N (arrivals)
+  int expected_learners = 1;              // the learners a round expects (train.learners)
+  int64_t inner_steps = 1;                // H: a round of work is expected_learners × H inner steps
   messages::Codec downlink = messages::Codec::fp32;
   int merge_threads = 1;                  // threads of a pass over the fragment (common/parallel.hpp)
 };
 
-// Delayed Nesterov is an async-mode rule: `outer.optimizer` auto or delayed_nesterov there.
-bool uses_delayed_nesterov(diloco::Mode mode, const std::string& optimizer);
+// Whether `rule` keeps an accumulator beside the momentum (work_clock, delayed_nesterov).
+bool keeps_accumulator(diloco::OuterRule rule);
+
+// The share of a round that `contributions` merged together count for: contributions ÷ the learners
+// a round expects, so that the pieces of one round add up to at most 1 whoever has left or finished
+// (1 in sync and ddp, whose commits are whole rounds).
+double commit_share(const FragmentRules& rules, size_t contributions);
 
 // A fresh fragment: θ = B = `initial`, zero outer state, version 1.
 FragmentState initial_fragment(std::vector<float> initial, const FragmentRules& rules);
@@ -93,7 +100,7 @@ struct StagedFragment {
   FragmentState next;                      // without pending contributions
   std::vector<PendingContribution> merged; // the contributions it merged, deltas dropped
   messages::BroadcastMessage downlink;               // Q(θ_new − B_old), or θ_new
-  double share = 1.0;                      // the merged Δ's scale (stage_fragment's `share`)
+  double share = 1.0;                      // the merged Δ's scale (commit_share)
 };
 
 // A copy of `state` without its pending contributions (and so without a reached quorum): what a
@@ -102,13 +109,13 @@ FragmentState without_pending(const FragmentState& state);
 
 // Merges every pending contribution of `current` and steps the outer optimizer: the running sum,
 // into which every one must have been folded with the weight of its `steps` and `tokens` (the
-// syncer's credited figures, not the learner's claims; invalid_argument when one was not). `share`
-// scales the merged Δ (decoupled: the round's contributors ÷ the learners expected). ddp: θ ← θ −
-// merged Δ. Async with Delayed Nesterov: one arrival per contribution's Δ, in arrival order.
+// syncer's credited figures, not the learner's claims; invalid_argument when one was not). The
+// merged Δ is scaled by commit_share; then by rules.outer: nesterov and per_commit_nesterov take one
+// Nesterov step, work_clock training::work_clock_step with the steps merged, memoryless a plain step,
+// average (ddp) θ ← θ − merged Δ, delayed_nesterov one arrival per contribution's Δ in arrival order.
 // non_finite when the staged θ_p, B_p, momentum or accumulator would hold NaN/Inf (finite but
 // enormous updates can overflow): such a value is never returned, so it is never committed.
-Expected<StagedFragment> stage_fragment(int fragment, const FragmentState& current, const FragmentRules& rules,
-                                        double share);
+Expected<StagedFragment> stage_fragment(int fragment, const FragmentState& current, const FragmentRules& rules);
 // The staged value with the contributions that arrived after staging (kept pending, their on-time
 // flags re-checked against the new round; `current.sum` must hold just those, as the syncer keeps
 // it). Takes `staged.next`; `staged.downlink` stays for the broadcast. `history` bounds commit_versions.

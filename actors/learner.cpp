@@ -1067,8 +1067,9 @@ caf::actor spawn_learner(caf::actor_system& system, LearnerSpec spec) {
   // The pulse is spawned from this (the supervisor's) thread: it does not inherit the learner's nice.
   auto board = std::make_shared<PulseBoard>();
   const double interval_s = spec.options->detector.heartbeat_s;
+  const std::string id = learner_id(spec.index);
   auto learner = system.spawn<caf::detached>(learner_behavior, std::move(spec), board);
-  spawn_learner_pulse(system, learner, board, interval_s);
+  spawn_learner_pulse(system, learner, id, board, interval_s);
   return learner;
 }
 

@@ -14,7 +14,7 @@ struct PulseState {
   caf::actor learner;
   std::shared_ptr<const PulseBoard> board;
   std::chrono::milliseconds interval{200};
-  std::optional<messages::Outbox> outbox;  // its own sequence numbers: heartbeats are not screened by them
+  std::optional<messages::Outbox> outbox;  // the learner's id, its own sequence numbers (heartbeats are not screened by them)
   const char* name = "learner_pulse";
 };
 
@@ -26,14 +26,14 @@ void beat(PulseActor* self) {
   if (!latest) return;
   auto monitor = Directory::get(self->system(), monitor_name());
   if (!monitor) return;
-  if (!st.outbox) st.outbox.emplace(latest->learner_id);
   auto bytes = st.outbox->wrap(*latest);
   if (bytes) caf::send_as<caf::message_priority::high>(st.learner, monitor, std::move(*bytes));
 }
 
-caf::behavior pulse_behavior(PulseActor* self, caf::actor learner, std::shared_ptr<const PulseBoard> board,
-                             double interval_s) {
+caf::behavior pulse_behavior(PulseActor* self, caf::actor learner, const std::string& learner_id,
+                             std::shared_ptr<const PulseBoard> board, double interval_s) {
   auto& st = self->state;
+  st.outbox.emplace(learner_id);
   st.learner = std::move(learner);
   st.board = std::move(board);
   st.interval = std::chrono::milliseconds(std::max<int64_t>(1, static_cast<int64_t>(interval_s * 1000)));
@@ -53,9 +53,9 @@ caf::behavior pulse_behavior(PulseActor* self, caf::actor learner, std::shared_p
 
 }  // namespace
 
-caf::actor spawn_learner_pulse(caf::actor_system& system, caf::actor learner, std::shared_ptr<const PulseBoard> board,
-                               double interval_s) {
-  return system.spawn<caf::detached>(pulse_behavior, std::move(learner), std::move(board), interval_s);
+caf::actor spawn_learner_pulse(caf::actor_system& system, caf::actor learner, const std::string& learner_id,
+                               std::shared_ptr<const PulseBoard> board, double interval_s) {
+  return system.spawn<caf::detached>(pulse_behavior, std::move(learner), learner_id, std::move(board), interval_s);
 }
 
 }  // namespace archipelago::actors

@@ -20,6 +20,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <string>
 
 #include <caf/actor.hpp>
 #include <caf/actor_system.hpp>
@@ -47,7 +48,7 @@ class PulseBoard {
 
 // Starts the pulse of `learner`: every `interval_s`, the board's latest heartbeat to the monitor
 // that the actor directory names (in a node process: the facade that forwards it to the coordinator).
-caf::actor spawn_learner_pulse(caf::actor_system& system, caf::actor learner, std::shared_ptr<const PulseBoard> board,
-                               double interval_s);
+caf::actor spawn_learner_pulse(caf::actor_system& system, caf::actor learner, const std::string& learner_id,
+                               std::shared_ptr<const PulseBoard> board, double interval_s);
 
 }  // namespace archipelago::actors

@@ -49,7 +49,8 @@ ARCHIPELAGO_STATUS_JSON(StoreStatus, STORE_FIELDS)
 ARCHIPELAGO_STATUS_JSON(EvaluationPoint, EVALUATION_POINT_FIELDS)
 
 #define EVALUATOR_FIELDS(F) \
-  F(scored_version) F(heldout_loss) F(heldout_bits_per_byte) F(heldout_bytes_per_token) F(held_version) F(curve)
+  F(scored_version) F(heldout_loss) F(heldout_bits_per_byte) F(heldout_bytes_per_token) F(held_version) F(curve) \
+  F(best_version) F(best_heldout_loss)
 ARCHIPELAGO_STATUS_JSON(EvaluatorStatus, EVALUATOR_FIELDS)
 
 #define SLOT_TIMES_FIELDS(F) \

@@ -67,6 +67,10 @@ struct EvaluatorStatus {
   double heldout_bytes_per_token = 0;
   uint64_t held_version = 0;
   std::vector<EvaluationPoint> curve;
+  // The best version scored so far (lowest held-out loss; 0: none) and its loss: a run's result is
+  // its last committed version, and final − best says what the last rounds cost.
+  uint64_t best_version = 0;
+  std::optional<double> best_heldout_loss;
 
   bool scored() const { return scored_version > 0 && heldout_loss.has_value(); }
 };

@@ -77,6 +77,11 @@ std::optional<double> UpdateAdmission::step_time(const UpdateHeader& h, int64_t 
   std::optional<double> seconds;
   if (auto last = last_arrival_.find(key); last != last_arrival_.end()) {
     seconds = (now_s - last->second) / static_cast<double>(credited_steps);
+  } else if (h.compute_s > 0 && credited_steps > 0) {
+    // The first update of a (learner, fragment) since this syncer started, a restart or a --resume:
+    // the learner's own compute time per step seeds the grace window, so the first round gathers
+    // the learners that arrive within it instead of merging its first arrival alone.
+    seconds = h.compute_s / static_cast<double>(credited_steps);
   }
   last_arrival_[key] = now_s;
   return seconds;

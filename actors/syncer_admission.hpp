@@ -59,7 +59,8 @@ class UpdateAdmission {
   // fragment's share of the model's parameters, what a refused update's work is charged at.
   Admitted admit(const UpdateHeader& h, const std::vector<FragmentState>& fragments, LearnerRoster& roster,
                  uint64_t latest_version, const SyncerSettings& settings, double share);
-  // Seconds per inner step since the learner's previous update of this fragment (none for its first).
+  // Seconds per inner step since the learner's previous update of this fragment; for its first, its own
+  // compute time per step (none when it reports none).
   std::optional<double> step_time(const UpdateHeader& h, int64_t credited_steps, double now_s);
   // The pending contribution an admitted update becomes (its Δ still to be measured and folded).
   static PendingContribution contribution(const UpdateHeader& h, const Admitted& admitted, bool on_time, double now_s);

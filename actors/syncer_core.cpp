@@ -260,10 +260,9 @@ Expected<StagedCommit> SyncerCore::stage(const std::vector<int>& fragment_ids, d
     settle_held(p, now_s);
     const auto& f = fragments_[p];
     if (f.pending.empty()) continue;
-    // Decoupled: a period merged in pieces (quorum + grace, stragglers in the next round) must move θ
-    // as far as one merged at once, so each piece counts for its share of the expected contributors.
-    const double share = diloco::numbered_rounds(mode()) ? round_share_of(f, roster_.active_ids()) : 1.0;
-    auto staged = stage_fragment(p, f, rules(), share);
+    // A round merged in pieces (quorum + grace, stragglers, the drain) moves θ as far as one merged
+    // at once: each piece counts for its contributions ÷ the learners a round expects (commit_share).
+    auto staged = stage_fragment(p, f, rules());
     if (!staged && staged.error().code == ErrorCode::non_finite) {
       drop_non_finite_merge(p, staged.error().reason, now_s);
       dropped += 1;
@@ -274,7 +273,6 @@ Expected<StagedCommit> SyncerCore::stage(const std::vector<int>& fragment_ids, d
       if (!failed) failed = staged.error();
       continue;
     }
-    staged->share = share;
     commits_.lend(p, fragments_[p]);  // before the next fragment is staged: one fragment is held twice at a time, not all
     commit.fragments.push_back(std::move(*staged));
   }
@@ -359,7 +357,7 @@ SyncerStatus SyncerCore::status(double) const {
   s.updates_by_codec = updates_by_codec;
   s.updates_by_period = updates_by_period;
   s.inner_steps = schedule().epochs().back().inner_steps;
-  s.outer_optimizer = rules().delayed_nesterov ? "delayed_nesterov" : "nesterov";
+  s.outer_optimizer = diloco::outer_rule_name(rules().outer);
   s.train_loss = commits_.train_loss();
   s.grace_s = grace_s();
   s.timings = {timings_.step_s, timings_.quorum_s, timings_.sync_s};

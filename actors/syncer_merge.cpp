@@ -27,7 +27,7 @@ Expected<MeasuredUpdate> measure_update(UpdatePayload payload, int64_t numel, co
   MeasuredUpdate measured;
   measured.codec = payload.codec;
   // Folded straight from the codes when nothing needs the decoded Δ (Delayed Nesterov keeps it).
-  if (!payload.encoded.empty() && !rules.delayed_nesterov) {
+  if (!payload.encoded.empty() && rules.outer != diloco::OuterRule::delayed_nesterov) {
     auto norm = messages::quantized_norm(payload.codec, payload.encoded.data(), payload.encoded.size(),
                                          static_cast<size_t>(numel));
     if (!norm) return norm.error();
@@ -69,7 +69,7 @@ void fold_update(FragmentState& f, PendingContribution& c, MeasuredUpdate&& upda
 }
 
 void fold(FragmentState& f, PendingContribution& c, std::vector<float> delta, const FragmentRules& rules) {
-  if (rules.delayed_nesterov) {  // per-arrival steps: not a sum
+  if (rules.outer == diloco::OuterRule::delayed_nesterov) {  // per-arrival steps: not a sum
     c.delta = std::move(delta);
     return;
   }
@@ -95,12 +95,6 @@ std::optional<double> mark_quorum(FragmentState& f, int quorum, double now_s) {
 
 diloco::PendingFragment tally_of(const FragmentState& f, const std::set<std::string>& active) {
   return diloco::tally_pending(arrivals_of(f), active, f.quorum_reached_s);
-}
-
-double round_share_of(const FragmentState& f, const std::set<std::string>& active) {
-  std::set<std::string> contributors;
-  for (const auto& c : f.pending) contributors.insert(c.learner_id);
-  return diloco::round_share(contributors, active);
 }
 
 void drop_merge(int p, FragmentState& f, const std::string& why) {

@@ -56,8 +56,6 @@ void fold_encoded(FragmentState& f, PendingContribution& c, messages::Codec code
 std::optional<double> mark_quorum(FragmentState& f, int quorum, double now_s);
 // What decide_merge reads of f, given the active learners.
 diloco::PendingFragment tally_of(const FragmentState& f, const std::set<std::string>& active);
-// The share of the expected learners (contributors ∪ active) a merge of f's pending contributions counts for.
-double round_share_of(const FragmentState& f, const std::set<std::string>& active);
 
 // Drops fragment p's pending contributions and running sum after their merge came out non-finite
 // (`why`), logged once; the caller counted each. Kept, they would make the same merge again.

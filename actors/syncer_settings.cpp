@@ -15,7 +15,12 @@ SyncerSettings::SyncerSettings(RuntimeOptions options, int fragment_count)
   rules_.lr = outer.lr;
   rules_.momentum = outer.momentum;
   rules_.momentum_warmup = outer.momentum_warmup;
-  rules_.delayed_nesterov = uses_delayed_nesterov(mode_, outer.optimizer);
+  // The configuration refused an optimizer the mode would ignore (apps/config.cpp); a value built
+  // past it gets the mode's default rule.
+  auto rule = diloco::outer_rule(mode_, outer.optimizer);
+  rules_.outer = rule ? *rule : *diloco::outer_rule(mode_, "auto");
+  rules_.expected_learners = options_.setup.run.learners;
+  rules_.inner_steps = options_.setup.run.inner_steps;
   rules_.delayed_every = outer.delayed_every;
   if (auto codec = messages::parse_codec(outer.downlink_codec)) rules_.downlink = *codec;
   if (auto codec = messages::parse_codec(outer.codec)) uplink_ = *codec;
@@ -121,6 +126,7 @@ Expected<std::pair<std::string, std::string>> SyncerSettings::set(const std::str
         std::max<int64_t>(static_cast<int64_t>(leading_step) + old_h, schedule_.epochs().back().from_step + 1);
     if (Status changed = schedule_.change(from, static_cast<int>(*number)); !changed) return changed.error();
     options_.setup.run.inner_steps = static_cast<int>(*number);
+    rules_.inner_steps = static_cast<int64_t>(*number);  // a round of work from now on
     return std::pair<std::string, std::string>{std::to_string(old_h), text(*number) + " from step " + std::to_string(from)};
   }
   // A key of the table that no branch above applies: the table and this function disagree.
@@ -142,6 +148,7 @@ void SyncerSettings::restore_schedule(const nlohmann::json& epochs_json) {
   if (!schedule) return;
   schedule_ = std::move(*schedule);
   options_.setup.run.inner_steps = schedule_.epochs().back().inner_steps;
+  rules_.inner_steps = options_.setup.run.inner_steps;
 }
 
 }  // namespace archipelago::actors

@@ -325,7 +325,8 @@ Expected<Config> to_config(const toml::table& table) {
            at_least("inner.clip_norm", c.inner.clip_norm, 0),
            at_least("inner.batch_size", c.inner.batch_size, 1),
            one_of("inner.precision", c.inner.precision, {"auto", "fp32", "bf16"}),
-           one_of("outer.optimizer", c.outer.optimizer, {"auto", "nesterov", "delayed_nesterov"}),
+           one_of("outer.optimizer", c.outer.optimizer,
+                  {"auto", "nesterov", "per_commit_nesterov", "delayed_nesterov", "memoryless"}),
            tunable_value("outer.lr", c.outer.lr, c.run.learners),
            tunable_value("outer.momentum", c.outer.momentum, c.run.learners),
            at_least("outer.momentum_warmup", c.outer.momentum_warmup, 0),
@@ -396,6 +397,13 @@ Expected<Config> to_config(const toml::table& table) {
            in_open_range("net.session_max_delay_s", c.net.session_max_delay_s, 0, 3600),
        }) {
     if (!status) return status.error();
+  }
+  // outer.optimizer means what it says in the run's mode, or the run does not start.
+  if (auto rule = diloco::outer_rule(c.run.mode, c.outer.optimizer); !rule) {
+    return config_error("outer.optimizer", rule.error().reason);
+  }
+  if (c.engine == diloco::Engine::reference && c.outer.optimizer != "auto" && c.outer.optimizer != "nesterov") {
+    return config_error("outer.optimizer", "the reference engine's outer optimizer is Nesterov (auto or nesterov)");
   }
   if (c.model.d_model % c.model.heads != 0) return config_error("model.preset", "d_model not divisible by heads");
   // The model's vocabulary is the tokenizer's: a SentencePiece file is read (and must parse) here.

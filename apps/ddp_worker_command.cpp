@@ -9,6 +9,7 @@
 #include "run/data_parallel_job.hpp"
 #include "training/data_parallel.hpp"
 #include "training/gloo_group.hpp"
+#include "training/precision_choice.hpp"
 #include "training/replica.hpp"
 
 namespace archipelago::apps {
@@ -29,8 +30,10 @@ int run_ddp_worker(const DdpWorkerArguments& arguments) {
                     std::to_string(config->run.learners), 2);
   }
   init_logging({"ddp-" + std::to_string(arguments.rank), config->log_level, ""});
-  training::set_compute_threads(arguments.threads > 0 ? arguments.threads : config->run.threads,
-                                training::resolve_precision(config->inner.precision, config->run.device));
+  const int threads = arguments.threads > 0 ? arguments.threads : config->run.threads;
+  const auto precision = training::choose_precision({config->model, config->inner, config->run.device, threads});
+  config->inner.precision = precision.precision;
+  training::set_compute_threads(threads, precision.precision);
 
   auto corpus = training::load_corpus(config->data);
   if (!corpus) return fail("corpus: " + corpus.error().reason, 1);

@@ -358,6 +358,14 @@ std::string MetricsBoard::prometheus() const {
            "The same in bits per byte of text (loss / (ln 2 x bytes per token)), comparable across tokenizers.");
     out << "archipelago_heldout_bits_per_byte " << number(p["heldout_bits_per_byte"].get<double>()) << "\n";
   }
+  if (p.contains("best_heldout_loss") && p["best_heldout_loss"].is_number() &&
+      std::isfinite(p["best_heldout_loss"].get<double>())) {
+    family(out, "archipelago_best_heldout_loss", "gauge",
+           "The lowest held-out loss of any version scored so far (nats/token); its version is archipelago_best_version.");
+    out << "archipelago_best_heldout_loss " << number(p["best_heldout_loss"].get<double>()) << "\n";
+    family(out, "archipelago_best_version", "gauge", "The version that scored archipelago_best_heldout_loss.");
+    out << "archipelago_best_version " << whole(p, "best_version") << "\n";
+  }
   family(out, "archipelago_learner_restarts_total", "counter", "Learner restarts by the nodes' supervisors (a node process started again counts from zero).");
   out << "archipelago_learner_restarts_total " << whole(p, "learner_restarts") << "\n";
   family(out, "archipelago_learners", "gauge", "Learners by the failure monitor's state.");

@@ -24,6 +24,7 @@
 #include "net/auth.hpp"
 #include "common/log.hpp"
 #include "training/blas_check.hpp"
+#include "training/precision_choice.hpp"
 #include "common/allocator.hpp"
 #include "training/text_score.hpp"
 #include "training/reference_engine.hpp"
@@ -167,19 +168,30 @@ void add_bits_per_byte(json& s, const training::Corpus& corpus, const Config& c)
 
 // The figures both engines report (training/run_summary.hpp), under the keys summary.json has
 // always had; each engine adds its own.
+// What the run measured of its machine at start: the BLAS and the precision it trains in.
+struct MachineFacts {
+  training::BlasReport blas;
+  training::PrecisionChoice precision;
+};
+
 json summary_json(const training::RunSummary& r, const std::string& run_id, const std::string& run_dir,
-                  const Config& config, const training::BlasReport& blas) {
+                  const Config& config, const MachineFacts& machine) {
+  const auto& blas = machine.blas;
   return {
       {"run_id", run_id}, {"run_dir", run_dir}, {"engine", diloco::engine_name(config.engine)},
       {"mode", diloco::mode_name(r.mode)}, {"model", config.model.preset}, {"parameters", r.parameters},
       {"learners", r.learners}, {"inner_steps", r.inner_steps}, {"rounds", r.rounds}, {"steps", r.steps},
       {"tokens", r.tokens}, {"initial_heldout_loss", r.initial_heldout_loss}, {"heldout_loss", r.heldout_loss},
+      {"best_version", r.best_version},
+      {"best_heldout_loss", r.best_version > 0 ? json(r.best_heldout_loss) : json(nullptr)},
+      {"final_minus_best", r.best_version > 0 ? json(r.heldout_loss - r.best_heldout_loss) : json(nullptr)},
       {"train_loss", std::isnan(r.train_loss) ? json(nullptr) : json(r.train_loss)}, {"wall_s", r.wall_s},
       {"tokens_per_s", r.tokens_per_s()}, {"bytes_sent", r.bytes_sent}, {"bytes_measured", r.bytes_measured},
       {"bytes_ddp_equivalent", r.bytes_ddp_equivalent}, {"blas", blas.library}, {"blas_gflops", blas.gflops},
       {"device", config.run.device},
-      {"precision", training::resolve_precision(config.inner.precision, config.run.device)},
-      {"precision_setting", config.inner.precision},
+      {"precision", machine.precision.precision},
+      {"precision_setting", machine.precision.setting},
+      {"precision_chosen_by", machine.precision.how},
   };
 }
 
@@ -205,6 +217,11 @@ void print_summary_table(const json& s) {
   row("held-out loss", num(s["initial_heldout_loss"].get<double>(), "%.4f") + " -> " +
                            num(s["heldout_loss"].get<double>(), "%.4f") + " nats/token (" +
                            num(s["heldout_bits_per_byte"].get<double>(), "%.3f") + " bits per byte)");
+  if (s.value("best_version", uint64_t{0}) > 0 && s["best_heldout_loss"].is_number()) {
+    row("best version scored", "v" + std::to_string(s["best_version"].get<uint64_t>()) + " at " +
+                                   num(s["best_heldout_loss"].get<double>(), "%.4f") + " (final - best " +
+                                   num(s["final_minus_best"].get<double>(), "%+.4f") + ")");
+  }
   row("wall time", num(s["wall_s"].get<double>(), "%.1f s"));
   row("tokens / s", num(s["tokens_per_s"].get<double>(), "%.0f"));
   const bool measured = s.value("bytes_measured", false);
@@ -256,7 +273,7 @@ void print_summary_table(const json& s) {
 // train.mode = "ddp" in the actor runtime's place: a data-parallel job of train.learners worker
 // processes on gloo, its bytes measured on their sockets.
 int run_data_parallel(const Config& config, const std::string& run_id, const fs::path& run_dir,
-                      const training::BlasReport& blas, const training::Corpus& corpus, std::ofstream& metrics,
+                      const MachineFacts& machine, const training::Corpus& corpus, std::ofstream& metrics,
                       bool json_line) {
   auto log = component_logger("train");
   run::DataParallelJobOptions options;
@@ -284,7 +301,7 @@ int run_data_parallel(const Config& config, const std::string& run_id, const fs:
     return 1;
   }
   const auto& r = *result;
-  json summary = summary_json(r, run_id, run_dir.string(), config, blas);
+  json summary = summary_json(r, run_id, run_dir.string(), config, machine);
   json workers = json::array();
   for (const auto& w : r.workers) {
     workers.push_back({{"rank", w.rank}, {"bytes_sent", w.bytes_sent}, {"bytes_received", w.bytes_received},
@@ -387,10 +404,19 @@ int run_train(const TrainArguments& arguments) {
   auto log = component_logger("train");
   if (!resume) std::ofstream(run_dir / "config.toml") << config->toml;
 
-  const int threads = training::set_compute_threads(config->run.threads,
-                                                    training::resolve_precision(config->inner.precision, config->run.device));
-  auto blas = training::check_blas();
+  // "auto" is measured on the threads one learner will have; everything after sees the result.
+  MachineFacts machine;
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const bool one_at_a_time = config->engine == diloco::Engine::reference;
+  machine.precision = training::choose_precision(
+      {config->model, config->inner, config->run.device,
+       config->run.threads > 0 ? config->run.threads : std::max(1, cores / (one_at_a_time ? 1 : std::max(1, config->run.learners)))});
+  config->inner.precision = machine.precision.precision;
+  const int threads = training::set_compute_threads(config->run.threads, machine.precision.precision);
+  machine.blas = training::check_blas();
+  const auto& blas = machine.blas;
   if (blas.optimized) log->info("{}", blas.message); else log->warn("{}", blas.message);
+  log->info("{}", machine.precision.message);
   const auto allocator = allocator_in_use();
   if (allocator.scalable) log->info("{}", allocator.message); else log->warn("{}", allocator.message);
   log->info("run {} in {} | engine {} | mode {} | {} learner(s) | {} compute threads", run_id, run_dir.string(),
@@ -411,7 +437,7 @@ int run_train(const TrainArguments& arguments) {
 
   std::ofstream metrics(run_dir / "metrics.jsonl", std::ios::app);
   if (config->engine == diloco::Engine::actors && diloco::data_parallel(config->run.mode)) {
-    return run_data_parallel(*config, run_id, run_dir, blas, *shared_corpus, metrics, arguments.json);
+    return run_data_parallel(*config, run_id, run_dir, machine, *shared_corpus, metrics, arguments.json);
   }
   if (config->engine == diloco::Engine::actors) {
     auto runtime = to_runtime_options(*config, run_dir.string(), resume);
@@ -467,7 +493,7 @@ int run_train(const TrainArguments& arguments) {
     }
     const auto& r = *outcome;
     const auto& ledger = r.details.at("goodput");  // to_json(r.goodput), made once by the cluster
-    json summary = summary_json(r, run_id, run_dir.string(), *config, blas);
+    json summary = summary_json(r, run_id, run_dir.string(), *config, machine);
     summary.update({
         {"bytes_up", r.bytes_up}, {"bytes_down", r.bytes_down},
         {"ddp_bytes_ratio", r.bytes_sent > 0 && r.bytes_ddp_equivalent > 0
@@ -522,7 +548,7 @@ int run_train(const TrainArguments& arguments) {
     return result.error().code == ErrorCode::invalid_argument ? 2 : 1;
   }
 
-  json summary = summary_json(*result, run_id, run_dir.string(), *config, blas);
+  json summary = summary_json(*result, run_id, run_dir.string(), *config, machine);
   summary["dropped_outer_gradients"] = result->dropped_outer_gradients;
   summary["rounds_without_outer_step"] = result->rounds_without_outer_step;
   add_bits_per_byte(summary, *shared_corpus, *config);

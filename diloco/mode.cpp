@@ -75,4 +75,37 @@ Status check_across_processes(Mode mode) {
                                                      "' is not supported across processes (" + names_of(runs) + ")");
 }
 
+const char* outer_rule_name(OuterRule rule) {
+  switch (rule) {
+    case OuterRule::nesterov: return "nesterov";
+    case OuterRule::work_clock: return "work_clock";
+    case OuterRule::per_commit_nesterov: return "per_commit_nesterov";
+    case OuterRule::delayed_nesterov: return "delayed_nesterov";
+    case OuterRule::memoryless: return "memoryless";
+    case OuterRule::average: return "average";
+  }
+  return "?";
+}
+
+Expected<OuterRule> outer_rule(Mode mode, std::string_view optimizer) {
+  auto refuse = [&](const std::string& takes) -> Expected<OuterRule> {
+    return make_error(ErrorCode::invalid_argument, "outer.optimizer = '" + std::string(optimizer) + "' in " +
+                                                       mode_name(mode) + " mode: " + takes);
+  };
+  if (mode == Mode::ddp) {
+    if (optimizer == "auto") return OuterRule::average;
+    return refuse("ddp has no outer optimizer (only auto)");
+  }
+  if (mode == Mode::sync) {
+    if (optimizer == "auto" || optimizer == "nesterov") return OuterRule::nesterov;
+    if (optimizer == "memoryless") return OuterRule::memoryless;
+    return refuse("a sync round is merged whole (auto, nesterov or memoryless)");
+  }
+  if (optimizer == "auto" || optimizer == "nesterov") return OuterRule::work_clock;
+  if (optimizer == "per_commit_nesterov") return OuterRule::per_commit_nesterov;
+  if (optimizer == "delayed_nesterov") return OuterRule::delayed_nesterov;
+  if (optimizer == "memoryless") return OuterRule::memoryless;
+  return refuse("one of auto, nesterov, per_commit_nesterov, delayed_nesterov, memoryless");
+}
+
 }  // namespace archipelago::diloco

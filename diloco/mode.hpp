@@ -60,4 +60,27 @@ bool runs_across_processes(Mode mode);
 // Ok, or invalid_argument naming the modes a coordinator runs.
 Status check_across_processes(Mode mode);
 
+// ---- The outer optimizer's rule (outer.optimizer, as a mode runs it) ----------------------------
+//
+// A commit merges what arrived; its pseudo-gradient counts for its share of a round, the
+// contributions it merged ÷ the learners a round expects (train.learners), and its work is the
+// steps it merged ÷ (those learners × H). ALGORITHMS.md §5b.
+enum class OuterRule {
+  nesterov,             // sync: one Nesterov step per round (a commit is a whole round)
+  work_clock,           // decoupled, async: plain steps per commit, momentum once per round of work
+                        // (Delayed Nesterov with N counted in rounds of work): outer.optimizer auto / nesterov
+  per_commit_nesterov,  // decoupled, async: one Nesterov step per commit, whatever work it merged (the former rule)
+  delayed_nesterov,     // decoupled, async: Delayed Nesterov counted in arrivals (N = outer.delayed_every)
+  memoryless,           // plain steps θ ← θ − lr·g at the work share, no momentum (peers use outer.lr = 1)
+  average,              // ddp: θ ← θ − merged Δ, no outer optimizer
+};
+
+// "nesterov", "work_clock", "per_commit_nesterov", "delayed_nesterov", "memoryless", "average".
+const char* outer_rule_name(OuterRule rule);
+
+// The rule `optimizer` (outer.optimizer) names in `mode`; invalid_argument naming the key and the
+// values the mode takes when the mode would ignore it (ddp has no outer optimizer; a sync round is
+// always whole, so the per-commit and per-arrival rules do not apply there).
+Expected<OuterRule> outer_rule(Mode mode, std::string_view optimizer);
+
 }  // namespace archipelago::diloco

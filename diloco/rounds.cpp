@@ -42,11 +42,4 @@ QuorumTime quorum_time(const std::vector<PendingArrival>& pending, double reache
   return {now_s, now_s - first_on_time_s};
 }
 
-double round_share(const std::set<std::string>& contributors, const std::set<std::string>& active) {
-  std::set<std::string> expected = contributors;
-  expected.insert(active.begin(), active.end());
-  if (expected.empty()) return 1.0;
-  return static_cast<double>(contributors.size()) / static_cast<double>(expected.size());
-}
-
 }  // namespace archipelago::diloco

@@ -1,7 +1,7 @@
 // The rules of one fragment's round that the syncer applies around decide_merge (merge_rules.hpp),
 // on plain values: the schedule slot an update must reach to count for the open round, the quorum
-// of a round, the tally of pending contributions decide_merge reads, when the quorum was reached,
-// and the share of the expected learners a merge counts for. Decoupled mode runs numbered rounds
+// of a round, the tally of pending contributions decide_merge reads and when the quorum was reached
+// (the share a merge counts for is actors/fragment_state.hpp's commit_share). Decoupled mode runs numbered rounds
 // per fragment; the syncer gathers the inputs (actors/syncer_merge.hpp) and acts on the answers.
 // Pure; any thread.
 #pragma once
@@ -45,10 +45,5 @@ struct QuorumTime {
   double wait_s = -1;
 };
 QuorumTime quorum_time(const std::vector<PendingArrival>& pending, double reached_s, int quorum, double now_s);
-
-// The share of a round a merge of `contributors` counts for: |contributors| ÷ |contributors ∪
-// active|, so that a period merged in pieces (quorum and grace, stragglers in the next round) moves
-// θ as far as one merged at once. 1 when there is nobody at all.
-double round_share(const std::set<std::string>& contributors, const std::set<std::string>& active);
 
 }  // namespace archipelago::diloco

@@ -49,7 +49,8 @@ struct BudgetDecision {
 
 class SessionBudget {
  public:
-  explicit SessionBudget(const SessionLimits& limits) : limits_(limits), calls_(limits.calls), bytes_(limits.bytes) {}
+  explicit SessionBudget(const SessionLimits& limits = {})
+      : limits_(limits), calls_(limits.calls), bytes_(limits.bytes) {}
   // Charges one call carrying `bytes` at `now_s`.
   BudgetDecision charge(uint64_t bytes, double now_s);
 

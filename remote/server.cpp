@@ -106,7 +106,7 @@ struct Connection : std::enable_shared_from_this<Connection> {
   uint64_t outgoing_bytes = 0;
   bool pumping = false;
   int admin_requests = 0;
-  std::optional<net::SessionBudget> budget;  // the node session's inbound budget, from its join on
+  net::SessionBudget budget;  // the session's inbound budget (spec.limits.session), charged from its join on
 
   kj::Own<kj::AsyncIoStream> stream;
   kj::Own<capnp::TwoPartyVatNetwork> network;
@@ -246,30 +246,37 @@ class SessionImpl final : public wire::Session::Server {
                    p.getLearner(), p.getEnvelope());
   }
   kj::Promise<void> learnerGone(LearnerGoneContext context) override {
-    auto c = connection_.lock();
-    if (!c || c->closed) return ended();
-    auto answer = charge(*c, 0);
-    if (c->closed) return answer;
-    c->heard();
-    c->end_learner(context.getParams().getLearner(), context.getParams().getAbnormal());
-    return answer;
+    auto call = arrive(0);
+    if (call.connection) call.connection->end_learner(context.getParams().getLearner(), context.getParams().getAbnormal());
+    return kj::mv(call.answer);
   }
   kj::Promise<void> ping(PingContext) override {
-    auto c = connection_.lock();
-    if (!c || c->closed) return ended();
-    auto answer = charge(*c, 0);
-    if (!c->closed) c->heard();
-    return answer;
+    auto call = arrive(0);
+    return kj::mv(call.answer);
   }
 
  private:
+  // A call as it arrives: charged to the session's budget and, if the session is still open after
+  // that, heard. `connection` is null when the session is closed (or the charge cut it).
+  struct Arrival {
+    std::shared_ptr<Connection> connection;
+    kj::Promise<void> answer;  // what the call returns once it is done with
+  };
+  Arrival arrive(size_t bytes) {
+    auto c = connection_.lock();
+    if (!c || c->closed) return {nullptr, ended()};
+    auto answer = charge(*c, bytes);
+    if (c->closed) return {nullptr, kj::mv(answer)};
+    c->heard();
+    return {std::move(c), kj::mv(answer)};
+  }
+
   // Every call is charged to the session's budget on arrival, whatever becomes of it: within the
   // budget it is answered at once; in debt, after the debt's delay (a stream's sender waits for
   // it); past the debt bound the session is cut, so one sender cannot hold the plane's thread.
   kj::Promise<void> charge(Connection& c, size_t bytes) {
     auto& server = *c.server;
-    if (!c.budget) return kj::READY_NOW;
-    auto decision = c.budget->charge(bytes, monotonic_seconds());
+    auto decision = c.budget.charge(bytes, monotonic_seconds());
     if (decision.cut) {
       server.counters->budget_cuts += 1;
       server.close(c.shared_from_this(), "over its inbound budget: " + decision.reason);
@@ -281,11 +288,10 @@ class SessionImpl final : public wire::Session::Server {
   }
 
   kj::Promise<void> forward(EnvelopeKind method, caf::atom_value role, uint32_t handle, capnp::Data::Reader envelope) {
-    auto c = connection_.lock();
-    if (!c || c->closed) return ended();
-    auto answer = charge(*c, envelope.size());
-    if (c->closed) return answer;
-    c->heard();
+    auto call = arrive(envelope.size());
+    if (!call.connection) return kj::mv(call.answer);
+    auto& c = call.connection;
+    auto answer = kj::mv(call.answer);
     auto& server = *c->server;
     server.counters->bytes_received += static_cast<int64_t>(envelope.size());
     const std::string actor = "session of node '" + c->node + "'";
@@ -455,7 +461,6 @@ class GatewayImpl final : public wire::Gateway::Server {
             return;
           }
           c->authenticated = true;
-          c->budget.emplace(c->server->spec.limits.session);
           c->link = link;
           c->key = key;
           c->sink_proxy = proxy;
@@ -572,6 +577,7 @@ void Server::Impl::admit(EventLoop::Context& context, kj::AuthenticatedStream ac
   connection->address = address;
   connection->server = this;
   connection->context = &context;
+  connection->budget = net::SessionBudget(spec.limits.session);
   per_address[address] += 1;
   connections.emplace(connection->id, connection);
   counters->connections_accepted += 1;

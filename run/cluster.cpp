@@ -222,9 +222,9 @@ Expected<std::unique_ptr<LocalCluster>> LocalCluster::start(RuntimeOptions optio
   impl->root = spawn_supervisor(*impl->system, std::move(root));
   Directory::put(*impl->system, caf::atom("root"), impl->root);
   if (diloco::dynamic_local_steps(run.mode)) {
-    impl->log->info("async mode: per-arrival merges{}; dynamic local steps: a learner runs round(H x its speed / "
-                    "the fastest learner's speed) inner steps per fragment period",
-                    uses_delayed_nesterov(setup.run.mode, setup.outer.optimizer) ? " with Delayed Nesterov" : " with plain Nesterov");
+    impl->log->info("async mode: per-arrival merges, outer.optimizer {}; dynamic local steps: a learner runs round(H x its "
+                    "speed / the fastest learner's speed) inner steps per fragment period",
+                    setup.outer.optimizer);
   }
   impl->log->info("{} cluster: {} learner(s) x {} compute thread(s), {} fragment(s), {} parameters, step limit {}, "
                   "run dir {}", diloco::mode_name(run.mode), impl->learner_slots, threads, layout->plan.fragments.size(),
@@ -423,6 +423,8 @@ Expected<ClusterResult> LocalCluster::run(const std::function<void(const Progres
   auto scored = decode_status<EvaluationPoint>(*final_eval, "the final evaluation");
   if (!scored) return scored.error();
   result.heldout_loss = scored->heldout_loss.value_or(std::nan(""));
+  result.best_version = last.evaluator.best_version;
+  result.best_heldout_loss = last.evaluator.best_heldout_loss.value_or(std::nan(""));
   result.initial_heldout_loss = impl.initial_heldout_loss;
   if (std::isnan(result.initial_heldout_loss)) {
     const auto& curve = last.evaluator.curve;

@@ -20,7 +20,7 @@
 
 #include "actors/authorization.hpp"
 #include "actors/compute_threads.hpp"
-#include "training/replica.hpp"
+#include "training/precision_choice.hpp"
 #include "run/run_setup.hpp"
 #include "remote/shaped_link.hpp"
 #include "remote/shard_router.hpp"
@@ -477,6 +477,14 @@ struct Node::Impl {
     // A node's learners start from the committed versions they fetch: the coordinator's
     // model.init_from (a directory on its machine) is the coordinator's to apply.
     runtime_options.setup.model.init_from.clear();
+    // inner.precision = "auto" is this machine's to measure, for its learners' share of its cores.
+    const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    auto& setup_options = runtime_options.setup;
+    const auto precision = training::choose_precision(
+        {setup_options.model, setup_options.inner, setup_options.run.device,
+         setup_options.run.threads > 0 ? setup_options.run.threads : std::max(1, cores / std::max(1, options.learners))});
+    setup_options.inner.precision = precision.precision;
+    log->info("{}", precision.message);
     auto prepared = prepare_run(runtime_options, *node_config->corpus);
     if (!prepared) return prepared.error();
     setup = std::move(*prepared);
@@ -494,7 +502,7 @@ struct Node::Impl {
     }
     const int threads = configure_compute_threads(
         runtime->setup.run.threads, options.learners,
-        training::resolve_precision(runtime->setup.inner.precision, runtime->setup.run.device));
+        runtime->setup.inner.precision);
     LearnerSlots slots;
     slots.first = first;
     slots.count = options.learners;

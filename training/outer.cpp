@@ -141,6 +141,33 @@ void nesterov_step(OuterState& state, float* params, const float* delta, double 
   ++state.steps;
 }
 
+void work_clock_step(OuterState& state, float* params, const float* g, int64_t steps, int64_t round_steps, double lr,
+                     double momentum) {
+  round_steps = round_steps < 1 ? 1 : round_steps;
+  if (state.work_steps == 0 && steps == round_steps) {  // a whole round at once: the Nesterov step itself
+    nesterov_step(state, params, g, lr, momentum);
+    return;
+  }
+  const int64_t n = static_cast<int64_t>(state.momentum.size());
+  const auto lr_f = static_cast<float>(lr), mu = static_cast<float>(momentum);
+  float* acc = state.accumulated.data();
+  for (int64_t i = 0; i < n; ++i) {
+    acc[i] += g[i];
+    params[i] -= lr_f * g[i];
+  }
+  state.work_steps += steps < 0 ? 0 : steps;
+  if (state.work_steps < round_steps) return;
+  const auto per_round = static_cast<float>(static_cast<double>(round_steps) / static_cast<double>(state.work_steps));
+  float* m = state.momentum.data();
+  for (int64_t i = 0; i < n; ++i) {
+    m[i] = mu * m[i] + acc[i] * per_round;
+    params[i] -= lr_f * mu * m[i];
+    acc[i] = 0.0f;
+  }
+  state.work_steps = 0;
+  ++state.steps;
+}
+
 void delayed_nesterov_arrival(OuterState& state, float* params, const float* delta, double lr, double momentum,
                               int every) {
   every = every < 1 ? 1 : every;

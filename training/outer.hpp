@@ -85,7 +85,9 @@ struct OuterState {
   std::vector<float> momentum;     // m (n values)
   std::vector<float> accumulated;  // Delayed Nesterov: Σ Δ since the last momentum update (n values)
   int64_t arrivals = 0;            // Delayed Nesterov: arrivals since the last momentum update
-  int64_t steps = 0;               // momentum updates so far (Nesterov: outer steps; Delayed: every N-th arrival)
+  int64_t steps = 0;               // momentum updates so far (Nesterov: outer steps; Delayed: every N-th arrival;
+                                   // work clock: every round of work)
+  int64_t work_steps = 0;          // work clock: inner steps merged since the last momentum update
 };
 // A zero state for `n` parameters; `delayed` also sizes the accumulator.
 OuterState zero_outer_state(int64_t n, bool delayed);
@@ -108,6 +110,19 @@ void nesterov_step(OuterState& state, float* params, const float* delta, double 
 // `state.accumulated` must hold n values. A momentum update counts in state.steps.
 void delayed_nesterov_arrival(OuterState& state, float* params, const float* delta, double lr, double momentum,
                               int every);
+
+// Outer steps on a clock of work (ALGORITHMS.md §5b: Delayed Nesterov, Liu et al. Alg. 3 with c = 0,
+// N counted in rounds of work). A commit brings `g`, its share of a round's pseudo-gradient (Σ Δ over
+// the contributions it merged ÷ the learners a round expects), and the inner `steps` it merged; a
+// round of work is `round_steps` (those learners × H):
+//   θ ← θ − lr·g;  acc ← acc + g;  A ← A + steps
+//   when A ≥ round_steps:  m ← μ·m + acc·(round_steps / A);  θ ← θ − lr·μ·m;  acc ← 0;  A ← 0
+// So momentum moves once per round of merged work, however the round was split into commits, and
+// work short of a round (a drain) gets plain steps only. A whole round in one commit from A = 0 is
+// nesterov_step, bit for bit. `state.accumulated` must hold n values; a momentum update counts in
+// state.steps (so outer.momentum_warmup counts rounds of work).
+void work_clock_step(OuterState& state, float* params, const float* g, int64_t steps, int64_t round_steps, double lr,
+                     double momentum);
 
 // The same two rules as objects owning their state (the reference engine and the oracle tests).
 class NesterovOuter {

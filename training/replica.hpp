@@ -101,10 +101,11 @@ class Replica {
   std::unique_ptr<Impl> impl_;
 };
 
-// The precision a replica on `device` trains in, "fp32" or "bf16", for inner.precision `precision`:
-// "auto" is bf16 on a CPU with AVX512-BF16 or AMX-BF16 (bf16 matmuls in hardware: ~2.5x faster per
-// step on `small`, bench_training) and fp32 elsewhere, CUDA included (set bf16 there explicitly on
-// Ampere or newer). Held-out loss is always evaluated in fp32, whatever the training precision.
+// The precision a replica on `device` trains in, "fp32" or "bf16", for inner.precision `precision`,
+// without measuring: "auto" is bf16 on a CPU with AVX512-BF16 or AMX-BF16 and fp32 elsewhere, CUDA
+// included. A run resolves "auto" by measurement first (training/precision_choice.hpp) and hands
+// replicas the result; this rule serves what did not (benchmarks, tests). Held-out loss is always
+// evaluated in fp32, whatever the training precision.
 std::string resolve_precision(const std::string& precision, const std::string& device);
 
 // Gives one replica's compute `threads` (0 = all cores) for training in `precision` ("fp32" or

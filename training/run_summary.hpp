@@ -21,6 +21,8 @@ struct RunSummary {
   int64_t tokens = 0;               // training tokens consumed in this run, all learners
   double initial_heldout_loss = 0;  // of the parameters the run started from
   double heldout_loss = 0;          // of the final parameters (actors: the final committed version)
+  uint64_t best_version = 0;        // actors: the version of the lowest held-out loss scored (0: none)
+  double best_heldout_loss = 0;     // ... its loss (NaN: none); the run's result is still the final version
   double train_loss = 0;            // NaN: no inner step was taken
   double wall_s = 0;
   int64_t bytes_sent = 0;           // up + down

@@ -248,6 +248,7 @@ TEST_CASE("int4 up and down, RDA and quorum 2: copies match, a restarted learner
 
 TEST_CASE("async mode: a killed syncer comes back with Delayed Nesterov's momentum, accumulator and count") {
   auto options = testing::tiny_options("async-dn-kill", "async", 2, 14);
+  options.setup.outer.optimizer = "delayed_nesterov";
   options.setup.outer.delayed_every = 3;
   options.keep_versions = 0;  // every version stays: the one the syncer had at the kill is still there
   const int P = options.setup.outer.fragments;

@@ -23,8 +23,9 @@ void landed(SyncerCore& core, StagedCommit& commit, double now) {
   core.commit_succeeded(commit, now);
 }
 
-SyncerCore make_core(const std::string& mode, int quorum = 1) {
-  auto o = testing::tiny_options("core", mode, 2, 10);
+// `learners`: the learners a round expects; a commit of one learner's update counts for 1/learners of a round.
+SyncerCore make_core(const std::string& mode, int quorum = 1, int learners = 2) {
+  auto o = testing::tiny_options("core", mode, learners, 10);
   o.setup.outer.quorum = quorum;
   o.setup.outer.merge = "mean";
   o.setup.outer.lr = 1.0;
@@ -153,12 +154,12 @@ TEST_CASE("syncer core: set changes a runtime-tunable key for the next merge and
   auto unknown = core.set("model.preset", "big");
   REQUIRE_FALSE(unknown.ok());
   CHECK(unknown.error().reason.find("not runtime-tunable") != std::string::npos);
-  // The next merge uses lr 0.5: θ − 0.5 · Δ.
+  // The next merge uses lr 0.5: θ − 0.5 · Δ / 2 (one update of the 2 learners a round expects).
   UpdateHeader h{"learner-0", 0, 1, 10, 100, 2.0f, 0, 0, 10};
   REQUIRE_FALSE(core.accept(h, {0.4f, 0.4f, 0.4f}, 1).has_value());
   auto staged = core.stage({0}, 1);
   REQUIRE(staged.ok());
-  CHECK(staged->find(0)->next.parameters[0] == doctest::Approx(1 - 0.5 * 0.4));
+  CHECK(staged->find(0)->next.parameters[0] == doctest::Approx(1 - 0.5 * 0.4 / 2));
   CHECK(core.status(1).outer_lr == doctest::Approx(0.5));
 }
 
@@ -273,7 +274,7 @@ TEST_CASE("syncer core: merge, outer step, commit and staleness") {
 }
 
 TEST_CASE("syncer core: fragments commit independently; versions number records as they land") {
-  auto core = make_core("decoupled", 1);  // fragments {1, 1, 1} and {2, 2}; mean, lr 1, momentum 0
+  auto core = make_core("decoupled", 1, 1);  // fragments {1, 1, 1} and {2, 2}; mean, lr 1, momentum 0, 1 learner
   REQUIRE(core.join(join_of("learner-0"), 0).accepted);
   REQUIRE_FALSE(core.accept({"learner-0", 0, 1, 10, 100, 1.0f, 0, 0, 10}, {0.5f, 0.5f, 0.5f}, 1).has_value());
   double deadline = 0;
@@ -399,7 +400,7 @@ namespace {
 // Async mode with Delayed Nesterov every `every` arrivals, lr 0.5, momentum 0.9, one fragment of 3.
 SyncerCore make_async_core(int every, int momentum_warmup = 0) {
   auto o = testing::tiny_options("core-async", "async", 2, 10);
-  o.setup.outer.optimizer = "auto";
+  o.setup.outer.optimizer = "delayed_nesterov";
   o.setup.outer.delayed_every = every;
   o.setup.outer.momentum_warmup = momentum_warmup;
   o.setup.outer.lr = 0.5;
@@ -429,9 +430,9 @@ void check_same_outer_state(const FragmentState& after, const FragmentState& bef
 
 }  // namespace
 
-TEST_CASE("syncer core: async mode uses Delayed Nesterov by default, counting arrivals") {
+TEST_CASE("syncer core: outer.optimizer = delayed_nesterov counts arrivals") {
   auto core = make_async_core(3);
-  CHECK(core.rules().delayed_nesterov);
+  CHECK(core.rules().outer == archipelago::diloco::OuterRule::delayed_nesterov);
   // Two arrivals pending together are two arrivals of Delayed Nesterov, not one commit.
   arrive(core, "learner-0", {0.1f, 0.2f, 0.3f}, 1);
   arrive(core, "learner-1", {0.3f, 0.2f, 0.1f}, 1);
@@ -450,12 +451,19 @@ TEST_CASE("syncer core: async mode uses Delayed Nesterov by default, counting ar
   CHECK(core.fragment(0).outer.arrivals == 0);  // the third arrival updated the momentum
   CHECK(core.fragment(0).outer.momentum[0] != 0.0f);
 
+  // auto is the work clock in async and decoupled mode, Nesterov per round in sync.
+  using archipelago::diloco::OuterRule;
   auto o = testing::tiny_options("core-async-plain", "async", 1, 10);
-  o.setup.outer.optimizer = "nesterov";
-  CHECK_FALSE(SyncerCore(o, {{0.0f}}).rules().delayed_nesterov);
-  o.setup.run.mode = archipelago::diloco::Mode::decoupled;
   o.setup.outer.optimizer = "auto";
-  CHECK_FALSE(SyncerCore(o, {{0.0f}}).rules().delayed_nesterov);
+  CHECK(SyncerCore(o, {{0.0f}}).rules().outer == OuterRule::work_clock);
+  o.setup.outer.optimizer = "per_commit_nesterov";
+  CHECK(SyncerCore(o, {{0.0f}}).rules().outer == OuterRule::per_commit_nesterov);
+  o.setup.run.mode = archipelago::diloco::Mode::decoupled;
+  o.setup.outer.optimizer = "nesterov";
+  CHECK(SyncerCore(o, {{0.0f}}).rules().outer == OuterRule::work_clock);
+  o.setup.run.mode = archipelago::diloco::Mode::sync;
+  o.setup.outer.optimizer = "auto";
+  CHECK(SyncerCore(o, {{0.0f}}).rules().outer == OuterRule::nesterov);
 }
 
 TEST_CASE("syncer core: a restarted syncer gets Delayed Nesterov's momentum, accumulator and count back") {
@@ -778,7 +786,7 @@ TEST_CASE("syncer core: honest claims merge bit for bit as the claims themselves
 }
 
 TEST_CASE("syncer core: a merge that comes out non-finite is dropped, counted, and the committed value stays") {
-  auto core = make_core("decoupled", 1);  // fragments {1, 1, 1} and {2, 2}; mean, lr 1, momentum 0
+  auto core = make_core("decoupled", 1, 1);  // fragments {1, 1, 1} and {2, 2}; mean, lr 1, momentum 0, 1 learner
   REQUIRE(core.join(join_of("learner-0"), 0).accepted);
   const float huge = 3e38f;  // finite, as every check on the way in sees it
   const std::vector<float> push = {-huge, -huge, -huge};
@@ -831,17 +839,17 @@ TEST_CASE("fragment state: a stage whose θ_p − B_p or B_p is not finite is re
   c.delta = {0, 0, 0};
   apart.pending.push_back(c);
   // A contribution not folded into the running sum cannot be merged: refused, not silently left out.
-  auto unfolded = stage_fragment(0, apart, rules, 1.0);
+  auto unfolded = stage_fragment(0, apart, rules);
   REQUIRE_FALSE(unfolded.ok());
   CHECK(unfolded.error().code == archipelago::ErrorCode::invalid_argument);
   apart.sum.add(c.delta.data(), 1.0, 0.0);  // folded, as the syncer folds every contribution before a merge
-  auto staged = stage_fragment(0, apart, rules, 1.0);
+  auto staged = stage_fragment(0, apart, rules);
   REQUIRE_FALSE(staged.ok());
   CHECK(staged.error().code == archipelago::ErrorCode::non_finite);
   CHECK(staged.error().reason.find("θ_p − B_p") != std::string::npos);
   // Delayed Nesterov's accumulator overflowing between momentum updates, while θ_p stays finite.
   rules.mode = archipelago::diloco::Mode::async;
-  rules.delayed_nesterov = true;
+  rules.outer = archipelago::diloco::OuterRule::delayed_nesterov;
   rules.delayed_every = 4;
   rules.lr = 1e-3;
   rules.downlink = messages::Codec::fp32;
@@ -850,7 +858,7 @@ TEST_CASE("fragment state: a stage whose θ_p − B_p or B_p is not finite is re
   accumulating.version = 2;
   c.delta = {-huge, 0, 0};
   accumulating.pending.push_back(c);
-  auto accumulated = stage_fragment(0, accumulating, rules, 1.0);
+  auto accumulated = stage_fragment(0, accumulating, rules);
   REQUIRE_FALSE(accumulated.ok());
   CHECK(accumulated.error().reason.find("accumulator") != std::string::npos);
 }
@@ -1167,7 +1175,77 @@ TEST_CASE("syncer core: a shard merges and accepts only the fragments it owns; a
   CHECK(core.status(1).shard.fragments == std::vector<int>{1});
   // What the store holds: fragment 0 as version 1 stored it (θ0, zero momentum), fragment 1 as committed.
   const auto stored1 = to_stored(core.fragment(1));
-  REQUIRE(fresh.restore(core.latest_version(), {{0, 0}, stored1.broadcast}, {{0, 0}, stored1.outer}, manifest).ok());
+  // (fragment 0's outer state: zero momentum and the work clock's zero accumulator)
+  REQUIRE(fresh.restore(core.latest_version(), {{0, 0}, stored1.broadcast}, {{0, 0, 0, 0}, stored1.outer}, manifest).ok());
   CHECK(fresh.fragment(1).broadcast == core.fragment(1).broadcast);
   CHECK(fresh.fragment(0).parameters.empty());  // released again after the restore
+}
+
+TEST_CASE("syncer core: the drain's last piece moves θ by its share of a round, with no momentum released") {
+  // Decoupled, 4 learners, H = 10, Nesterov 0.7 / 0.9 on the clock of work, a plain mean.
+  auto o = testing::tiny_options("core-drain", "decoupled", 4, 10);
+  o.setup.outer.merge = "mean";
+  o.setup.outer.lr = 0.7;
+  o.setup.outer.momentum = 0.9;
+  SyncerCore core(o, {{0, 0, 0}, {0, 0}});
+  REQUIRE(core.rules().outer == archipelago::diloco::OuterRule::work_clock);
+  auto initial = core.stage_initial(0);
+  landed(core, initial, 0);
+  for (int k = 0; k < 4; ++k) REQUIRE(core.join(join_of("learner-" + std::to_string(k)), 0).accepted);
+  // One whole round of fragment 0 in two pieces (2 + 2 learners): the momentum moves once.
+  for (int k = 0; k < 4; ++k) {
+    UpdateHeader h{"learner-" + std::to_string(k), 0, core.latest_version(), 10, 100, 2.0f, 0, 0, 10};
+    REQUIRE_FALSE(core.accept(h, {0.4f, -0.2f, 0.1f}, 1 + k).has_value());
+    if (k % 2 == 1) merge_and_commit(core, {0}, 1 + k);
+  }
+  const auto after_round = core.fragment(0);
+  CHECK(after_round.outer.steps == 1);
+  CHECK(after_round.outer.work_steps == 0);
+  // Nesterov on the round's mean from θ = 0, m = 0: θ = −0.7 (g + 0.9 g).
+  CHECK(after_round.parameters[0] == doctest::Approx(-0.7 * 1.9 * 0.4).epsilon(1e-6));
+  REQUIRE(after_round.outer.momentum[0] != 0.0f);
+  // Three learners finish; the last sends 13 steps alone, the drain's last piece.
+  for (int k = 0; k < 3; ++k) core.leave("learner-" + std::to_string(k), true, "finished", 6);
+  UpdateHeader last{"learner-3", 0, core.latest_version(), 13, 130, 2.0f, 1, 10, 23};
+  const std::vector<float> delta = {0.2f, 0.1f, -0.3f};
+  REQUIRE_FALSE(core.accept(last, delta, 7).has_value());
+  merge_and_commit(core, {0}, 7);
+  const auto& drained = core.fragment(0);
+  for (int i = 0; i < 3; ++i) {
+    // Its share of a round is 1/4 of the learners expected: θ moves by lr · Δ / 4, a plain step.
+    CHECK(drained.parameters[i] - after_round.parameters[i] == doctest::Approx(-0.7 * delta[i] / 4).epsilon(1e-6));
+    CHECK(drained.outer.momentum[i] == after_round.outer.momentum[i]);  // no look-ahead, no release
+  }
+  CHECK(drained.outer.steps == 1);
+  CHECK(drained.outer.work_steps == 13);
+}
+
+TEST_CASE("syncer core: the grace window holds from a run's first round, seeded by the learner's own step time") {
+  auto o = testing::tiny_options("core-first-grace", "decoupled", 2, 10);
+  o.setup.outer.quorum = 1;
+  o.syncer.grace_gamma = 0.5;
+  o.syncer.overlap_steps = 2;
+  o.syncer.grace_max_s = 2.0;
+  SyncerCore core(o, {{0, 0, 0}, {0, 0}});
+  auto initial = core.stage_initial(0);
+  landed(core, initial, 0);
+  REQUIRE(core.join(join_of("learner-0"), 0).accepted);
+  REQUIRE(core.join(join_of("learner-1"), 0).accepted);
+  CHECK(core.grace_s() == 0);
+  // The first update of the run: 10 steps in 1 s of compute, so 0.1 s a step and a grace of
+  // 0.5 · (2 · 0.1) = 0.1 s, without a second update of the same fragment to time it by.
+  UpdateHeader first{"learner-0", 0, core.latest_version(), 10, 100, 2.0f, 0, 0, 10, 1.0};
+  REQUIRE_FALSE(core.accept(first, {0.1f, 0.1f, 0.1f}, 5.0).has_value());
+  CHECK(core.grace_s() == doctest::Approx(0.1));
+  double deadline = -1;
+  CHECK(core.ready_fragments(5.0, &deadline).empty());  // the quorum of 1 is reached, the window is open
+  CHECK(deadline == doctest::Approx(5.1));
+  UpdateHeader second{"learner-1", 0, core.latest_version(), 10, 100, 2.0f, 0, 0, 10, 1.2};
+  REQUIRE_FALSE(core.accept(second, {0.3f, 0.3f, 0.3f}, 5.05).has_value());
+  REQUIRE(core.ready_fragments(5.05, &deadline) == std::vector<int>{0});  // everyone is in: merged at once
+  auto staged = core.stage({0}, 5.05);
+  REQUIRE(staged.ok());
+  core.seal(*staged, 5.05);
+  CHECK(staged->manifest.contributors.size() == 2);  // one merge of both, not the first alone
+  core.commit_succeeded(*staged, 5.05);
 }

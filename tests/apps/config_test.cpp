@@ -32,7 +32,7 @@ TEST_CASE("the embedded default is valid and is the documented run") {
   CHECK(config->data.corpus == "kjv");
   CHECK(config->outer.codec == "int4");           // the measured default: bench/actors/README.md, section 4
   CHECK(config->outer.downlink_codec == "int4");
-  CHECK(config->outer.optimizer == "auto");        // Delayed Nesterov in async mode
+  CHECK(config->outer.optimizer == "auto");        // the work clock in decoupled and async mode
 }
 
 TEST_CASE("a file overlays the default and --set overlays both") {
@@ -71,6 +71,11 @@ TEST_CASE("unknown keys and invalid values are rejected with the key named") {
       {std::nullopt, {"outer.codec=int3"}, "outer.codec"},
       {std::nullopt, {"outer.downlink_codec=fp8"}, "outer.downlink_codec"},
       {std::nullopt, {"outer.optimizer=adam"}, "outer.optimizer"},
+      // A value the mode would ignore is refused, naming the key and the values the mode takes.
+      {std::nullopt, {"train.mode=sync", "outer.optimizer=delayed_nesterov"}, "outer.optimizer = 'delayed_nesterov' in sync mode"},
+      {std::nullopt, {"train.mode=sync", "outer.optimizer=per_commit_nesterov"}, "outer.optimizer"},
+      {std::nullopt, {"train.mode=ddp", "outer.optimizer=nesterov"}, "ddp has no outer optimizer"},
+      {std::nullopt, {"train.mode=sync", "train.engine=reference", "outer.optimizer=memoryless"}, "reference engine"},
       {std::nullopt, {"faults.nonfinite_learner=-2"}, "faults.nonfinite_learner"},
       {std::nullopt, {"data.heldout_fraction=0"}, "data.heldout_fraction"},
       {std::nullopt, {"inner.precision=fp8"}, "inner.precision"},

@@ -55,6 +55,10 @@ TEST_CASE("train refuses a bad configuration with exit code 2 and names the key"
                 (std::filesystem::temp_directory_path() / "archipelago-cli-bad").string());
   CHECK(outcome.exit_code == 2);
   CHECK(outcome.out.find("train.mode") != std::string::npos);
+  // An outer optimizer the mode would ignore is refused before anything starts.
+  outcome = run("train --set train.mode=sync --set outer.optimizer=delayed_nesterov");
+  CHECK(outcome.exit_code == 2);
+  CHECK(outcome.out.find("outer.optimizer") != std::string::npos);
   std::filesystem::remove_all(std::filesystem::temp_directory_path() / "archipelago-cli-bad");
 }
 

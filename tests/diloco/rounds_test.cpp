@@ -55,9 +55,3 @@ TEST_CASE("rounds: the quorum time runs from the first on-time arrival and is me
   CHECK(quorum_time({}, 3.0, 1, 4.0).reached_s == -1);           // merged or dropped: the round starts over
 }
 
-TEST_CASE("rounds: a merge counts for its contributors' share of the learners expected") {
-  CHECK(round_share({"a"}, {"a", "b", "c", "d"}) == doctest::Approx(0.25));
-  CHECK(round_share({"a", "b"}, {"a", "b"}) == doctest::Approx(1.0));
-  CHECK(round_share({"a", "x"}, {"a", "b"}) == doctest::Approx(2.0 / 3));  // x left after sending: still expected
-  CHECK(round_share({}, {}) == doctest::Approx(1.0));
-}

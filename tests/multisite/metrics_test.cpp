@@ -203,6 +203,11 @@ TEST_CASE("metrics and the status page: Prometheus text checked against the run,
   CHECK(metrics.samples["archipelago_heldout_loss"] < 6);  // below a uniform byte model's ln 256 = 5.55 + margin
   CHECK(metrics.samples["archipelago_heldout_bits_per_byte"] ==
         doctest::Approx(metrics.samples["archipelago_heldout_loss"] / std::log(2.0)).epsilon(1e-6));
+  // The best version scored: no worse than the latest, and one of the versions committed.
+  REQUIRE(metrics.samples.count("archipelago_best_heldout_loss") == 1);
+  CHECK(metrics.samples["archipelago_best_heldout_loss"] <= metrics.samples["archipelago_heldout_loss"]);
+  CHECK(metrics.samples["archipelago_best_version"] >= 1);
+  CHECK(metrics.samples["archipelago_best_version"] <= metrics.samples["archipelago_committed_version"]);
   // The goodput ledger: two of four slots have no node, so at most half the allocated time is goodput;
   // goodput and the badput parts add up to one.
   const double goodput = metrics.samples["archipelago_goodput_ratio"];
@@ -475,5 +480,11 @@ TEST_CASE("a local run (archipelago train) serves the admin console and the metr
   CHECK(summary["wall_s"].get<double>() < 250);
   CHECK(summary["restarts"].get<int>() == 1);
   CHECK(summary["heldout_loss"].get<double>() < summary["initial_heldout_loss"].get<double>());
+  // The final version is the run's result; the best scored is reported beside it.
+  REQUIRE(summary["best_heldout_loss"].is_number());
+  CHECK(summary["best_version"].get<uint64_t>() >= 1);
+  CHECK(summary["best_heldout_loss"].get<double>() <= summary["heldout_loss"].get<double>());
+  CHECK(summary["final_minus_best"].get<double>() ==
+        doctest::Approx(summary["heldout_loss"].get<double>() - summary["best_heldout_loss"].get<double>()).epsilon(1e-12));
   CHECK(train.err().find("local-admin") == std::string::npos);  // never the secret
 }

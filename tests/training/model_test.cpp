@@ -1,5 +1,8 @@
 // The transformer, its inner loop and the reference engine, through torch-free headers.
+#include <unistd.h>
+
 #include <cmath>
+#include <filesystem>
 #include <map>
 #include <fstream>
 #include <random>
@@ -10,6 +13,7 @@
 
 #include "test_corpus.hpp"
 #include "training/reference_engine.hpp"
+#include "training/precision_choice.hpp"
 #include "training/replica.hpp"
 
 using namespace archipelago::training;
@@ -399,4 +403,47 @@ TEST_CASE("a bf16 replica trains under autocast and evaluates in fp32: the same 
   double diff = 0;
   for (size_t i = 0; i < wa.size(); ++i) diff = std::max(diff, std::fabs(double(wa[i]) - wb[i]));
   CHECK(diff > 0.0);
+}
+
+TEST_CASE("inner.precision auto is measured: the faster precision wins, kept per CPU model and shape, a bad cache is replaced") {
+  const auto dir = std::filesystem::temp_directory_path() / ("precision-choice-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  PrecisionProbe probe;
+  probe.model = *model_preset("tiny");
+  probe.inner.precision = "auto";
+  probe.threads = 1;
+  probe.cache_file = (dir / "precision.json").string();
+
+  const auto first = choose_precision(probe);
+  CHECK(first.how == "measured");
+  CHECK(first.setting == "auto");
+  REQUIRE(first.fp32_step_s > 0);
+  REQUIRE(first.bf16_step_s > 0);
+  // The choice follows the timings: the precision named is the one whose step was faster.
+  CHECK(first.precision == (first.bf16_step_s < first.fp32_step_s ? "bf16" : "fp32"));
+  CHECK(first.message.find("measured") != std::string::npos);
+
+  const auto again = choose_precision(probe);
+  CHECK(again.how == "cached");
+  CHECK(again.precision == first.precision);
+  CHECK(again.fp32_step_s == first.fp32_step_s);
+
+  PrecisionProbe other_shape = probe;  // another model shape is measured apart
+  other_shape.model.layers += 1;
+  CHECK(choose_precision(other_shape).how == "measured");
+  CHECK(choose_precision(probe).how == "cached");  // the first entry stayed beside it
+
+  { std::ofstream(probe.cache_file, std::ios::trunc) << "not json {"; }
+  const auto replaced = choose_precision(probe);
+  CHECK(replaced.how == "measured");
+  CHECK(replaced.message.find("not a JSON object") != std::string::npos);
+  CHECK(choose_precision(probe).how == "cached");
+
+  probe.inner.precision = "fp32";
+  CHECK(choose_precision(probe).how == "set");
+  probe.inner.precision = "auto";
+  probe.device = "cuda:0";
+  CHECK(choose_precision(probe).precision == "fp32");
+  CHECK(choose_precision(probe).how == "cuda");
+  std::filesystem::remove_all(dir);
 }

@@ -196,3 +196,99 @@ TEST_CASE("the norm and the fold give the same numbers on 1 thread and on many")
   many.add(x.data(), 2.0, 0);
   CHECK(*one.result() == *many.result());
 }
+
+namespace {
+
+// One round of M pseudo-gradients of H steps each, fed to the work clock in pieces: `groups` lists
+// the contributions of each commit. A piece's g is Σ Δ / M (its share of the round).
+void feed_round(OuterState& state, std::vector<float>& theta, const std::vector<std::vector<float>>& deltas,
+                const std::vector<std::vector<int>>& groups, int64_t h, double lr, double mu) {
+  const int64_t m = static_cast<int64_t>(deltas.size());
+  const size_t n = theta.size();
+  for (const auto& group : groups) {
+    std::vector<float> g(n, 0.0f);
+    for (int c : group) {
+      for (size_t i = 0; i < n; ++i) g[i] += deltas[c][i] / static_cast<float>(m);
+    }
+    work_clock_step(state, theta.data(), g.data(), static_cast<int64_t>(group.size()) * h, m * h, lr, mu);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("the work clock: a round in one commit is the Nesterov step bit for bit, any split of it ends at the same θ and m") {
+  const int M = 4, n = 64;
+  const int64_t H = 10;
+  const double lr = 0.7, mu = 0.9;
+  std::mt19937 rng(41);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<std::vector<std::vector<float>>> rounds(3, std::vector<std::vector<float>>(M, std::vector<float>(n)));
+  for (auto& round : rounds)
+    for (auto& d : round)
+      for (auto& x : d) x = normal(rng);
+  std::vector<float> theta0(n);
+  for (auto& x : theta0) x = normal(rng);
+
+  // Today's Nesterov step on each round's mean: the yardstick.
+  OuterState nesterov = zero_outer_state(n, false);
+  std::vector<float> theta_nesterov = theta0;
+  // The work clock with each round whole.
+  OuterState whole = zero_outer_state(n, true);
+  std::vector<float> theta_whole = theta0;
+  for (const auto& round : rounds) {
+    std::vector<float> mean(n, 0.0f);
+    for (const auto& d : round)
+      for (int i = 0; i < n; ++i) mean[i] += d[i] / static_cast<float>(M);
+    nesterov_step(nesterov, theta_nesterov.data(), mean.data(), lr, mu);
+    feed_round(whole, theta_whole, round, {{0, 1, 2, 3}}, H, lr, mu);
+  }
+  CHECK(theta_whole == theta_nesterov);  // bit for bit
+  CHECK(whole.momentum == nesterov.momentum);
+  CHECK(whole.steps == 3);
+
+  // The same rounds split into M commits, into pairs, and into random groupings (the learners that
+  // finished between pieces change nothing: a piece's share is of the M a round expects).
+  std::vector<std::vector<std::vector<int>>> splits = {{{0}, {1}, {2}, {3}}, {{0, 1}, {2, 3}}, {{2}, {0, 3}, {1}}};
+  std::vector<int> order = {0, 1, 2, 3};
+  for (int trial = 0; trial < 5; ++trial) {
+    std::shuffle(order.begin(), order.end(), rng);
+    const int cut = 1 + static_cast<int>(rng() % 3);
+    splits.push_back({std::vector<int>(order.begin(), order.begin() + cut), std::vector<int>(order.begin() + cut, order.end())});
+  }
+  for (const auto& split : splits) {
+    OuterState pieces = zero_outer_state(n, true);
+    std::vector<float> theta = theta0;
+    for (const auto& round : rounds) feed_round(pieces, theta, round, split, H, lr, mu);
+    CHECK(pieces.steps == 3);
+    CHECK(pieces.work_steps == 0);
+    for (int i = 0; i < n; ++i) {
+      CHECK(theta[i] == doctest::Approx(theta_nesterov[i]).epsilon(1e-5));
+      CHECK(pieces.momentum[i] == doctest::Approx(nesterov.momentum[i]).epsilon(1e-5));
+    }
+  }
+}
+
+TEST_CASE("the work clock: work short of a round gets a plain step and no look-ahead, the momentum waits for the round") {
+  const int n = 8;
+  const double lr = 0.7, mu = 0.9;
+  OuterState state = zero_outer_state(n, true);
+  state.momentum.assign(n, 2.0f);  // momentum from earlier rounds
+  std::vector<float> theta(n, 1.0f), g(n, 0.1f);
+  // 13 steps of a round of 4 x 50: θ moves by lr·g exactly, m stays, nothing of μ·m is released.
+  work_clock_step(state, theta.data(), g.data(), 13, 200, lr, mu);
+  for (int i = 0; i < n; ++i) {
+    CHECK(theta[i] == doctest::Approx(1.0f - 0.7f * 0.1f).epsilon(1e-7));
+    CHECK(state.momentum[i] == 2.0f);
+  }
+  CHECK(state.work_steps == 13);
+  CHECK(state.steps == 0);
+  // The rest of the round arrives (187 steps): now the momentum folds in the round's whole g.
+  std::vector<float> rest(n, 0.3f);
+  work_clock_step(state, theta.data(), rest.data(), 187, 200, lr, mu);
+  CHECK(state.work_steps == 0);
+  CHECK(state.steps == 1);
+  for (int i = 0; i < n; ++i) {
+    CHECK(state.momentum[i] == doctest::Approx(0.9 * 2.0 + 0.4).epsilon(1e-6));
+    CHECK(theta[i] == doctest::Approx(1.0 - 0.7 * 0.4 - 0.7 * 0.9 * (0.9 * 2.0 + 0.4)).epsilon(1e-6));
+  }
+}
