@@ -48,6 +48,7 @@ FragmentState initial_fragment(std::vector<float> initial, const FragmentRules& 
   f.sum = training::MergeAccumulator(f.numel, rules.merge, rules.merge_threads);
   f.broadcast = initial;
   f.parameters = std::move(initial);
+  f.parameters_norm = training::l2_norm(f.parameters.data(), f.numel, rules.merge_threads);
   return f;
 }
 
@@ -57,6 +58,7 @@ FragmentState bare_copy(const FragmentState& state) {
   FragmentState copy;
   copy.numel = state.numel;
   copy.version = state.version;
+  copy.parameters_norm = state.parameters_norm;
   copy.commit_versions = state.commit_versions;
   copy.next_round = state.next_round;
   copy.sum = state.sum.fresh();
@@ -147,6 +149,7 @@ Expected<StagedFragment> stage_fragment(int fragment, const FragmentState& curre
     staged.merged.push_back(std::move(c));
   }
   if (diloco::numbered_rounds(rules.mode) && any_round) next.next_round = std::max(next.next_round, highest_round + 1);
+  next.parameters_norm = training::l2_norm(next.parameters.data(), next.numel, rules.merge_threads);
   // Finite updates can still overflow (Δ near FLT_MAX, or θ, momentum and Δ adding up): such a
   // value must never be committed, broadcast or persisted.
   for (const auto& [what, values] : {std::pair{"θ_p", &next.parameters}, std::pair{"the outer momentum", &next.outer.momentum},
@@ -276,6 +279,7 @@ Expected<FragmentState> from_stored(std::vector<float> broadcast, std::vector<fl
     f.next_round = entry.value("next_round", uint64_t{0});
   }
   f.broadcast = std::move(broadcast);
+  f.parameters_norm = training::l2_norm(f.parameters.data(), f.numel, rules.merge_threads);
   f.version = version;
   f.commit_versions = {version};
   f.sum = training::MergeAccumulator(f.numel, rules.merge, rules.merge_threads);

@@ -59,6 +59,7 @@ struct PendingContribution {
 struct FragmentState {
   int64_t numel = 0;
   std::vector<float> parameters;          // θ_p
+  double parameters_norm = 0;             // ‖θ_p‖, set wherever θ_p is (kept while θ_p is lent to a commit)
   std::vector<float> broadcast;           // B_p: what a learner holding `version` holds, bit for bit
   training::OuterState outer;             // momentum (+ Delayed Nesterov's accumulator and count)
   uint64_t version = 0;                   // version at which θ_p (and B_p) last changed

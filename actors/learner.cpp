@@ -152,6 +152,12 @@ struct LearnerState {
   Times times;
   Controls controls;
   int64_t nonfinite_recoveries = 0; // steps that went NaN/Inf and were undone from the globals
+  // The globals' versions at the last recovery and the step it happened at: a step that goes
+  // non-finite again right after reinstalling the same versions says the globals themselves are bad.
+  std::vector<uint64_t> recovered_from;
+  int64_t recovered_at_step = -1;
+  bool awaiting_new_globals = false; // no inner steps until a newer global version is installed
+  int64_t suspect_globals = 0;       // times the globals were found to make every step non-finite
   int64_t broadcast_gaps = 0;       // deltas that did not apply to the held B_p (a store fetch followed)
   int64_t refused_remote = 0;       // messages from outside this process, refused
   std::shared_ptr<spdlog::logger> log = component_logger("learner");
@@ -318,6 +324,17 @@ uint64_t schedule_slot(LearnerActor* self, int p) {
 void recover_from_nonfinite(LearnerActor* self, const std::string& why) {
   auto& st = self->state;
   st.nonfinite_recoveries += 1;
+  std::vector<uint64_t> versions;
+  for (const auto& held : st.fragments) versions.push_back(held.global.version);
+  if (versions == st.recovered_from && st.step <= st.recovered_at_step + 1) {
+    // Reinstalled and at once non-finite again: reinstalling the same globals would loop.
+    st.awaiting_new_globals = true;
+    st.suspect_globals += 1;
+    st.log->error("{}: the step after reinstalling the globals went non-finite again ({}): the globals make every "
+                  "step non-finite; no inner steps until a newer version arrives", st.id, why);
+  }
+  st.recovered_from = std::move(versions);
+  st.recovered_at_step = st.step;
   for (int p = 0; p < static_cast<int>(st.fragments.size()); ++p) {
     auto& held = st.fragments[p];
     if (held.global.values.empty()) continue;
@@ -503,7 +520,7 @@ bool budget_spent(LearnerActor* self) {
 
 void run_step(LearnerActor* self) {
   auto& st = self->state;
-  if (st.phase != Phase::training || st.controls.paused) return;
+  if (st.phase != Phase::training || st.controls.paused || st.awaiting_new_globals) return;
   if (budget_spent(self)) {
     begin_drain(self);
     return;
@@ -719,6 +736,11 @@ void on_global(LearnerActor* self, const GlobalFragment& fragment, std::vector<f
     held.slot.rebase(held.global.values, held.global.version);
   } else {
     install_fragment(self, p);
+  }
+  if (st.awaiting_new_globals && applied == ApplyResult::applied) {
+    st.awaiting_new_globals = false;  // a newer version of a fragment: train on from it
+    st.log->info("{}: fragment {} version {} installed: training again", st.id, p, fragment.version);
+    if (st.phase == Phase::training) self->send(self, step_atom::value);
   }
   if (st.phase == Phase::waiting && !any_outstanding(self)) {
     start_training(self);
@@ -1054,6 +1076,8 @@ caf::behavior learner_behavior(LearnerActor* self, LearnerSpec spec, std::shared
                             {"checkpoint_error", st.checkpoint.error}, {"periods", periods},
                             {"fastest_tokens_per_s", st.rules.fastest_tokens_per_s},
                             {"learner_nonfinite_recoveries", st.nonfinite_recoveries},
+                            {"suspect_globals", st.suspect_globals},
+                            {"awaiting_new_globals", st.awaiting_new_globals},
                             {"broadcast_gaps", st.broadcast_gaps}, {"refused_remote", st.refused_remote},
                             {"thread_nice", thread_nice()}};
         return admin_reply(st.id, request ? request->request_id : 0, true, "ok", j);

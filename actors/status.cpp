@@ -99,7 +99,7 @@ ARCHIPELAGO_STATUS_JSON(SyncerAccounting, SYNCER_ACCOUNTING_FIELDS)
 
 #define SYNCER_LEARNER_FIELDS(F)                                                                                 \
   LEARNER_ACCOUNTING_FIELDS(F) F(active) F(finished) F(joined_version) F(joined_s) F(first_merge_after_join_s) \
-  F(tokens_per_s) F(staleness)
+  F(tokens_per_s) F(staleness) F(rounds_missed)
 ARCHIPELAGO_STATUS_JSON(SyncerLearnerStatus, SYNCER_LEARNER_FIELDS)
 
 #define SHARD_FIELDS(F) F(index) F(count) F(fragments) F(share)
@@ -109,7 +109,8 @@ ARCHIPELAGO_STATUS_JSON(ShardStatus, SHARD_FIELDS)
 ARCHIPELAGO_STATUS_JSON(SyncerTimings, SYNCER_TIMINGS_FIELDS)
 
 #define SCREENING_FIELDS(F) \
-  F(mode) F(clip) F(refuse) F(clipped) F(refused) F(held) F(unscreened) F(median_norm_per_lr) F(largest_passed_ratio)
+  F(mode) F(clip) F(refuse) F(clipped) F(refused) F(held) F(unscreened) F(median_norm_per_lr) F(largest_passed_ratio) \
+  F(max_ratio) F(bounded) F(probation_clipped) F(largest_delta_ratio) F(largest_norm_growth)
 ARCHIPELAGO_STATUS_JSON(ScreeningStatus, SCREENING_FIELDS)
 
 #define SYNCER_FIELDS(F)                                                                                            \

@@ -189,6 +189,7 @@ struct SyncerLearnerStatus : LearnerAccounting {
   double first_merge_after_join_s = -1;  // -1: nothing merged since it (re)joined
   double tokens_per_s = 0;
   int64_t staleness = -1;  // of its last merged update; -1: none merged yet
+  int64_t rounds_missed = 0;  // sync rounds merged at their deadline without it
 };
 struct ShardStatus {
   int index = 0;
@@ -211,6 +212,11 @@ struct ScreeningStatus {
   int64_t unscreened = 0;
   std::vector<double> median_norm_per_lr;
   std::vector<double> largest_passed_ratio;  // per fragment
+  double max_ratio = 0;                       // outer.screen_max_ratio
+  int64_t bounded = 0;                        // updates brought down to it
+  int64_t probation_clipped = 0;              // a learner's first update of a fragment clipped to the median
+  std::vector<double> largest_delta_ratio;    // per fragment: the largest ‖Δ_p‖ / ‖θ_p‖ received
+  std::vector<double> largest_norm_growth;    // per fragment: the largest ‖θ_p‖ growth of a merge committed
 };
 struct SyncerStatus {
   std::string mode;

@@ -23,7 +23,8 @@ void ema(double& value, double sample, double gain = 0.2) { value = value == 0 ?
 SyncerCore::SyncerCore(Sizes sizes, RuntimeOptions options)
     : settings_(std::move(options), static_cast<int>(sizes.numels.size())),
       fragments_(sized_fragments(sizes.numels, settings_.rules())),
-      screen_(settings_.screening(), static_cast<int>(sizes.numels.size()), settings_.options().events),
+      screen_(settings_.screening(), settings_.options().setup.outer.screen_max_ratio,
+              static_cast<int>(sizes.numels.size()), settings_.options().events),
       commits_(static_cast<int>(sizes.numels.size())) {
   for (int64_t n : sizes.numels) total_numel_ += n;
 }
@@ -189,7 +190,8 @@ std::optional<RejectReason> SyncerCore::accept(const UpdateHeader& h, Payload pa
   }
   c.norm = measured->norm;
   c.screen_norm = NormScreen::figure(c.norm, h.from_step, h.to_step, admitted.steps, options().setup.inner);
-  const auto verdict = screen_.judge(p, c.screen_norm);
+  screen_.bound(p, c, f.parameters_norm, measured->delta);  // ‖Δ_p‖ ≤ max_ratio × ‖θ_p‖, medians or not
+  const auto verdict = screen_.judge(p, c.screen_norm, c.learner_id);
   const bool held = verdict.action == diloco::Screening::Action::hold;
   if (held) {
     hold_update(c, std::move(*measured));
@@ -231,13 +233,14 @@ std::vector<int> SyncerCore::ready_fragments(double now_s, double* next_deadline
   *next_deadline_s = -1;
   std::vector<int> ready;
   const double grace = grace_s();
+  const double sync_wait = diloco::round_barrier(mode()) ? diloco::sync_round_wait(sync_spreads_, options().syncer) : 0;
   const std::set<std::string> active = roster_.active_ids();
   for (int p = 0; p < fragment_count(); ++p) {
     if (!options().shard.owns(p)) continue;  // another shard's: never merged here
     update_quorum(p, now_s);  // the quorum shrinks when learners leave
     if (fragment_in_flight(p)) continue;  // looked at again when its commit has landed or failed
-    const auto decision =
-        diloco::decide_merge(mode(), now_s, tally_of(fragments_[p], active), options().setup.outer.quorum, grace);
+    const auto decision = diloco::decide_merge(mode(), now_s, tally_of(fragments_[p], active),
+                                               options().setup.outer.quorum, grace, sync_wait);
     if (decision.action == diloco::MergeAction::merge_now) {
       ready.push_back(p);
     } else if (decision.action == diloco::MergeAction::wait_until) {
@@ -264,31 +267,66 @@ Expected<StagedCommit> SyncerCore::stage(const std::vector<int>& fragment_ids, d
     // at once: each piece counts for its contributions ÷ the learners a round expects (commit_share).
     auto staged = stage_fragment(p, f, rules());
     if (!staged && staged.error().code == ErrorCode::non_finite) {
-      drop_non_finite_merge(p, staged.error().reason, now_s);
+      drop_unsafe_merge(p, RejectReason::non_finite_merge, staged.error().reason, now_s);
       dropped += 1;
       continue;
+    }
+    // A merge that blows θ_p up while staying finite (outer.max_norm_growth) is dropped the same way:
+    // the run keeps the last good value.
+    if (staged && f.parameters_norm > 0) {
+      const double growth = staged->next.parameters_norm / f.parameters_norm;
+      const double bound = options().setup.outer.max_norm_growth;
+      if (growth > bound) {
+        drop_unsafe_merge(p, RejectReason::unsafe_merge,
+                          "fragment " + std::to_string(p) + ": the merge would make |theta_p| grow " +
+                              std::to_string(growth) + " times (outer.max_norm_growth = " + std::to_string(bound) + ")",
+                          now_s);
+        dropped += 1;
+        continue;
+      }
+      screen_.record_growth(p, growth);
     }
     if (!staged) {
       component_logger("syncer")->error("fragment {} cannot be staged: {}", p, staged.error().to_string());
       if (!failed) failed = staged.error();
       continue;
     }
+    if (diloco::round_barrier(mode())) note_sync_round(p);
     commits_.lend(p, fragments_[p]);  // before the next fragment is staged: one fragment is held twice at a time, not all
     commit.fragments.push_back(std::move(*staged));
   }
   if (commit.fragments.empty() && failed) return *failed;
   if (commit.fragments.empty() && dropped > 0) {
-    return make_error(ErrorCode::non_finite, "every merge came out non-finite and was dropped");
+    return make_error(ErrorCode::non_finite, "every merge came out non-finite or unsafe and was dropped");
   }
   if (commit.fragments.empty()) return make_error(ErrorCode::invalid_argument, "no fragment had pending updates");
   commits_.open(commit, fragments_);
   return commit;
 }
 
-void SyncerCore::drop_non_finite_merge(int p, const std::string& why, double now_s) {
+void SyncerCore::note_sync_round(int p) {
+  const auto& f = fragments_[p];
+  double first = -1, last = -1;
+  std::set<std::string> contributors;
+  for (const auto& c : f.pending) {
+    contributors.insert(c.learner_id);
+    first = first < 0 ? c.arrived_s : std::min(first, c.arrived_s);
+    last = std::max(last, c.arrived_s);
+  }
+  sync_spreads_.push_back(last - first);
+  if (sync_spreads_.size() > kSyncSpreads) sync_spreads_.erase(sync_spreads_.begin());
+  for (const auto& id : roster_.active_ids()) {
+    if (contributors.count(id)) continue;
+    roster_.missed_round(id);
+    component_logger("syncer")->warn("sync round of fragment {} merged at its deadline without {} (active, sent "
+                                     "nothing for it)", p, id);
+  }
+}
+
+void SyncerCore::drop_unsafe_merge(int p, RejectReason reason, const std::string& why, double now_s) {
   const double share = fragment_share(p);
   for (const auto& c : fragments_[p].pending) {
-    count({RejectReason::non_finite_merge, c.steps * share, c.compute_s}, c.learner_id);
+    count({reason, c.steps * share, c.compute_s}, c.learner_id);
   }
   drop_merge(p, fragments_[p], why);
   update_quorum(p, now_s);

@@ -189,7 +189,11 @@ class SyncerCore {
   // Judges fragment p's held contributions (before a merge), folding or refusing each.
   void settle_held(int p, double now_s);
   // Discards fragment p's pending contributions after their merge came out non-finite (`why`).
-  void drop_non_finite_merge(int p, const std::string& why, double now_s);
+  // A sync merge of fragment p: the round's first-to-last arrival spread (sync_spreads_), and every
+  // active learner without a contribution in it counted as having missed the round.
+  void note_sync_round(int p);
+  // Drops fragment p's pending merge (non-finite, or a norm jump), counting each contribution as `reason`.
+  void drop_unsafe_merge(int p, RejectReason reason, const std::string& why, double now_s);
   // Credits a commit's merged contributions to their learners in `roster`.
   void credit(LearnerRoster& roster, const StagedCommit& commit, double now_s) const;
   // The counters a committed version carries (with `roster`'s learners), and back.
@@ -207,6 +211,8 @@ class SyncerCore {
   NormScreen screen_;
   CommitBook commits_;
   diloco::SyncTimings timings_;
+  static constexpr size_t kSyncSpreads = 16;  // sync rounds whose spread the round deadline follows
+  std::vector<double> sync_spreads_;
   double fold_s_ = 0;  // seconds accept() spent on norms and folds (bench/syncer)
 };
 

@@ -15,6 +15,7 @@ const char* to_string(RejectReason reason) {
     case RejectReason::non_finite_merge: return "non_finite_merge";
     case RejectReason::outlier: return "outlier";
     case RejectReason::not_owner: return "not_owner";
+    case RejectReason::unsafe_merge: return "unsafe_merge";
   }
   return "unknown";
 }

@@ -19,13 +19,13 @@ namespace archipelago::actors {
 // fragment belongs to another syncer shard (RuntimeOptions::shard).
 enum class RejectReason {
   stale, duplicate, unknown_learner, wrong_shape, non_finite, malformed, unauthenticated, implausible_claim,
-  non_finite_merge, outlier, not_owner,
+  non_finite_merge, outlier, not_owner, unsafe_merge,
 };
 inline constexpr RejectReason kRejectReasons[] = {
     RejectReason::stale,      RejectReason::duplicate,       RejectReason::unknown_learner,
     RejectReason::wrong_shape, RejectReason::non_finite,     RejectReason::malformed,
     RejectReason::unauthenticated, RejectReason::implausible_claim, RejectReason::non_finite_merge,
-    RejectReason::outlier,    RejectReason::not_owner,
+    RejectReason::outlier,    RejectReason::not_owner,       RejectReason::unsafe_merge,
 };
 const char* to_string(RejectReason reason);
 // What a message or tensor that did not decode is refused as: non_finite or malformed.

@@ -123,6 +123,10 @@ void LearnerRoster::restore_accounting(const std::map<std::string, LearnerAccoun
   }
 }
 
+void LearnerRoster::missed_round(const std::string& id) {
+  if (auto it = records_.find(id); it != records_.end()) it->second.rounds_missed += 1;
+}
+
 std::map<std::string, SyncerLearnerStatus> LearnerRoster::status() const {
   std::map<std::string, SyncerLearnerStatus> learners;
   for (const auto& [id, r] : records_) {
@@ -135,6 +139,7 @@ std::map<std::string, SyncerLearnerStatus> LearnerRoster::status() const {
     s.first_merge_after_join_s = r.first_merge_after_join_s;
     s.tokens_per_s = r.tokens_per_s;
     s.staleness = r.last_staleness;
+    s.rounds_missed = r.rounds_missed;
   }
   return learners;
 }

@@ -33,6 +33,7 @@ struct LearnerRecord : LearnerAccounting {
   double first_merge_after_join_s = -1;  // first commit carrying its work after its last join
   double tokens_per_s = 0;               // its throughput, as its last update reported it
   int64_t last_staleness = -1;           // of its last merged contribution (-1: none yet)
+  int64_t rounds_missed = 0;             // sync rounds merged at their deadline without it
   std::vector<int64_t> last_round;       // per fragment: schedule slot of its last accepted update (-1: none)
 };
 
@@ -58,6 +59,8 @@ class LearnerRoster {
 
   int active_count() const;
   std::set<std::string> active_ids() const;
+  // A sync round was merged at its deadline without `id` (an active learner that sent nothing for it).
+  void missed_round(const std::string& id);
   // The highest throughput among active learners (0: none reported).
   double fastest_tokens_per_s() const;
   // The furthest to_step of any learner's accepted work, active or not (0: none).

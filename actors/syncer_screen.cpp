@@ -13,11 +13,14 @@ namespace archipelago::actors {
 
 using diloco::Screening;
 
-NormScreen::NormScreen(Screening rule, int fragment_count, std::shared_ptr<EventLog> events)
+NormScreen::NormScreen(Screening rule, double max_ratio, int fragment_count, std::shared_ptr<EventLog> events)
     : rule_(rule),
+      max_ratio_(max_ratio),
       events_(std::move(events)),
       honest_(static_cast<size_t>(fragment_count)),
-      largest_passed_ratio_(static_cast<size_t>(fragment_count), 0.0) {}
+      largest_passed_ratio_(static_cast<size_t>(fragment_count), 0.0),
+      largest_delta_ratio_(static_cast<size_t>(fragment_count), 0.0),
+      largest_growth_(static_cast<size_t>(fragment_count), 0.0) {}
 
 double NormScreen::figure(double norm, uint64_t from_step, uint64_t to_step, int64_t credited_steps,
                           const training::InnerOptions& inner) {
@@ -27,7 +30,30 @@ double NormScreen::figure(double norm, uint64_t from_step, uint64_t to_step, int
   return norm / (sum > 0 ? sum : 1.0);  // an inner lr of 0 trains nothing: plain norms
 }
 
-Screening::Verdict NormScreen::judge(int p, double figure) const { return rule_.judge(figure, known(p)); }
+Screening::Verdict NormScreen::judge(int p, double figure, const std::string& learner_id) const {
+  return rule_.judge(figure, known(p), honest_[p].count(learner_id) == 0);
+}
+
+void NormScreen::bound(int p, PendingContribution& c, double theta_norm, std::vector<float>& delta) {
+  if (theta_norm > 0) largest_delta_ratio_[p] = std::max(largest_delta_ratio_[p], c.norm / theta_norm);
+  const float scale = diloco::absolute_scale(c.norm, theta_norm, max_ratio_);
+  if (scale >= 1.0f) return;
+  c.scale *= scale;
+  c.screen_norm *= scale;
+  for (auto& v : delta) v *= scale;
+  bounded_ += 1;
+  if (events_) {
+    events_->add("bounded", c.learner_id,
+                 "fragment " + std::to_string(p) + ": |delta| " + std::to_string(c.norm / theta_norm) + " x |theta|");
+  }
+  component_logger("syncer")->warn("bounded the update of fragment {} from {}: its norm ({:.4g}) is {:.3g} times the "
+                                   "fragment's (outer.screen_max_ratio = {})", p, c.learner_id, c.norm,
+                                   c.norm / theta_norm, max_ratio_);
+}
+
+void NormScreen::record_growth(int p, double growth) {
+  largest_growth_[p] = std::max(largest_growth_[p], growth);
+}
 
 bool NormScreen::apply(int p, PendingContribution& c, const Screening::Verdict& verdict, std::vector<float>& delta) {
   c.screened = true;
@@ -38,7 +64,8 @@ bool NormScreen::apply(int p, PendingContribution& c, const Screening::Verdict& 
     return false;
   }
   if (verdict.action == Screening::Action::clip) {
-    c.scale = verdict.scale;
+    if (honest_[p].count(c.learner_id) == 0 && verdict.ratio <= rule_.clip) probation_clipped_ += 1;  // clipped for being new
+    c.scale *= verdict.scale;
     for (auto& v : delta) v *= verdict.scale;
     clipped_ += 1;
     if (events_) {
@@ -69,7 +96,7 @@ void NormScreen::settle(int p, FragmentState& f, const FragmentRules& rules,
       kept.push_back(std::move(c));
       continue;
     }
-    auto verdict = rule_.judge(c.screen_norm, figures);
+    auto verdict = rule_.judge(c.screen_norm, figures, honest_[p].count(c.learner_id) == 0);
     if (verdict.action == Screening::Action::hold) {  // too few figures even with the round's: merged unscreened
       verdict = {};
       unscreened_ += 1;
@@ -100,6 +127,11 @@ ScreeningStatus NormScreen::status(int64_t refused) const {
   s.unscreened = unscreened_;
   for (size_t p = 0; p < honest_.size(); ++p) s.median_norm_per_lr.push_back(Screening::median(known(static_cast<int>(p))));
   s.largest_passed_ratio = largest_passed_ratio_;
+  s.max_ratio = max_ratio_;
+  s.bounded = bounded_;
+  s.probation_clipped = probation_clipped_;
+  s.largest_delta_ratio = largest_delta_ratio_;
+  s.largest_norm_growth = largest_growth_;
   return s;
 }
 

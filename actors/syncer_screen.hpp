@@ -33,7 +33,7 @@ class EventLog;  // actors/events.hpp
 class NormScreen {
  public:
   // `events` (may be null) hears of every clipped update.
-  NormScreen(diloco::Screening rule, int fragment_count, std::shared_ptr<EventLog> events);
+  NormScreen(diloco::Screening rule, double max_ratio, int fragment_count, std::shared_ptr<EventLog> events);
 
   // An update's figure: its norm ÷ Σ of the inner learning rate over its screened steps
   // (diloco::screened_steps); plain norms when that sum is 0 (an inner lr of 0 trains nothing).
@@ -41,7 +41,14 @@ class NormScreen {
                        const training::InnerOptions& inner);
 
   // The verdict on an arriving update's figure against fragment p's known figures (hold: too few).
-  diloco::Screening::Verdict judge(int p, double figure) const;
+  // A learner none of whose figures of p is known yet is on probation (clipped to the median).
+  diloco::Screening::Verdict judge(int p, double figure, const std::string& learner_id) const;
+  // The absolute bound (diloco::absolute_scale) before any median: scales `delta` (empty when the
+  // update is held as its codes) and c.scale so that ‖Δ_p‖ ≤ max_ratio × ‖θ_p‖; records ‖Δ_p‖ / ‖θ_p‖
+  // as it came (the status's largest_delta_ratio: how close honest updates come to the bound).
+  void bound(int p, PendingContribution& c, double theta_norm, std::vector<float>& delta);
+  // A merge of fragment p made ‖θ_p‖ grow by `growth` (the status's largest, against max_norm_growth).
+  void record_growth(int p, double growth);
   // An arriving update was held for want of known figures.
   void count_held() { held_ += 1; }
   // Applies a verdict to `c` (`c.screened` from now): clip scales `delta` (and sets c.scale); a
@@ -71,10 +78,15 @@ class NormScreen {
   std::vector<double> with_held(int p, const FragmentState& f) const;
 
   diloco::Screening rule_;
+  double max_ratio_ = 0;  // outer.screen_max_ratio
   std::shared_ptr<EventLog> events_;
   std::vector<std::map<std::string, double>> honest_;  // per fragment: learner -> its latest honest figure
   std::vector<double> largest_passed_ratio_;           // per fragment
+  std::vector<double> largest_delta_ratio_;            // per fragment: ‖Δ_p‖ / ‖θ_p‖ as received
+  std::vector<double> largest_growth_;                 // per fragment: ‖θ_p‖ after ÷ before, of a merge
   int64_t clipped_ = 0;
+  int64_t bounded_ = 0;     // updates brought down to the absolute bound
+  int64_t probation_clipped_ = 0;  // first updates of a learner clipped to the median
   int64_t held_ = 0;        // updates held for want of known figures
   int64_t unscreened_ = 0;  // held ones merged with fewer than kMinKnown figures known
 };

@@ -28,6 +28,7 @@ SyncerSettings::SyncerSettings(RuntimeOptions options, int fragment_count)
   if (auto mode = diloco::parse_screen_mode(outer.screen)) screening_.mode = *mode;
   screening_.clip = outer.screen_clip;
   screening_.refuse = outer.screen_refuse;
+  screening_.probation = outer.screen_probation;
   schedule_ = diloco::FragmentSchedule(options_.setup.run.inner_steps, fragment_count_, diloco::staggered(mode_));
   tokens_per_step_ = configured_tokens_per_step(options_.setup);
 }

@@ -225,6 +225,9 @@ Expected<Config> to_config(const toml::table& table) {
   c.outer.screen = r.get_string("outer.screen");
   c.outer.screen_clip = r.get_double("outer.screen_clip");
   c.outer.screen_refuse = r.get_double("outer.screen_refuse");
+  c.outer.screen_probation = r.get_double("outer.screen_probation");
+  c.outer.screen_max_ratio = r.get_double("outer.screen_max_ratio");
+  c.outer.max_norm_growth = r.get_double("outer.max_norm_growth");
 
   c.syncer.alpha = r.get_double("outer.alpha");
   const std::string install = r.get_string("outer.install");
@@ -233,6 +236,8 @@ Expected<Config> to_config(const toml::table& table) {
   c.syncer.overlap_steps = static_cast<int>(r.get_int("outer.overlap_steps"));
   c.syncer.grace_gamma = r.get_double("outer.grace_gamma");
   c.syncer.grace_max_s = r.get_double("outer.grace_max_s");
+  c.syncer.sync_round_wait_factor = r.get_double("outer.sync_round_wait_factor");
+  c.syncer.sync_round_min_wait_s = r.get_double("outer.sync_round_min_wait_s");
   c.detector.heartbeat_s = r.get_double("runtime.heartbeat_s");
   c.detector.suspect_factor = r.get_double("runtime.suspect_factor");
   c.detector.min_timeout_s = r.get_double("runtime.suspect_min_s");
@@ -341,10 +346,15 @@ Expected<Config> to_config(const toml::table& table) {
            one_of("outer.screen", c.outer.screen, {"none", "clip", "refuse"}),
            at_least("outer.screen_clip", c.outer.screen_clip, 1),
            at_least("outer.screen_refuse", c.outer.screen_refuse, c.outer.screen_clip),
+           at_least("outer.screen_probation", c.outer.screen_probation, 1),
+           in_open_range("outer.screen_max_ratio", c.outer.screen_max_ratio, 0, 1e6),
+           at_least("outer.max_norm_growth", c.outer.max_norm_growth, 1),
            in_open_range("outer.alpha", c.syncer.alpha, -1e-12, 1),
            one_of("outer.install", install, {"mix", "carry"}),
            tunable_value("outer.max_staleness", c.syncer.max_staleness, c.run.learners),
            at_least("outer.overlap_steps", c.syncer.overlap_steps, 1),
+           at_least("outer.sync_round_wait_factor", c.syncer.sync_round_wait_factor, 1),
+           in_open_range("outer.sync_round_min_wait_s", c.syncer.sync_round_min_wait_s, 0, 86400),
            tunable_value("outer.grace_gamma", c.syncer.grace_gamma, c.run.learners),
            tunable_value("outer.grace_max_s", c.syncer.grace_max_s, c.run.learners),
            in_open_range("runtime.heartbeat_s", c.detector.heartbeat_s, 0, 60),
@@ -432,6 +442,8 @@ actors::RuntimeOptions to_runtime_options(const Config& c, const std::string& ru
   o.syncer.overlap_steps = c.syncer.overlap_steps;
   o.syncer.grace_gamma = c.syncer.grace_gamma;
   o.syncer.grace_max_s = c.syncer.grace_max_s;
+  o.syncer.sync_round_wait_factor = c.syncer.sync_round_wait_factor;
+  o.syncer.sync_round_min_wait_s = c.syncer.sync_round_min_wait_s;
   o.detector = c.detector;
   o.restart = c.restart;
   o.faults = c.faults;

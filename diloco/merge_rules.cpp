@@ -47,13 +47,22 @@ StalenessDecision check_staleness(uint64_t base_version, const std::vector<uint6
   return d;
 }
 
+double sync_round_wait(const std::vector<double>& spreads, const SyncerOptions& o) {
+  if (spreads.empty()) return o.sync_round_min_wait_s;
+  std::vector<double> sorted = spreads;
+  std::sort(sorted.begin(), sorted.end());
+  const size_t n = sorted.size();
+  const double median = n % 2 ? sorted[n / 2] : 0.5 * (sorted[n / 2 - 1] + sorted[n / 2]);
+  return std::max(o.sync_round_min_wait_s, o.sync_round_wait_factor * median);
+}
+
 double grace_window(const SyncTimings& t, const SyncerOptions& o) {
   const double room = o.grace_gamma * (o.overlap_steps * t.step_s - t.quorum_s - t.sync_s);
   return std::clamp(room, 0.0, o.grace_max_s);
 }
 
 MergeDecision decide_merge(Mode mode, double now_s, const PendingFragment& p, int quorum,
-                           double grace_s) {
+                           double grace_s, double sync_wait_s) {
   MergeDecision d;
   if (p.contributors + p.late == 0) {
     d.reason = "nothing pending";
@@ -77,6 +86,17 @@ MergeDecision decide_merge(Mode mode, double now_s, const PendingFragment& p, in
     return d;
   }
   if (diloco::round_barrier(mode)) {
+    if (sync_wait_s > 0 && p.first_arrival_s >= 0) {
+      const double deadline = p.first_arrival_s + sync_wait_s;
+      if (now_s >= deadline) {
+        d.action = MergeAction::merge_now;
+        d.reason = reason("sync: round deadline (%.1f s) passed with %.0f of %.0f active learners in: merged without "
+                          "the rest", sync_wait_s, p.contributors_active, p.active_learners);
+        return d;
+      }
+      d.action = MergeAction::wait_until;
+      d.deadline_s = deadline;
+    }
     d.reason = reason("sync: %.0f of %.0f active learners contributed", p.contributors_active, p.active_learners);
     return d;
   }

@@ -77,12 +77,18 @@ struct PendingFragment {
   double quorum_reached_s = -1;  // when `contributors` first reached the quorum; < 0: not yet
   int late = 0;                // distinct learners whose only pending updates are behind the open round:
                                // merged with the round, never counted towards its quorum
+  double first_arrival_s = -1; // the earliest pending contribution's arrival (< 0: none)
 };
-// mode "sync": merge once every active learner contributed (or none are left and some pending).
+// mode "sync": merge once every active learner contributed (or none are left and some pending), or
+// once `sync_wait_s` (> 0; sync_round_wait) has passed since the round's first arrival.
 // "decoupled" (one merge closes the fragment's round): quorum K' = min(K, active) (at least 1) of
 // learners on time for the round; merge at once when every active learner contributed (late ones
 // included), else wait `grace_s` after the quorum was reached. "async"/"ddp": every arrival.
 MergeDecision decide_merge(diloco::Mode mode, double now_s, const PendingFragment& pending, int quorum,
-                           double grace_s);
+                           double grace_s, double sync_wait_s = 0);
+
+// How long a sync round may wait after its first arrival: max(min_wait_s, factor × the median of
+// `spreads`, the first-to-last arrival spans of recent rounds); min_wait_s when none is known.
+double sync_round_wait(const std::vector<double>& spreads, const SyncerOptions& options);
 
 }  // namespace archipelago::diloco

@@ -16,6 +16,11 @@ struct SyncerOptions {
   int overlap_steps = 2;        // τ: inner steps a fragment's sync may take without stalling anyone
   double grace_gamma = 0.5;     // γ of the adaptive grace window
   double grace_max_s = 2.0;     // upper bound of the grace window
+  // sync: a round waits for its last learner at most max(min_wait, factor × the median spread of the
+  // recent rounds, first update to last) after its first update, then merges without the rest: a
+  // learner that joins, beats and never sends cannot hold every round.
+  double sync_round_wait_factor = 4.0;
+  double sync_round_min_wait_s = 30.0;
   std::string auth_token = "archipelago-local";  // Join.authToken every learner must present
 };
 

@@ -26,6 +26,9 @@ PendingFragment tally_pending(const std::vector<PendingArrival>& pending, const 
   tally.active_learners = static_cast<int>(active.size());
   for (const auto& id : any) tally.contributors_active += active.count(id) ? 1 : 0;
   tally.quorum_reached_s = quorum_reached_s;
+  for (const auto& c : pending) {
+    if (tally.first_arrival_s < 0 || c.arrived_s < tally.first_arrival_s) tally.first_arrival_s = c.arrived_s;
+  }
   return tally;
 }
 

@@ -14,7 +14,7 @@ double Screening::median(std::vector<double> values) {
   return (upper + *std::max_element(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(mid))) / 2;
 }
 
-Screening::Verdict Screening::judge(double norm, std::vector<double> known) const {
+Screening::Verdict Screening::judge(double norm, std::vector<double> known, bool probation) const {
   Verdict verdict;
   if (mode == Mode::none) return verdict;
   if (known.size() < kMinKnown) {
@@ -26,11 +26,16 @@ Screening::Verdict Screening::judge(double norm, std::vector<double> known) cons
   verdict.ratio = norm / median;
   if (mode == Mode::refuse && verdict.ratio > refuse) {
     verdict.action = Action::refuse;
-  } else if (verdict.ratio > clip) {
+  } else if (verdict.ratio > (probation ? this->probation : clip)) {
     verdict.action = Action::clip;
-    verdict.scale = static_cast<float>(clip / verdict.ratio);
+    verdict.scale = static_cast<float>((probation ? this->probation : clip) / verdict.ratio);
   }
   return verdict;
+}
+
+float absolute_scale(double delta_norm, double theta_norm, double max_ratio) {
+  if (!(theta_norm > 0) || !(delta_norm > max_ratio * theta_norm)) return 1.0f;
+  return static_cast<float>(max_ratio * theta_norm / delta_norm);
 }
 
 Expected<Screening::Mode> parse_screen_mode(const std::string& name) {

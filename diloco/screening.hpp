@@ -24,6 +24,7 @@ struct Screening {
   Mode mode = Mode::refuse;
   double clip = 16.0;
   double refuse = 64.0;
+  double probation = 1.0;  // a learner's first update of a fragment: clipped past this many medians
   static constexpr size_t kMinKnown = 3;
 
   enum class Action { pass, hold, clip, refuse };
@@ -34,9 +35,16 @@ struct Screening {
   };
   // The verdict on a figure `norm` against the median of `known`: hold when fewer than kMinKnown
   // are known; pass when the median is 0 (zero updates: nothing to compare with); mode none passes all.
-  Verdict judge(double norm, std::vector<double> known) const;
+  // `probation` (a learner with no figure known yet for this fragment): past `probation` medians it
+  // is clipped to that, not to `clip` medians (a refusal still applies past `refuse`).
+  Verdict judge(double norm, std::vector<double> known, bool probation = false) const;
   static double median(std::vector<double> values);  // 0 when empty
 };
+
+// The bound every update is held to, medians known or not (outer.screen_max_ratio): the factor that
+// brings ‖Δ_p‖ down to `max_ratio` × ‖θ_p‖ (1 within it). A fragment whose θ_p is all zero has no
+// scale to bound by: 1. An honest Δ_p of the default run stays far below (docs/DECISIONS.md).
+float absolute_scale(double delta_norm, double theta_norm, double max_ratio);
 
 // `outer.screen`'s values: none, clip, refuse (invalid_argument otherwise), and back.
 Expected<Screening::Mode> parse_screen_mode(const std::string& name);

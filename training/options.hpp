@@ -61,6 +61,10 @@ struct OuterOptions {
   std::string screen = "refuse";         // none | clip | refuse
   double screen_clip = 16.0;             // past this many medians an update is scaled down to it
   double screen_refuse = 64.0;          // refuse: past this many medians it is refused as `outlier`
+  // Bounds that hold whatever the medians say (before any is known, and for a run of 1 or 2 learners):
+  double screen_probation = 1.0;        // a learner's first update of a fragment: clipped past this many medians
+  double screen_max_ratio = 8.0;        // every update's ‖Δ_p‖ at most this × ‖θ_p‖ (clipped down to it)
+  double max_norm_growth = 8.0;         // a merge that makes ‖θ_p‖ grow by more than this factor is dropped
 };
 
 struct DataOptions {

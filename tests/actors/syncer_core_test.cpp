@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <random>
 
@@ -17,6 +18,15 @@ using namespace archipelago;
 
 namespace {
 
+// For the tests of other rules (rounds, merges, claims) on small made-up values, where a step of
+// lr 1 moves θ by as much as θ itself: without the absolute bounds and probation, which their own
+// tests below hold.
+void without_bounds(RuntimeOptions& o) {
+  o.setup.outer.screen_max_ratio = 1e300;
+  o.setup.outer.max_norm_growth = 1e300;
+  o.setup.outer.screen_probation = o.setup.outer.screen_clip;
+}
+
 // A staged commit whose blobs are durable is sealed (its version and manifest) and lands.
 void landed(SyncerCore& core, StagedCommit& commit, double now) {
   core.seal(commit, now);
@@ -24,8 +34,11 @@ void landed(SyncerCore& core, StagedCommit& commit, double now) {
 }
 
 // `learners`: the learners a round expects; a commit of one learner's update counts for 1/learners of a round.
-SyncerCore make_core(const std::string& mode, int quorum = 1, int learners = 2) {
+SyncerCore make_core(const std::string& mode, int quorum = 1, int learners = 2,
+                     const std::function<void(RuntimeOptions&)>& adjust = {}) {
   auto o = testing::tiny_options("core", mode, learners, 10);
+  without_bounds(o);
+  if (adjust) adjust(o);
   o.setup.outer.quorum = quorum;
   o.setup.outer.merge = "mean";
   o.setup.outer.lr = 1.0;
@@ -581,6 +594,7 @@ namespace {
 
 SyncerCore make_decoupled_core(int learners, int quorum) {
   auto o = testing::tiny_options("core-rounds", "decoupled", learners, 10);
+  without_bounds(o);
   o.setup.outer.quorum = quorum;
   o.setup.outer.merge = "mean";
   o.setup.outer.lr = 1.0;
@@ -703,6 +717,7 @@ namespace {
 // Two learners on one fragment of 3 values, token-weighted merge, lr 1, momentum 0: θ ← θ − merged Δ.
 SyncerCore make_weighted_core(const std::string& name) {
   auto o = testing::tiny_options(name, "decoupled", 2, 10);
+  without_bounds(o);
   o.setup.outer.merge = "token_weighted";
   o.setup.outer.lr = 1.0;
   o.setup.outer.momentum = 0.0;
@@ -786,7 +801,12 @@ TEST_CASE("syncer core: honest claims merge bit for bit as the claims themselves
 }
 
 TEST_CASE("syncer core: a merge that comes out non-finite is dropped, counted, and the committed value stays") {
-  auto core = make_core("decoupled", 1, 1);  // fragments {1, 1, 1} and {2, 2}; mean, lr 1, momentum 0, 1 learner
+  // Fragments {1, 1, 1} and {2, 2}; mean, lr 1, momentum 0, 1 learner; without the absolute bound
+  // and the growth bound, which would stop this push long before it overflows (tested below).
+  auto core = make_core("decoupled", 1, 1, [](RuntimeOptions& o) {
+    o.setup.outer.screen_max_ratio = 1e300;
+    o.setup.outer.max_norm_growth = 1e300;
+  });
   REQUIRE(core.join(join_of("learner-0"), 0).accepted);
   const float huge = 3e38f;  // finite, as every check on the way in sees it
   const std::vector<float> push = {-huge, -huge, -huge};
@@ -899,6 +919,7 @@ namespace {
 SyncerCore make_wide_core(const std::string& mode, int learners, int64_t n, const std::string& screen = "refuse",
                           const std::string& merge = "mean") {
   auto o = testing::tiny_options("core-wide", mode, learners, 10);
+  without_bounds(o);
   o.setup.outer.merge = merge;
   o.setup.outer.lr = 1.0;
   o.setup.outer.momentum = 0.0;
@@ -1184,6 +1205,7 @@ TEST_CASE("syncer core: a shard merges and accepts only the fragments it owns; a
 TEST_CASE("syncer core: the drain's last piece moves θ by its share of a round, with no momentum released") {
   // Decoupled, 4 learners, H = 10, Nesterov 0.7 / 0.9 on the clock of work, a plain mean.
   auto o = testing::tiny_options("core-drain", "decoupled", 4, 10);
+  without_bounds(o);  // from θ = 0, any first step is an unbounded growth
   o.setup.outer.merge = "mean";
   o.setup.outer.lr = 0.7;
   o.setup.outer.momentum = 0.9;
@@ -1248,4 +1270,150 @@ TEST_CASE("syncer core: the grace window holds from a run's first round, seeded 
   core.seal(*staged, 5.05);
   CHECK(staged->manifest.contributors.size() == 2);  // one merge of both, not the first alone
   core.commit_succeeded(*staged, 5.05);
+}
+
+namespace {
+
+double l2(const std::vector<float>& v) {
+  double s = 0;
+  for (float x : v) s += double(x) * x;
+  return std::sqrt(s);
+}
+
+// A decoupled core of 2 learners (too few for medians) with non-zero fragments, default bounds.
+SyncerCore poisoned_run_core() {
+  auto o = testing::tiny_options("core-poison", "decoupled", 2, 10);
+  o.setup.outer.lr = 0.7;
+  o.setup.outer.momentum = 0.9;
+  SyncerCore core(o, {{0.5f, -0.3f, 0.2f}, {0.1f, 0.4f}});
+  auto initial = core.stage_initial(0);
+  landed(core, initial, 0);
+  REQUIRE(core.join(join_of("learner-0"), 0).accepted);
+  REQUIRE(core.join(join_of("learner-1"), 0).accepted);
+  return core;
+}
+
+// An int8 update of fragment 0 whose values are all `value` (finite: every decode check passes).
+SyncerCore::Payload int8_update(float value) {
+  std::vector<float> delta(3, value);
+  std::vector<uint8_t> bytes;
+  REQUIRE(messages::encode_tensor(messages::Codec::int8, delta.data(), delta.size(), bytes).ok());
+  return SyncerCore::Payload{messages::Codec::int8, bytes, {}};
+}
+
+// θ_p finite, and grown at most outer.max_norm_growth times over the merge from `before_norm`.
+void check_sane(const SyncerCore& core, double before_norm) {
+  const auto& theta = core.fragment(0).parameters;
+  for (float x : theta) REQUIRE(std::isfinite(x));
+  CHECK(l2(theta) <= archipelago::training::OuterOptions{}.max_norm_growth * before_norm + 1e-9);
+}
+
+}  // namespace
+
+TEST_CASE("syncer core: an update of 1e18 from one token holder never reaches θ whole, first or later") {
+  const double theta0 = l2({0.5f, -0.3f, 0.2f});
+  SUBCASE("the run's first update") {
+    auto core = poisoned_run_core();
+    REQUIRE_FALSE(core.accept({"learner-1", 0, 1, 10, 100, 2.0f, 0, 0, 10}, int8_update(1e18f), 1).has_value());
+    auto staged = core.stage({0}, 1);
+    if (staged.ok()) landed(core, *staged, 1);
+    check_sane(core, theta0);
+    CHECK(core.screening_status().bounded == 1);
+    CHECK(core.screening_status().largest_delta_ratio[0] > 1e17);
+    // The honest learner goes on: the run keeps committing.
+    REQUIRE_FALSE(core.accept({"learner-0", 0, core.latest_version(), 10, 100, 2.0f, 1, 10, 20},
+                              {0.01f, 0.01f, 0.01f}, 2).has_value());
+    const auto before = core.latest_version();
+    const double norm_before = l2(core.fragment(0).parameters);
+    merge_and_commit(core, {0}, 2);
+    CHECK(core.latest_version() == before + 1);
+    check_sane(core, norm_before);
+  }
+  SUBCASE("after an honest round, again and again") {
+    auto core = poisoned_run_core();
+    REQUIRE_FALSE(core.accept({"learner-0", 0, 1, 10, 100, 2.0f, 0, 0, 10}, {0.01f, -0.01f, 0.01f}, 1).has_value());
+    merge_and_commit(core, {0}, 1);
+    for (int k = 0; k < 5; ++k) {
+      const double before = l2(core.fragment(0).parameters);
+      REQUIRE_FALSE(core.accept({"learner-1", 0, core.latest_version(), 10, 100, 2.0f, static_cast<uint64_t>(k),
+                                 static_cast<uint64_t>(10 * k), static_cast<uint64_t>(10 * k + 10)},
+                                int8_update(1e18f), 2 + k).has_value());
+      auto staged = core.stage({0}, 2 + k);
+      if (staged.ok()) landed(core, *staged, 2 + k);
+      const auto& theta = core.fragment(0).parameters;
+      for (float x : theta) REQUIRE(std::isfinite(x));
+      // Each merge grows ‖θ_p‖ at most outer.max_norm_growth times, or is dropped and counted.
+      CHECK(l2(theta) <= archipelago::training::OuterOptions{}.max_norm_growth * before + 1e-9);
+    }
+    CHECK(core.screening_status().bounded == 5);
+  }
+  SUBCASE("a merge that would blow θ up is dropped and θ kept") {
+    auto o = testing::tiny_options("core-growth", "decoupled", 1, 10);
+    o.setup.outer.lr = 1.0;
+    o.setup.outer.momentum = 0.0;
+    o.setup.outer.screen_max_ratio = 100;  // let the update through the bound: the growth bound stops it
+    SyncerCore core(o, {{0.5f, -0.3f, 0.2f}, {0.1f, 0.4f}});
+    auto initial = core.stage_initial(0);
+    landed(core, initial, 0);
+    REQUIRE(core.join(join_of("learner-0"), 0).accepted);
+    REQUIRE_FALSE(core.accept({"learner-0", 0, 1, 10, 100, 2.0f, 0, 0, 10}, {-30.0f, 30.0f, -30.0f}, 1).has_value());
+    auto staged = core.stage({0}, 1);
+    CHECK_FALSE(staged.ok());
+    CHECK(core.rejects().by_reason.at("unsafe_merge") == 1);
+    CHECK(core.fragment(0).parameters == std::vector<float>{0.5f, -0.3f, 0.2f});
+    CHECK(core.fragment(0).pending.empty());
+  }
+}
+
+TEST_CASE("syncer core: a learner's first update of a fragment is on probation: clipped to the median") {
+  auto o = testing::tiny_options("core-probation", "decoupled", 5, 10);
+  o.setup.outer.merge = "mean";
+  o.setup.outer.screen_max_ratio = 1e6;  // the medians alone
+  SyncerCore core(o, {{0.5f, -0.3f, 0.2f}, {0.1f, 0.4f}});
+  auto initial = core.stage_initial(0);
+  landed(core, initial, 0);
+  for (int k = 0; k < 5; ++k) REQUIRE(core.join(join_of("learner-" + std::to_string(k)), 0).accepted);
+  // Three learners of equal figures make the median known.
+  for (int k = 0; k < 3; ++k) {
+    REQUIRE_FALSE(core.accept({"learner-" + std::to_string(k), 0, 1, 10, 100, 2.0f, 0, 0, 10},
+                              {0.01f, 0.01f, 0.01f}, 1).has_value());
+  }
+  REQUIRE(core.screening_status().median_norm_per_lr[0] > 0);
+  // A fourth, new, sends 8 medians: within outer.screen_clip (16) for a known learner, but on
+  // probation it is clipped to the median.
+  REQUIRE_FALSE(core.accept({"learner-3", 0, 1, 10, 100, 2.0f, 0, 0, 10}, {0.08f, 0.08f, 0.08f}, 2).has_value());
+  CHECK(core.screening_status().probation_clipped == 1);
+  const auto& held = core.fragment(0).pending.back();
+  CHECK(held.scale == doctest::Approx(1.0 / 8).epsilon(1e-6));
+  // Its next update is judged as any known learner's: 8 medians pass.
+  REQUIRE_FALSE(core.accept({"learner-3", 0, 1, 10, 100, 2.0f, 1, 10, 20}, {0.08f, 0.08f, 0.08f}, 3).has_value());
+  CHECK(core.fragment(0).pending.back().scale == 1.0f);
+  CHECK(core.screening_status().probation_clipped == 1);
+}
+
+TEST_CASE("syncer core: a sync round waits for a learner that never sends until its deadline, then merges without it and counts it") {
+  auto o = testing::tiny_options("core-lurk", "sync", 2, 10);
+  o.syncer.sync_round_min_wait_s = 5;
+  o.syncer.sync_round_wait_factor = 4;
+  SyncerCore core(o, {{0, 0, 0}, {0, 0}});
+  auto initial = core.stage_initial(0);
+  landed(core, initial, 0);
+  REQUIRE(core.join(join_of("learner-0"), 0).accepted);
+  REQUIRE(core.join(join_of("learner-1"), 0).accepted);  // joins (and would beat), never sends
+  REQUIRE_FALSE(core.accept({"learner-0", 0, 1, 10, 100, 2.0f, 0, 0, 10}, {0.1f, 0.1f, 0.1f}, 10).has_value());
+  double deadline = -1;
+  CHECK(core.ready_fragments(12, &deadline).empty());
+  CHECK(deadline == doctest::Approx(15));  // no round measured yet: sync_round_min_wait_s after the first update
+  REQUIRE(core.ready_fragments(15, &deadline) == std::vector<int>{0});
+  merge_and_commit(core, {0}, 15);
+  CHECK(core.learners().at("learner-1").rounds_missed == 1);
+  CHECK(core.learners().at("learner-0").rounds_missed == 0);
+  // Both in: merged at once, as before, and the round's spread (2 s) sets the next deadline: 4 x 2 = 8 s.
+  REQUIRE_FALSE(core.accept({"learner-0", 1, 1, 10, 100, 2.0f, 0, 0, 10}, {0.1f, 0.1f}, 20).has_value());
+  REQUIRE_FALSE(core.accept({"learner-1", 1, 1, 10, 100, 2.0f, 0, 0, 10}, {0.1f, 0.1f}, 22).has_value());
+  REQUIRE(core.ready_fragments(22, &deadline) == std::vector<int>{1});
+  merge_and_commit(core, {1}, 22);
+  REQUIRE_FALSE(core.accept({"learner-0", 1, core.latest_version(), 10, 100, 2.0f, 1, 10, 20}, {0.1f, 0.1f}, 30).has_value());
+  CHECK(core.ready_fragments(30, &deadline).empty());
+  CHECK(deadline == doctest::Approx(30 + std::max(5.0, 4 * 1.0)));  // median of {0 (alone), 2} = 1: max(5, 4) = 5
 }

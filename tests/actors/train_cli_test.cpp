@@ -58,5 +58,8 @@ TEST_CASE("train (actors engine) survives injected learner kills and --resume co
   auto again = last_line_json(resumed.out);
   CHECK(again["start_version"].get<uint64_t>() == summary["final_version"].get<uint64_t>());
   CHECK(again["final_version"].get<uint64_t>() > again["start_version"].get<uint64_t>());
+  // The resumed run's first rounds do not release the old run's momentum again: its final version
+  // scores no worse than the version it resumed from (within 0.01 nat of evaluation noise).
+  CHECK(again["heldout_loss"].get<double>() <= summary["heldout_loss"].get<double>() + 0.01);
   std::filesystem::remove_all(dir);
 }

@@ -71,6 +71,8 @@ TEST_CASE("unknown keys and invalid values are rejected with the key named") {
       {std::nullopt, {"outer.codec=int3"}, "outer.codec"},
       {std::nullopt, {"outer.downlink_codec=fp8"}, "outer.downlink_codec"},
       {std::nullopt, {"outer.optimizer=adam"}, "outer.optimizer"},
+      {std::nullopt, {"outer.screen_max_ratio=0"}, "outer.screen_max_ratio"},
+      {std::nullopt, {"outer.max_norm_growth=0.5"}, "outer.max_norm_growth"},
       // A value the mode would ignore is refused, naming the key and the values the mode takes.
       {std::nullopt, {"train.mode=sync", "outer.optimizer=delayed_nesterov"}, "outer.optimizer = 'delayed_nesterov' in sync mode"},
       {std::nullopt, {"train.mode=sync", "outer.optimizer=per_commit_nesterov"}, "outer.optimizer"},
