@@ -81,6 +81,15 @@ void commit_and_restore(SyncerCore& core, const std::vector<int>& fragments, dou
 
 messages::Join join_of(const std::string& id) { return {id, "n", "s", "cpu", 0, "archipelago-local"}; }
 
+// A core whose version 1 (the `initial` fragments) has landed, with learner-0 .. learner-(joined-1) in.
+SyncerCore started_core(RuntimeOptions o, std::vector<std::vector<float>> initial, int joined) {
+  SyncerCore core(std::move(o), std::move(initial));
+  auto first = core.stage_initial(0);
+  landed(core, first, 0);
+  for (int k = 0; k < joined; ++k) REQUIRE(core.join(join_of("learner-" + std::to_string(k)), 0).accepted);
+  return core;
+}
+
 messages::FragmentUpdate update_of(const std::string& id, uint32_t fragment, uint64_t count) {
   messages::FragmentUpdate u;
   u.learner_id = id;
@@ -1209,11 +1218,8 @@ TEST_CASE("syncer core: the drain's last piece moves θ by its share of a round,
   o.setup.outer.merge = "mean";
   o.setup.outer.lr = 0.7;
   o.setup.outer.momentum = 0.9;
-  SyncerCore core(o, {{0, 0, 0}, {0, 0}});
+  auto core = started_core(o, {{0, 0, 0}, {0, 0}}, 4);
   REQUIRE(core.rules().outer == archipelago::diloco::OuterRule::work_clock);
-  auto initial = core.stage_initial(0);
-  landed(core, initial, 0);
-  for (int k = 0; k < 4; ++k) REQUIRE(core.join(join_of("learner-" + std::to_string(k)), 0).accepted);
   // One whole round of fragment 0 in two pieces (2 + 2 learners): the momentum moves once.
   for (int k = 0; k < 4; ++k) {
     UpdateHeader h{"learner-" + std::to_string(k), 0, core.latest_version(), 10, 100, 2.0f, 0, 0, 10};
@@ -1248,11 +1254,7 @@ TEST_CASE("syncer core: the grace window holds from a run's first round, seeded 
   o.syncer.grace_gamma = 0.5;
   o.syncer.overlap_steps = 2;
   o.syncer.grace_max_s = 2.0;
-  SyncerCore core(o, {{0, 0, 0}, {0, 0}});
-  auto initial = core.stage_initial(0);
-  landed(core, initial, 0);
-  REQUIRE(core.join(join_of("learner-0"), 0).accepted);
-  REQUIRE(core.join(join_of("learner-1"), 0).accepted);
+  auto core = started_core(o, {{0, 0, 0}, {0, 0}}, 2);
   CHECK(core.grace_s() == 0);
   // The first update of the run: 10 steps in 1 s of compute, so 0.1 s a step and a grace of
   // 0.5 · (2 · 0.1) = 0.1 s, without a second update of the same fragment to time it by.
@@ -1285,12 +1287,7 @@ SyncerCore poisoned_run_core() {
   auto o = testing::tiny_options("core-poison", "decoupled", 2, 10);
   o.setup.outer.lr = 0.7;
   o.setup.outer.momentum = 0.9;
-  SyncerCore core(o, {{0.5f, -0.3f, 0.2f}, {0.1f, 0.4f}});
-  auto initial = core.stage_initial(0);
-  landed(core, initial, 0);
-  REQUIRE(core.join(join_of("learner-0"), 0).accepted);
-  REQUIRE(core.join(join_of("learner-1"), 0).accepted);
-  return core;
+  return started_core(o, {{0.5f, -0.3f, 0.2f}, {0.1f, 0.4f}}, 2);
 }
 
 // An int8 update of fragment 0 whose values are all `value` (finite: every decode check passes).
@@ -1352,10 +1349,7 @@ TEST_CASE("syncer core: an update of 1e18 from one token holder never reaches θ
     o.setup.outer.lr = 1.0;
     o.setup.outer.momentum = 0.0;
     o.setup.outer.screen_max_ratio = 100;  // let the update through the bound: the growth bound stops it
-    SyncerCore core(o, {{0.5f, -0.3f, 0.2f}, {0.1f, 0.4f}});
-    auto initial = core.stage_initial(0);
-    landed(core, initial, 0);
-    REQUIRE(core.join(join_of("learner-0"), 0).accepted);
+    auto core = started_core(o, {{0.5f, -0.3f, 0.2f}, {0.1f, 0.4f}}, 1);
     REQUIRE_FALSE(core.accept({"learner-0", 0, 1, 10, 100, 2.0f, 0, 0, 10}, {-30.0f, 30.0f, -30.0f}, 1).has_value());
     auto staged = core.stage({0}, 1);
     CHECK_FALSE(staged.ok());
@@ -1369,10 +1363,7 @@ TEST_CASE("syncer core: a learner's first update of a fragment is on probation: 
   auto o = testing::tiny_options("core-probation", "decoupled", 5, 10);
   o.setup.outer.merge = "mean";
   o.setup.outer.screen_max_ratio = 1e6;  // the medians alone
-  SyncerCore core(o, {{0.5f, -0.3f, 0.2f}, {0.1f, 0.4f}});
-  auto initial = core.stage_initial(0);
-  landed(core, initial, 0);
-  for (int k = 0; k < 5; ++k) REQUIRE(core.join(join_of("learner-" + std::to_string(k)), 0).accepted);
+  auto core = started_core(o, {{0.5f, -0.3f, 0.2f}, {0.1f, 0.4f}}, 5);
   // Three learners of equal figures make the median known.
   for (int k = 0; k < 3; ++k) {
     REQUIRE_FALSE(core.accept({"learner-" + std::to_string(k), 0, 1, 10, 100, 2.0f, 0, 0, 10},
@@ -1395,11 +1386,7 @@ TEST_CASE("syncer core: a sync round waits for a learner that never sends until 
   auto o = testing::tiny_options("core-lurk", "sync", 2, 10);
   o.syncer.sync_round_min_wait_s = 5;
   o.syncer.sync_round_wait_factor = 4;
-  SyncerCore core(o, {{0, 0, 0}, {0, 0}});
-  auto initial = core.stage_initial(0);
-  landed(core, initial, 0);
-  REQUIRE(core.join(join_of("learner-0"), 0).accepted);
-  REQUIRE(core.join(join_of("learner-1"), 0).accepted);  // joins (and would beat), never sends
+  auto core = started_core(o, {{0, 0, 0}, {0, 0}}, 2);  // learner-1 joins (and would beat), never sends
   REQUIRE_FALSE(core.accept({"learner-0", 0, 1, 10, 100, 2.0f, 0, 0, 10}, {0.1f, 0.1f, 0.1f}, 10).has_value());
   double deadline = -1;
   CHECK(core.ready_fragments(12, &deadline).empty());
