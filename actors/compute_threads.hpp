@@ -12,7 +12,10 @@
 
 namespace archipelago::actors {
 
-// threads > 0: exactly that many; 0: max(1, cores / concurrent_learners). `precision`: the resolved
+// One learner's compute threads: threads > 0: exactly that many; 0: max(1, cores / concurrent_learners).
+int learner_thread_share(int threads, int concurrent_learners);
+
+// Sets learner_thread_share(threads, concurrent_learners). `precision`: the resolved
 // one ("fp32" or "bf16", training::resolve_precision). Returns the count set.
 int configure_compute_threads(int threads, int concurrent_learners, const std::string& precision);
 

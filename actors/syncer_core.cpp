@@ -271,9 +271,14 @@ Expected<StagedCommit> SyncerCore::stage(const std::vector<int>& fragment_ids, d
       dropped += 1;
       continue;
     }
+    if (!staged) {
+      component_logger("syncer")->error("fragment {} cannot be staged: {}", p, staged.error().to_string());
+      if (!failed) failed = staged.error();
+      continue;
+    }
     // A merge that blows θ_p up while staying finite (outer.max_norm_growth) is dropped the same way:
     // the run keeps the last good value.
-    if (staged && f.parameters_norm > 0) {
+    if (f.parameters_norm > 0) {
       const double growth = staged->next.parameters_norm / f.parameters_norm;
       const double bound = options().setup.outer.max_norm_growth;
       if (growth > bound) {
@@ -285,11 +290,6 @@ Expected<StagedCommit> SyncerCore::stage(const std::vector<int>& fragment_ids, d
         continue;
       }
       screen_.record_growth(p, growth);
-    }
-    if (!staged) {
-      component_logger("syncer")->error("fragment {} cannot be staged: {}", p, staged.error().to_string());
-      if (!failed) failed = staged.error();
-      continue;
     }
     if (diloco::round_barrier(mode())) note_sync_round(p);
     commits_.lend(p, fragments_[p]);  // before the next fragment is staged: one fragment is held twice at a time, not all

@@ -31,7 +31,7 @@ double NormScreen::figure(double norm, uint64_t from_step, uint64_t to_step, int
 }
 
 Screening::Verdict NormScreen::judge(int p, double figure, const std::string& learner_id) const {
-  return rule_.judge(figure, known(p), honest_[p].count(learner_id) == 0);
+  return rule_.judge(figure, known(p), on_probation(p, learner_id));
 }
 
 void NormScreen::bound(int p, PendingContribution& c, double theta_norm, std::vector<float>& delta) {
@@ -64,7 +64,7 @@ bool NormScreen::apply(int p, PendingContribution& c, const Screening::Verdict& 
     return false;
   }
   if (verdict.action == Screening::Action::clip) {
-    if (honest_[p].count(c.learner_id) == 0 && verdict.ratio <= rule_.clip) probation_clipped_ += 1;  // clipped for being new
+    if (on_probation(p, c.learner_id) && verdict.ratio <= rule_.clip) probation_clipped_ += 1;  // clipped for being new
     c.scale *= verdict.scale;
     for (auto& v : delta) v *= verdict.scale;
     clipped_ += 1;
@@ -96,7 +96,7 @@ void NormScreen::settle(int p, FragmentState& f, const FragmentRules& rules,
       kept.push_back(std::move(c));
       continue;
     }
-    auto verdict = rule_.judge(c.screen_norm, figures, honest_[p].count(c.learner_id) == 0);
+    auto verdict = rule_.judge(c.screen_norm, figures, on_probation(p, c.learner_id));
     if (verdict.action == Screening::Action::hold) {  // too few figures even with the round's: merged unscreened
       verdict = {};
       unscreened_ += 1;

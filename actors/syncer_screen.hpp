@@ -74,6 +74,8 @@ class NormScreen {
 
  private:
   std::vector<double> known(int p) const;
+  // No figure of the learner's is known for fragment p yet: its update is on probation.
+  bool on_probation(int p, const std::string& learner_id) const { return honest_[p].count(learner_id) == 0; }
   // The known figures and those of f's held contributions: what a held one is judged against.
   std::vector<double> with_held(int p, const FragmentState& f) const;
 

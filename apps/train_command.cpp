@@ -17,6 +17,7 @@
 #include "run/cluster.hpp"
 #include "run/data_parallel_job.hpp"
 #include "run/operator_endpoint.hpp"
+#include "actors/compute_threads.hpp"
 #include "apps/config.hpp"
 #include "apps/coordinator_command.hpp"
 #include "apps/metrics_server.hpp"
@@ -406,11 +407,10 @@ int run_train(const TrainArguments& arguments) {
 
   // "auto" is measured on the threads one learner will have; everything after sees the result.
   MachineFacts machine;
-  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const bool one_at_a_time = config->engine == diloco::Engine::reference;
   machine.precision = training::choose_precision(
       {config->model, config->inner, config->run.device,
-       config->run.threads > 0 ? config->run.threads : std::max(1, cores / (one_at_a_time ? 1 : std::max(1, config->run.learners)))});
+       actors::learner_thread_share(config->run.threads, one_at_a_time ? 1 : config->run.learners)});
   config->inner.precision = machine.precision.precision;
   const int threads = training::set_compute_threads(config->run.threads, machine.precision.precision);
   machine.blas = training::check_blas();

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "diloco/reason.hpp"
+#include "diloco/screening.hpp"
 
 namespace archipelago::diloco {
 
@@ -49,11 +50,7 @@ StalenessDecision check_staleness(uint64_t base_version, const std::vector<uint6
 
 double sync_round_wait(const std::vector<double>& spreads, const SyncerOptions& o) {
   if (spreads.empty()) return o.sync_round_min_wait_s;
-  std::vector<double> sorted = spreads;
-  std::sort(sorted.begin(), sorted.end());
-  const size_t n = sorted.size();
-  const double median = n % 2 ? sorted[n / 2] : 0.5 * (sorted[n / 2 - 1] + sorted[n / 2]);
-  return std::max(o.sync_round_min_wait_s, o.sync_round_wait_factor * median);
+  return std::max(o.sync_round_min_wait_s, o.sync_round_wait_factor * Screening::median(spreads));
 }
 
 double grace_window(const SyncTimings& t, const SyncerOptions& o) {

@@ -16,19 +16,17 @@ int round_quorum(int quorum, int active_learners) {
 PendingFragment tally_pending(const std::vector<PendingArrival>& pending, const std::set<std::string>& active,
                               double quorum_reached_s) {
   std::set<std::string> on_time, any;
+  PendingFragment tally;
   for (const auto& c : pending) {
     any.insert(c.learner_id);
     if (c.on_time) on_time.insert(c.learner_id);
+    if (tally.first_arrival_s < 0 || c.arrived_s < tally.first_arrival_s) tally.first_arrival_s = c.arrived_s;
   }
-  PendingFragment tally;
   tally.contributors = static_cast<int>(on_time.size());
   tally.late = static_cast<int>(any.size() - on_time.size());
   tally.active_learners = static_cast<int>(active.size());
   for (const auto& id : any) tally.contributors_active += active.count(id) ? 1 : 0;
   tally.quorum_reached_s = quorum_reached_s;
-  for (const auto& c : pending) {
-    if (tally.first_arrival_s < 0 || c.arrived_s < tally.first_arrival_s) tally.first_arrival_s = c.arrived_s;
-  }
   return tally;
 }
 

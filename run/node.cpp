@@ -478,11 +478,10 @@ struct Node::Impl {
     // model.init_from (a directory on its machine) is the coordinator's to apply.
     runtime_options.setup.model.init_from.clear();
     // inner.precision = "auto" is this machine's to measure, for its learners' share of its cores.
-    const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     auto& setup_options = runtime_options.setup;
     const auto precision = training::choose_precision(
         {setup_options.model, setup_options.inner, setup_options.run.device,
-         setup_options.run.threads > 0 ? setup_options.run.threads : std::max(1, cores / std::max(1, options.learners))});
+         learner_thread_share(setup_options.run.threads, options.learners)});
     setup_options.inner.precision = precision.precision;
     log->info("{}", precision.message);
     auto prepared = prepare_run(runtime_options, *node_config->corpus);

@@ -261,7 +261,7 @@ TEST_CASE("the work clock: a round in one commit is the Nesterov step bit for bi
     for (const auto& round : rounds) feed_round(pieces, theta, round, split, H, lr, mu);
     CHECK(pieces.steps == 3);
     CHECK(pieces.work_steps == 0);
-    for (int i = 0; i < n; ++i) {
+    for (int i = 0; i < n; ++i) {  // to 1e-5 · (1 + |x|): the rounding of the pieces' sums, on values of O(1)
       CHECK(theta[i] == doctest::Approx(theta_nesterov[i]).epsilon(1e-5));
       CHECK(pieces.momentum[i] == doctest::Approx(nesterov.momentum[i]).epsilon(1e-5));
     }
