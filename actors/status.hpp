@@ -206,7 +206,7 @@ struct ScreeningStatus {
   std::string mode;
   double clip = 0;
   double refuse = 0;
-  int64_t clipped = 0;
+  int64_t clipped = 0;  // outliers: past outer.screen_clip medians (a newcomer's first update is probation_clipped)
   int64_t refused = 0;
   int64_t held = 0;
   int64_t unscreened = 0;
@@ -214,7 +214,7 @@ struct ScreeningStatus {
   std::vector<double> largest_passed_ratio;  // per fragment
   double max_ratio = 0;                       // outer.screen_max_ratio
   int64_t bounded = 0;                        // updates brought down to it
-  int64_t probation_clipped = 0;              // a learner's first update of a fragment clipped to the median
+  int64_t probation_clipped = 0;              // a learner's first update of a fragment clipped to outer.screen_probation medians (not in clipped)
   std::vector<double> largest_delta_ratio;    // per fragment: the largest ‖Δ_p‖ / ‖θ_p‖ received
   std::vector<double> largest_norm_growth;    // per fragment: the largest ‖θ_p‖ growth of a merge committed
 };

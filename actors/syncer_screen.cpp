@@ -64,17 +64,25 @@ bool NormScreen::apply(int p, PendingContribution& c, const Screening::Verdict& 
     return false;
   }
   if (verdict.action == Screening::Action::clip) {
-    if (on_probation(p, c.learner_id) && verdict.ratio <= rule_.clip) probation_clipped_ += 1;  // clipped for being new
+    // Clipped for being new (within outer.screen_clip for a known learner) or as an outlier: two counts,
+    // so an honest run's newcomers never read as outliers.
+    const bool for_being_new = on_probation(p, c.learner_id) && verdict.ratio <= rule_.clip;
     c.scale *= verdict.scale;
     for (auto& v : delta) v *= verdict.scale;
-    clipped_ += 1;
+    (for_being_new ? probation_clipped_ : clipped_) += 1;
     if (events_) {
-      events_->add("clipped", c.learner_id,
+      events_->add(for_being_new ? "probation" : "clipped", c.learner_id,
                    "fragment " + std::to_string(p) + ": norm " + std::to_string(verdict.ratio) + " medians");
     }
-    component_logger("syncer")->warn("clipped the update of fragment {} from {}: its norm ({:.4g}) per unit of inner lr "
-                                     "is {:.3g} times the median of the learners' latest honest ones (outer.screen_clip = {})",
-                                     p, c.learner_id, c.norm, verdict.ratio, rule_.clip);
+    if (for_being_new) {
+      component_logger("syncer")->info("clipped the first update of fragment {} from {}, on probation, to outer.screen_probation "
+                                       "= {} medians: its norm ({:.4g}) per unit of inner lr is {:.3g} medians", p, c.learner_id,
+                                       rule_.probation, c.norm, verdict.ratio);
+    } else {
+      component_logger("syncer")->warn("clipped the update of fragment {} from {}: its norm ({:.4g}) per unit of inner lr "
+                                       "is {:.3g} times the median of the learners' latest honest ones (outer.screen_clip = {})",
+                                       p, c.learner_id, c.norm, verdict.ratio, rule_.clip);
+    }
     honest_[p][c.learner_id] = c.screen_norm * verdict.scale;
     return true;
   }

@@ -86,9 +86,9 @@ class NormScreen {
   std::vector<double> largest_passed_ratio_;           // per fragment
   std::vector<double> largest_delta_ratio_;            // per fragment: ‖Δ_p‖ / ‖θ_p‖ as received
   std::vector<double> largest_growth_;                 // per fragment: ‖θ_p‖ after ÷ before, of a merge
-  int64_t clipped_ = 0;
+  int64_t clipped_ = 0;    // outliers (past rule_.clip medians)
   int64_t bounded_ = 0;     // updates brought down to the absolute bound
-  int64_t probation_clipped_ = 0;  // first updates of a learner clipped to the median
+  int64_t probation_clipped_ = 0;  // first updates of a learner clipped for being new (not in clipped_)
   int64_t held_ = 0;        // updates held for want of known figures
   int64_t unscreened_ = 0;  // held ones merged with fewer than kMinKnown figures known
 };

@@ -338,6 +338,9 @@ std::string MetricsBoard::prometheus() const {
   family(out, "archipelago_updates_clipped_total", "counter",
          "Learner updates scaled down by screening (outer.screen_clip medians of recent honest norms).");
   out << "archipelago_updates_clipped_total " << whole(screening, "clipped") << "\n";
+  family(out, "archipelago_updates_probation_clipped_total", "counter",
+         "A learner's first update of a fragment scaled down to outer.screen_probation medians for being new.");
+  out << "archipelago_updates_probation_clipped_total " << whole(screening, "probation_clipped") << "\n";
   family(out, "archipelago_syncer_pending_bytes", "gauge",
          "Bytes the syncer holds for updates not yet merged (running sums and held deltas).");
   out << "archipelago_syncer_pending_bytes " << whole(p, "syncer_pending_bytes") << "\n";

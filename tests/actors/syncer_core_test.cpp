@@ -1374,6 +1374,7 @@ TEST_CASE("syncer core: a learner's first update of a fragment is on probation: 
   // probation it is clipped to the median.
   REQUIRE_FALSE(core.accept({"learner-3", 0, 1, 10, 100, 2.0f, 0, 0, 10}, {0.08f, 0.08f, 0.08f}, 2).has_value());
   CHECK(core.screening_status().probation_clipped == 1);
+  CHECK(core.screening_status().clipped == 0);  // a newcomer is not counted as an outlier
   const auto& held = core.fragment(0).pending.back();
   CHECK(held.scale == doctest::Approx(1.0 / 8).epsilon(1e-6));
   // Its next update is judged as any known learner's: 8 medians pass.

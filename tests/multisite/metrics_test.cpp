@@ -189,6 +189,10 @@ TEST_CASE("metrics and the status page: Prometheus text checked against the run,
   CHECK(metrics.samples["archipelago_updates_rejected_total{reason=\"outlier\"}"] == 0);
   REQUIRE(metrics.samples.count("archipelago_updates_clipped_total") == 1);
   CHECK(metrics.samples["archipelago_updates_clipped_total"] == 0);
+  // A newcomer's first update of a fragment may be clipped to the median (on probation): at most
+  // once per learner and fragment (2 learners, 4 fragments), and counted apart from outliers.
+  REQUIRE(metrics.samples.count("archipelago_updates_probation_clipped_total") == 1);
+  CHECK(metrics.samples["archipelago_updates_probation_clipped_total"] <= 2 * 4);
   // Each fragment's committed version; the newest of them is the latest global version.
   double newest_fragment = 0;
   for (int f = 0; f < 4; ++f) {
