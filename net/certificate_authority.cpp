@@ -299,10 +299,6 @@ Expected<LoadedCa> load_ca(const std::string& dir) {
   return ca;
 }
 
-// ASCII by hand: std::isalnum would follow the process's locale.
-bool is_letter_or_digit(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9'); }
-bool is_name_byte(char c) { return is_letter_or_digit(c) || c == '.' || c == '_' || c == '-'; }
-
 std::string lowercase(std::string text) {
   for (char& c : text)
     if (c >= 'A' && c <= 'Z') c = char(c - 'A' + 'a');

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "common/error.hpp"
+#include "net/names.hpp"
 
 namespace archipelago::net {
 
@@ -30,7 +31,7 @@ inline constexpr const char* kCaName = "ca";  // DIR/ca.pem and DIR/ca.key: the 
 inline constexpr const char* kCaCommonName = "archipelago run CA";
 inline constexpr int kCaValidityDays = 3650;
 inline constexpr int kDefaultCertificateValidityDays = 365;
-inline constexpr std::size_t kMaxCertificateNameBytes = 64;
+inline constexpr std::size_t kMaxCertificateNameBytes = kMaxNameBytes;
 inline constexpr std::size_t kMaxHostBytes = 253;  // the longest DNS name
 // notBefore lies this far in the past, so a site whose clock runs a little behind the issuer's
 // accepts a certificate issued a moment ago.

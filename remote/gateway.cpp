@@ -2,6 +2,7 @@
 #include "actors/directory.hpp"
 
 #include <algorithm>
+#include <deque>
 #include <set>
 #include <tuple>
 #include <vector>
@@ -14,6 +15,7 @@
 #include "actors/wire.hpp"
 #include "common/log.hpp"
 #include "messages/envelope.hpp"
+#include "net/names.hpp"
 
 namespace archipelago::remote {
 
@@ -240,13 +242,32 @@ struct GatewayState {
   std::map<caf::actor_addr, Session> sessions;   // link -> what it holds
   std::vector<caf::actor> links;
   std::shared_ptr<std::vector<caf::actor>> all_links;  // ended with the gateway
-  std::map<std::string, int> last_first;         // node name -> first slot it held
+  // node name -> first slot it held, for a node that comes back; the kRememberedNodes most recent.
+  std::map<std::string, int> last_first;
+  std::deque<std::string> joined_order;          // last_first's names, least recently joined first
+  std::set<std::string> bad_name_logged;         // reasons of bad-name refusals already logged (3 at most)
   Outbox outbox{"gateway"};
   std::shared_ptr<spdlog::logger> log = component_logger("gateway");
   const char* name = "gateway";
 };
 
 using GatewayActor = caf::stateful_actor<GatewayState>;
+
+// How many node names the gateway remembers a range for (a node that comes back after its session
+// ended gets its range again): a bound, so that names made up join after join cannot grow it.
+constexpr size_t kRememberedNodes = 1024;
+
+void remember_range(GatewayState& st, const std::string& node, int first) {
+  if (st.last_first.count(node)) {
+    st.joined_order.erase(std::find(st.joined_order.begin(), st.joined_order.end(), node));
+  }
+  st.last_first[node] = first;
+  st.joined_order.push_back(node);
+  while (st.joined_order.size() > kRememberedNodes) {
+    st.last_first.erase(st.joined_order.front());
+    st.joined_order.pop_front();
+  }
+}
 
 // The admitted sessions, for the coordinator's status (RemoteCounters::nodes).
 void publish_sessions(GatewayActor* self) {
@@ -276,6 +297,17 @@ JoinReply on_node_join(GatewayActor* self, WireBytes&& bytes, int32_t learners, 
     st.spec.counters->joins_refused_other += 1;
     st.log->warn("refused a node: malformed join request");
     return refuse(self, JoinRefusal::bad_request, "malformed join request");
+  }
+  // Names are data: a node, site or device name outside the alphabet is refused before it reaches a
+  // log, a map or a label (net/names.hpp); the reason names the field, never the name.
+  for (const Status& checked : {net::check_peer_name(join->node, "the node name"),
+                                net::check_peer_name(join->site, "the site name"), net::check_device_name(join->device)}) {
+    if (checked.ok()) continue;
+    st.spec.counters->joins_refused_bad_name += 1;
+    if (st.bad_name_logged.insert(checked.error().reason).second) {  // once per reason, then counted
+      st.log->warn("refused a node: {} (counted as joins_refused.bad_name)", checked.error().reason);
+    }
+    return refuse(self, JoinRefusal::bad_request, checked.error().reason);
   }
   if (!st.spec.secret || st.taken.empty()) {
     // A local run's console endpoint: the same gateway, with no learner slots for nodes.
@@ -323,11 +355,7 @@ JoinReply on_node_join(GatewayActor* self, WireBytes&& bytes, int32_t learners, 
   st.sessions[link.address()] = Session{join->node, join->site, first, learners};
   st.links.push_back(link);
   st.all_links->push_back(link);
-  st.last_first[join->node] = first;
-  {
-    std::lock_guard lock(st.spec.counters->mutex);
-    st.spec.counters->sites[join->node] = join->site;
-  }
+  remember_range(st, join->node, first);
   publish_sessions(self);
   st.spec.counters->joins_accepted += 1;
   st.log->info("admitted node '{}' (site {}, device {}) with learners {}..{}", join->node, join->site, join->device,
@@ -355,9 +383,10 @@ caf::behavior gateway_behavior(GatewayActor* self, GatewaySpec spec) {
                  it->second.first + it->second.count - 1);
     st.sessions.erase(it);
     publish_sessions(self);
-    st.links.erase(std::remove_if(st.links.begin(), st.links.end(),
-                                  [&](const caf::actor& l) { return l.address() == down.source; }),
-                   st.links.end());
+    // Both lists forget the link: a handle kept holds the ended actor's control block (~80 bytes a session).
+    auto ended = [&](const caf::actor& l) { return l.address() == down.source; };
+    st.links.erase(std::remove_if(st.links.begin(), st.links.end(), ended), st.links.end());
+    st.all_links->erase(std::remove_if(st.all_links->begin(), st.all_links->end(), ended), st.all_links->end());
   });
   publish_sessions(self);
   refuse_unmatched(self, "gateway", refusals_of(st.spec.counters), st.log);
@@ -437,6 +466,7 @@ nlohmann::json RemoteCounters::to_json() {
   return {{"joins_accepted", joins_accepted.load()},
           {"joins_refused", {{"wrong_token", joins_refused_wrong_token.load()},
                              {"missing_token", joins_refused_missing_token.load()},
+                             {"bad_name", joins_refused_bad_name.load()},
                              {"other", joins_refused_other.load()}}},
           {"rejected_foreign", rejected_foreign.load()},
           {"refused", refusals.to_json()},

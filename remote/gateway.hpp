@@ -69,6 +69,7 @@ struct RemoteCounters {
   std::atomic<int64_t> joins_accepted{0};
   std::atomic<int64_t> joins_refused_wrong_token{0};
   std::atomic<int64_t> joins_refused_missing_token{0};
+  std::atomic<int64_t> joins_refused_bad_name{0};  // a node, site or device name outside net/names.hpp's rule
   std::atomic<int64_t> joins_refused_other{0};
   std::atomic<int64_t> rejected_foreign{0};  // envelopes from a learner id outside the session's range
   std::atomic<int64_t> admin_sessions_accepted{0};
@@ -76,7 +77,6 @@ struct RemoteCounters {
   std::atomic<bool> drain_requested{false};         // the console's `drain`: the coordinator stops cleanly
   std::mutex mutex;
   std::map<std::string, LinkTally> tallies;  // node name -> counts (guarded by mutex)
-  std::map<std::string, std::string> sites;  // node name -> site (guarded by mutex)
   std::set<std::string> learners_joined;     // learner ids that joined the syncer (guarded by mutex)
   nlohmann::json nodes = nlohmann::json::array();  // the admitted sessions (guarded by mutex)
   int learner_slots = 0;

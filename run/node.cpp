@@ -29,6 +29,7 @@
 #include "common/log.hpp"
 #include "net/backoff.hpp"
 #include "net/link_stats.hpp"
+#include "net/names.hpp"
 #include "net/sites.hpp"
 #include "remote/client.hpp"
 
@@ -562,8 +563,12 @@ Expected<std::unique_ptr<Node>> Node::start(NodeOptions options) {
   if (options.name.empty()) {
     char host[256] = {0};
     gethostname(host, sizeof host - 1);
-    options.name = std::string(host) + ":" + std::to_string(getpid());
+    options.name = net::to_peer_name(std::string(host) + "-" + std::to_string(getpid()));
   }
+  // The coordinator refuses names outside the alphabet; say so here, before any connection.
+  if (auto checked = net::check_peer_name(options.name, "--name"); !checked) return checked.error();
+  if (auto checked = net::check_peer_name(options.site, "--site"); !checked) return checked.error();
+  if (auto checked = net::check_device_name(options.device); !checked) return checked.error();
   auto impl = std::make_unique<Impl>();
   impl->config.set("scheduler.max-threads", std::min<size_t>(std::max(1u, std::thread::hardware_concurrency()), 2));
   impl->config.set("logger.file-verbosity", caf::atom("quiet"));

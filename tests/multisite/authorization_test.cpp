@@ -878,3 +878,92 @@ TEST_CASE("an impostor coordinator records every byte a node sends it, never see
   CHECK(node.err().find("refused this node: unauthenticated: impostor") != std::string::npos);
   CHECK(node.err().find("the coordinator ended the run") == std::string::npos);
 }
+
+TEST_CASE("names are data: a Join whose node, site or device name breaks the rule is refused with its reason; join/leave cycles keep memory flat") {
+  Scratch s("authz-names");
+  const auto admin = admin_token(s);
+  const int port = free_port();
+  auto run = start_two_learner_run(s, port, {"train.max_seconds=0"}, {"--admin-token-file", admin.string()});
+  Process& coordinator = *run.coordinator;
+  const auto token = secret_of(s.token);
+  const std::string target = "127.0.0.1:" + std::to_string(port);
+  // One join on a connection of its own; the welcome it gets. The connection closes on return: a
+  // session it opened ends with it.
+  auto join_as = [&](const std::string& node, const std::string& site, const std::string& device) {
+    PlaneClient client(port);
+    auto call = client.gateway().joinRequest();
+    auto join = Outbox("peer").wrap(messages::Join{"", node, site, device, 0, ""});
+    REQUIRE(join.ok());
+    call.initRequest().setJoin(bytes_of(*join));
+    call.getRequest().setLearners(1);
+    call.getRequest().setPreferredFirst(-1);
+    call.getRequest().setProof(bytes_of(remote::prove(token, remote::kJoinPurpose, client.nonce())));
+    call.setSink(kj::heap<QuietSink>(false));
+    auto response = call.send().wait(client.io().waitScope);
+    auto welcome = unwrap(WireBytes(response.getAnswer().getWelcome().begin(), response.getAnswer().getWelcome().end()));
+    REQUIRE(welcome.ok());
+    auto w = std::get<messages::Welcome>(welcome->body);
+    CHECK(response.hasSession() == w.accepted);
+    return w;
+  };
+  const auto before = console_answer(s.dir, target, "nodes", admin);
+  const std::string esc = "node\x1b[2J", nul = std::string("node\0x", 6);
+  const std::vector<std::tuple<std::string, std::string, std::string, std::string>> bad = {
+      {std::string(65, 'n'), "site-x", "cpu", "the node name"},
+      {"node\nadmitted node 'x'", "site-x", "cpu", "the node name"},
+      {esc, "site-x", "cpu", "the node name"},
+      {nul, "site-x", "cpu", "the node name"},
+      {"", "site-x", "cpu", "the node name"},
+      {"node-x", "site x", "cpu", "the site name"},
+      {"node-x", "", "cpu", "the site name"},
+      {"node-x", "site-x", "cuda:0\r", "the device name"},
+  };
+  for (const auto& [node, site, device, field] : bad) {
+    CAPTURE(field);
+    const auto w = join_as(node, site, device);
+    CHECK_FALSE(w.accepted);
+    CHECK(w.refusal == messages::JoinRefusal::bad_request);
+    CHECK(w.reason.find(field) != std::string::npos);
+    CHECK(w.reason.find('\x1b') == std::string::npos);  // the name itself never comes back
+  }
+  const auto after = console_answer(s.dir, target, "nodes", admin);
+  CHECK(after["joins_refused"]["bad_name"].get<int64_t>() ==
+        before["joins_refused"]["bad_name"].get<int64_t>() + static_cast<int64_t>(bad.size()));
+  CHECK(after["joins_accepted"] == before["joins_accepted"]);
+  // The log holds no byte of a refused name: no escape, no forged line; one warning per reason.
+  CHECK(coordinator.err().find('\x1b') == std::string::npos);
+  CHECK(count_of(coordinator.err(), "admitted node 'x'") == 0);
+  CHECK(count_of(coordinator.err(), "refused a node: the node name") == 1);
+  // A device with a colon is a device ("cuda:1"); a good name is admitted.
+  CHECK(join_as("node-x", "site-x", "cuda:1").accepted);
+
+  // Join/leave cycles under names never seen before: what the coordinator keeps per node is bounded,
+  // so its memory comes back to where it was (after a warm-up that sizes its pools). node-a leaves
+  // first: a run that commits versions grows its store's memtables, whatever joins.
+  run.node->kill(SIGKILL);
+  REQUIRE_MESSAGE(wait_until([&] { return count_of(coordinator.err(), "node 'node-a' released") == 1; }, 15), coordinator.all());
+  auto cycles = [&](int from, int count) {
+    for (int i = from; i < from + count; ++i) {
+      // The slot of the session before comes free when the coordinator sees its connection close.
+      messages::Welcome w;
+      REQUIRE(wait_until([&] {
+        w = join_as("cycle-" + std::to_string(i), "site-" + std::to_string(i % 7), "cpu");
+        return w.accepted || w.refusal != messages::JoinRefusal::no_free_slots;
+      }, 10));
+      REQUIRE_MESSAGE(w.accepted, w.reason);
+    }
+  };
+  cycles(0, 500);
+  const double rss_warm = rss_mib(coordinator.pid());
+  const auto started = std::chrono::steady_clock::now();
+  const int kCycles = 10000;
+  cycles(500, kCycles);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  const double rss_after = rss_mib(coordinator.pid());
+  MESSAGE(kCycles << " join/leave cycles in " << seconds << " s; coordinator RSS " << rss_warm << " -> " << rss_after << " MiB");
+  CHECK(rss_after - rss_warm < 10);
+  CHECK(console_answer(s.dir, target, "nodes", admin)["joins_accepted"].get<int64_t>() >=
+        after["joins_accepted"].get<int64_t>() + 1 + 500 + kCycles);
+  coordinator.kill(SIGTERM);
+  REQUIRE(coordinator.wait(60) == 0);
+}
