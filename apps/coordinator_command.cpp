@@ -166,7 +166,8 @@ int run_coordinator(const CoordinatorArguments& arguments) {
     auto reader = net::load_metrics_token(arguments.metrics_token_file, false);
     if (!reader) return fail(2, reader.error().reason);
     auto reader_secret = *reader ? std::make_shared<const net::Secret>(std::move(**reader)) : nullptr;
-    auto started = MetricsServer::start(metrics_at->host, metrics_at->port, board, reader_secret, options.admin_secret);
+    auto started = MetricsServer::start(metrics_at->host, metrics_at->port, board, reader_secret, options.admin_secret,
+                                         options.secret);
     if (!started) return fail(2, started.error().reason);
     metrics = std::move(*started);
   }

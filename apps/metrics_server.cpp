@@ -479,7 +479,8 @@ struct MetricsServer::Impl {
 Expected<std::unique_ptr<MetricsServer>> MetricsServer::start(const std::string& host, uint16_t port,
                                                               std::shared_ptr<MetricsBoard> board,
                                                               std::shared_ptr<const net::Secret> reader,
-                                                              std::shared_ptr<const net::Secret> admin) {
+                                                              std::shared_ptr<const net::Secret> admin,
+                                                              std::shared_ptr<const net::Secret> join) {
   const bool open = !remote::is_loopback(host);
   if (open && !reader) {
     return make_error(ErrorCode::invalid_argument, "--metrics-listen " + host +
@@ -490,9 +491,13 @@ Expected<std::unique_ptr<MetricsServer>> MetricsServer::start(const std::string&
     // A scraper's credential travels to every Prometheus; it must never open a console.
     return make_error(ErrorCode::invalid_argument, "the metrics token must differ from the admin token");
   }
+  if (reader && join && net::tokens_equal(reader->bytes(), join->bytes())) {
+    return make_error(ErrorCode::invalid_argument, "the metrics token must differ from the join token");
+  }
   auto impl = std::make_unique<Impl>();
-  auto authorized = [open, reader](const httplib::Request& request, httplib::Response& response) {
-    if (!open) return true;
+  // A configured token is asked for on loopback as well: another user of the machine is a peer too.
+  auto authorized = [reader](const httplib::Request& request, httplib::Response& response) {
+    if (!reader) return true;
     const std::string header = request.get_header_value("Authorization");
     const std::string prefix = "Bearer ";
     const bool ok = header.rfind(prefix, 0) == 0 && net::verify_join(*reader, header.substr(prefix.size())).accepted();

@@ -21,10 +21,12 @@
 //
 // Every figure comes from the coordinator's last progress sample (runtime.progress_interval_s); each
 // sample is stamped with the system clock when it arrives, which is when it was taken.
-// Off a loopback address every request needs `Authorization: Bearer <metrics token>`, a read-only
-// credential of its own (--metrics-token-file; Prometheus' `authorization` setting sends it), never
-// the admin token; without one such an address is refused at start, and so is a metrics token equal
-// to the admin token.
+// With a metrics token configured, every request needs `Authorization: Bearer <metrics token>`, on
+// loopback too: a read-only credential of its own (--metrics-token-file; Prometheus' `authorization`
+// setting sends it). Off a loopback address one is required: without it the address is refused at
+// start. A metrics token equal to the join or the admin token is refused at start: it travels to
+// every scraper and must open neither a session nor a console. The server speaks plain HTTP: across
+// machines, put it behind a TLS reverse proxy (README.md, "Metrics").
 #pragma once
 
 #include <deque>
@@ -70,11 +72,13 @@ class MetricsBoard {
 class MetricsServer {
  public:
   // Listens on host:port (0: any free port) in a thread of its own. `reader` (the metrics token) is
-  // required off loopback; `admin` (may be null) is only compared with it.
+  // required off loopback and, when given, asked of every request; `admin` and `join` (either may be
+  // null) are only compared with it.
   static Expected<std::unique_ptr<MetricsServer>> start(const std::string& host, uint16_t port,
                                                         std::shared_ptr<MetricsBoard> board,
                                                         std::shared_ptr<const net::Secret> reader,
-                                                        std::shared_ptr<const net::Secret> admin);
+                                                        std::shared_ptr<const net::Secret> admin,
+                                                        std::shared_ptr<const net::Secret> join = nullptr);
   ~MetricsServer();
   uint16_t port() const { return port_; }
 

@@ -902,9 +902,10 @@ TEST_CASE("names are data: a Join whose node, site or device name breaks the rul
     auto response = call.send().wait(client.io().waitScope);
     auto welcome = unwrap(WireBytes(response.getAnswer().getWelcome().begin(), response.getAnswer().getWelcome().end()));
     REQUIRE(welcome.ok());
-    auto w = std::get<messages::Welcome>(welcome->body);
-    CHECK(response.hasSession() == w.accepted);
-    return w;
+    const auto* w = std::get_if<messages::Welcome>(&welcome->body);
+    REQUIRE_MESSAGE(w, "the answer to a join is a " << messages::message_name(welcome->body));
+    CHECK(response.hasSession() == w->accepted);
+    return *w;
   };
   const auto before = console_answer(s.dir, target, "nodes", admin);
   const std::string esc = "node\x1b[2J", nul = std::string("node\0x", 6);

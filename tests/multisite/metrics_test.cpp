@@ -288,7 +288,7 @@ TEST_CASE("metrics and the status page: Prometheus text checked against the run,
   CHECK_MESSAGE(node.wait(30) == 0, node.all());
 }
 
-TEST_CASE("metrics off a loopback address without a metrics token, or with the admin token as one: refused at start") {
+TEST_CASE("metrics: off loopback without a token, or with the admin or join token as one, refused at start; a token asked for on loopback too") {
   Scratch s("metrics-open");
   const int port = free_port();
   Process coordinator("coordinator", coordinator_args(s, port, {"train.max_seconds=0"}, {"--metrics-listen", "0.0.0.0:9"}),
@@ -296,13 +296,50 @@ TEST_CASE("metrics off a loopback address without a metrics token, or with the a
   CHECK(coordinator.wait(60) == 2);
   CHECK(coordinator.err().find("is not a loopback address: it needs a metrics token") != std::string::npos);
   CHECK(coordinator.out().find("listening on") == std::string::npos);
-  // The admin token given as the metrics token: refused, a scraper's credential never opens a console.
-  Process same("coordinator-same", coordinator_args(s, port, {"train.max_seconds=0"},
-                                                    {"--metrics-listen", "127.0.0.1:0", "--admin-token-file", s.token.string(),
-                                                     "--metrics-token-file", s.token.string()}),
-               s.dir);
-  CHECK(same.wait(60) == 2);
-  CHECK(same.err().find("the metrics token must differ from the admin token") != std::string::npos);
+  // The admin or the join token given as the metrics token: refused, a scraper's credential travels
+  // to every Prometheus and must open neither a console nor a session.
+  const auto admin = s.dir / "admin-token", reader = s.dir / "metrics-token";
+  std::ofstream(admin) << "admin-horse-battery-staple-0123456789\n";
+  std::ofstream(reader) << "reader-horse-battery-staple-0123456789\n";
+  chmod(admin.c_str(), 0600);
+  chmod(reader.c_str(), 0600);
+  Process as_admin("coordinator-admin", coordinator_args(s, port, {"train.max_seconds=0"},
+                                                         {"--metrics-listen", "127.0.0.1:0", "--admin-token-file", admin.string(),
+                                                          "--metrics-token-file", admin.string()}),
+                   s.dir);
+  CHECK(as_admin.wait(60) == 2);
+  CHECK(as_admin.err().find("the metrics token must differ from the admin token") != std::string::npos);
+  Process as_join("coordinator-join", coordinator_args(s, port, {"train.max_seconds=0"},
+                                                       {"--metrics-listen", "127.0.0.1:0", "--admin-token-file", admin.string(),
+                                                        "--metrics-token-file", s.token.string()}),
+                  s.dir);
+  CHECK(as_join.wait(60) == 2);
+  CHECK(as_join.err().find("the metrics token must differ from the join token") != std::string::npos);
+  // A metrics token of its own on loopback: asked for there too (401 without it, 200 with it).
+  const int metrics_port = free_port();
+  Process served("coordinator-served", coordinator_args(s, port, {"train.max_seconds=0"},
+                                                        {"--metrics-listen", "127.0.0.1:" + std::to_string(metrics_port),
+                                                         "--metrics-token-file", reader.string()}),
+                 s.dir);
+  await_listening(served);
+  httplib::Client http("127.0.0.1", metrics_port);
+  http.set_connection_timeout(5);
+  http.set_read_timeout(10);
+  for (const char* path : {"/metrics", "/"}) {
+    CAPTURE(path);
+    auto anonymous = http.Get(path);
+    REQUIRE(anonymous);
+    CHECK(anonymous->status == 401);
+    CHECK(anonymous->body.find("archipelago_") == std::string::npos);
+    auto wrong = http.Get(path, {{"Authorization", "Bearer admin-horse-battery-staple-0123456789"}});
+    REQUIRE(wrong);
+    CHECK(wrong->status == 401);
+    auto bearer = http.Get(path, {{"Authorization", "Bearer reader-horse-battery-staple-0123456789"}});
+    REQUIRE(bearer);
+    CHECK(bearer->status == 200);
+  }
+  served.kill(SIGTERM);
+  CHECK(served.wait(60) == 0);
 }
 
 TEST_CASE("a local run (archipelago train) serves the admin console and the metrics of a coordinator") {
