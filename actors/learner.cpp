@@ -515,7 +515,9 @@ void begin_drain(LearnerActor* self) {
 
 bool budget_spent(LearnerActor* self) {
   const auto& spec = self->state.spec;
-  return (spec.step_limit > 0 && self->state.step >= spec.step_limit) || Clock::now() >= spec.deadline;
+  const auto now = Clock::now();
+  return (spec.step_limit > 0 && self->state.step >= spec.step_limit) || now >= spec.deadline ||
+         (spec.run_deadline && now >= spec.run_deadline->at());
 }
 
 void run_step(LearnerActor* self) {

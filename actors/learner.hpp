@@ -45,6 +45,7 @@
 #include <caf/actor_system.hpp>
 
 #include "actors/runtime_options.hpp"
+#include "actors/shared_deadline.hpp"
 #include "training/corpus.hpp"
 #include "training/fragments.hpp"
 
@@ -67,6 +68,7 @@ struct LearnerSpec {
   int64_t start_step = 0;    // data cursor position (inner steps already taken)
   int64_t step_limit = 0;    // stop after this many steps (0: no limit)
   std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
+  std::shared_ptr<const SharedDeadline> run_deadline;  // the run's end, movable by the node (null: none)
   caf::actor supervisor;     // receives heartbeats too
   bool crash_on_start = false;  // fault injection: fail during start-up
 };

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -559,6 +560,73 @@ Expected<actors::RuntimeOptions> stored_run_options(const std::string& run_dir) 
   auto options = to_runtime_options(*config, run_dir, true);
   options.shard = *shard;
   return options;
+}
+
+const std::vector<std::string>& run_control_keys() {
+  static const std::vector<std::string> keys = {
+      "train.max_seconds",        "train.eval_every",  "runtime.eval_every_versions", "runtime.eval_interval_s",
+      "runtime.progress_interval_s", "runtime.store_sync", "runtime.keep_versions",    "log.level", "net.*"};
+  return keys;
+}
+
+namespace {
+
+bool is_run_control(const std::string& key) {
+  for (const auto& k : run_control_keys()) {
+    if (k == key || (k.size() > 2 && k.compare(k.size() - 2, 2, ".*") == 0 && key.rfind(k.substr(0, k.size() - 1), 0) == 0))
+      return true;
+  }
+  return false;
+}
+
+// Every leaf of `table` as dotted key -> its TOML text.
+void flatten(const toml::table& table, const std::string& prefix, std::map<std::string, std::string>& out) {
+  for (const auto& [key, node] : table) {
+    const std::string name = prefix + std::string(key.str());
+    if (const auto* inner = node.as_table()) {
+      flatten(*inner, name + ".", out);
+    } else {
+      std::ostringstream text;
+      node.visit([&](const auto& value) { text << value; });
+      out[name] = text.str();
+    }
+  }
+}
+
+Expected<std::map<std::string, std::string>> leaves(const std::string& text, const char* origin) {
+  try {
+    std::map<std::string, std::string> out;
+    flatten(toml::parse(std::string_view(text), std::string_view(origin)), "", out);
+    return out;
+  } catch (const toml::parse_error& e) {
+    return make_error(ErrorCode::invalid_argument, std::string(origin) + ": " + std::string(e.description()));
+  }
+}
+
+}  // namespace
+
+Expected<RunControlChange> run_control_change(const std::string& running, const std::string& offered) {
+  auto before = leaves(running, "the running configuration");
+  if (!before) return before.error();
+  auto after = leaves(offered, "the offered configuration");
+  if (!after) return after.error();
+  std::set<std::string> keys;
+  for (const auto& [k, v] : *before) keys.insert(k);
+  for (const auto& [k, v] : *after) keys.insert(k);
+  std::vector<std::string> changed;
+  for (const auto& key : keys) {
+    const auto b = before->find(key), a = after->find(key);
+    if (b != before->end() && a != after->end() && b->second == a->second) continue;
+    if (!is_run_control(key)) {
+      return make_error(ErrorCode::conflict, "the coordinator's configuration changes " + key +
+                                                 ", which changes what is trained (only run-control keys may change "
+                                                 "at a restart: train.max_seconds, evaluation and progress cadence, "
+                                                 "the store's, the log's and [net])");
+    }
+    changed.push_back(key);
+  }
+  const auto max_seconds = after->find("train.max_seconds");
+  return RunControlChange{std::move(changed), max_seconds == after->end() ? 0.0 : std::atof(max_seconds->second.c_str())};
 }
 
 Expected<Config> load_config(const std::optional<std::string>& file_text, const std::string& origin,

@@ -79,6 +79,21 @@ Expected<ConfigFile> read_config_file(const std::optional<std::string>& path);
 Expected<Config> load_config(const std::optional<std::string>& file_text, const std::string& origin,
                              const std::vector<std::string>& overrides);
 
+// The keys a coordinator may change at a restart without changing what is trained: the run's length
+// in time (train.max_seconds), evaluation and progress cadence, the store's fsync and retention, the
+// log level and every [net] key (each process has its own). A node takes them and goes on.
+// train.max_tokens is not one: with inner.total_steps = 0 it sets the learning-rate schedule.
+const std::vector<std::string>& run_control_keys();
+// What `offered` (a restarted coordinator's effective configuration) changes against `running` (the
+// one a node trains with): the run-control keys, in order, and its train.max_seconds; conflict naming
+// the first other key it changes (added or removed keys too); invalid_argument when either does not
+// parse.
+struct RunControlChange {
+  std::vector<std::string> keys;
+  double max_seconds = 0;
+};
+Expected<RunControlChange> run_control_change(const std::string& running, const std::string& offered);
+
 // The actor runtime's options for a run of `c` in `run_dir`.
 actors::RuntimeOptions to_runtime_options(const Config& c, const std::string& run_dir, bool resume);
 

@@ -124,6 +124,11 @@ int run_node(const NodeArguments& arguments) {
     return run::NodeConfig{to_runtime_options(*config, state_dir, false),
                               std::make_shared<const training::Corpus>(std::move(*corpus))};
   };
+  options.reconfigure = [](const std::string& running, const std::string& offered) -> Expected<run::RunControl> {
+    auto change = run_control_change(running, offered);
+    if (!change) return change.error();
+    return run::RunControl{std::move(change->keys), change->max_seconds};
+  };
   install_stop_signals();
   auto node = run::Node::start(std::move(options));
   if (!node) return fail(2, node.error().reason);

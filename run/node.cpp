@@ -267,7 +267,8 @@ struct Node::Impl {
 
   // The run, once the first join brought its configuration.
   std::shared_ptr<const RuntimeOptions> runtime;
-  std::string run_config;  // the configuration it came with: every shard must send the same
+  std::string run_config;  // the configuration it trains with (shard 0's; a restart may change run-control keys)
+  std::shared_ptr<actors::SharedDeadline> run_deadline;  // its learners' end (train.max_seconds)
   RunSetup setup;
   int first_learner = -1;
   caf::actor learner_supervisor;
@@ -435,11 +436,17 @@ struct Node::Impl {
             return;
           }
         } else if (session.config_toml != run_config) {
-          why = "syncer shard " + std::to_string(session.shard) + " at " + link.name() +
-                " runs another configuration than shard 0";
-          outcome = Attempt::refused;
-          return;
-        } else if (session.first_learner != first_learner) {
+          auto change = options.reconfigure ? options.reconfigure(run_config, session.config_toml)
+                                            : Expected<RunControl>(make_error(ErrorCode::conflict, "its configuration changed"));
+          if (!change) {
+            why = "syncer shard " + std::to_string(session.shard) + " at " + link.name() + ": " + change.error().reason;
+            outcome = Attempt::refused;
+            return;
+          }
+          // Shard 0 gives the run its values; another shard may lag behind it until it restarts too.
+          if (&link == &links.front()) take_run_control(*change, session.config_toml);
+        }
+        if (session.first_learner != first_learner) {
           why = "the coordinator at " + link.name() + " offered learners " + std::to_string(session.first_learner) +
                 ".. instead of " + std::to_string(first_learner) + "..; retrying";
           return;
@@ -468,6 +475,23 @@ struct Node::Impl {
       caf::anon_send_exit(session_watcher, caf::exit_reason::user_shutdown);
     }
     return outcome;
+  }
+
+  // The end of the run for this node's learners: train.max_seconds from the node's start.
+  static std::chrono::steady_clock::time_point run_end(Clock::time_point started, double max_seconds) {
+    if (!(max_seconds > 0)) return std::chrono::steady_clock::time_point::max();
+    return started + std::chrono::milliseconds(static_cast<int64_t>(max_seconds * 1000));
+  }
+
+  // A restarted coordinator changed run-control keys only: its configuration becomes the run's and
+  // the learners' end moves with train.max_seconds; they go on training.
+  void take_run_control(const RunControl& change, const std::string& config_toml) {
+    run_config = config_toml;
+    if (run_deadline) run_deadline->move_to(run_end(started, change.max_seconds));
+    std::string keys;
+    for (const auto& k : change.keys) keys += (keys.empty() ? "" : ", ") + k;
+    log->info("the coordinator's configuration changed run-control keys only ({}): taken; train.max_seconds is now {}",
+              keys, change.max_seconds);
   }
 
   Status begin_run(const std::string& config_toml, const std::string& tokenizer_model, int first) {
@@ -506,9 +530,8 @@ struct Node::Impl {
     LearnerSlots slots;
     slots.first = first;
     slots.count = options.learners;
-    if (runtime->setup.run.max_seconds > 0) {
-      slots.deadline = started + std::chrono::milliseconds(static_cast<int64_t>(runtime->setup.run.max_seconds * 1000));
-    }
+    run_deadline = std::make_shared<actors::SharedDeadline>(run_end(started, runtime->setup.run.max_seconds));
+    slots.deadline = run_deadline;
     learner_supervisor = spawn_supervisor(*system, learner_supervisor_spec(runtime, node_config->corpus, setup, slots));
     Directory::put(*system, learner_supervisor_name(), learner_supervisor);
     log->info("node '{}' (site {}): learners {}..{} x {} compute thread(s), {} parameters{}", options.name, options.site,

@@ -43,11 +43,17 @@ struct NodeConfig {
   std::shared_ptr<const training::Corpus> corpus;
 };
 
+// What a node takes from a restarted coordinator whose configuration changed only run-control keys.
+struct RunControl {
+  std::vector<std::string> keys;  // the keys that changed
+  double max_seconds = 0;         // the offered train.max_seconds (0: no limit)
+};
+
 struct NodeOptions {
   // The coordinator; of a sharded run, every syncer shard's, shard 0's first (it gives the learner
   // slots). Learners then see one syncer, store and monitor (remote/shard_router.hpp).
   std::vector<remote::HostPort> coordinators;
-  std::string name;                            // for logs and link accounting (default: host:pid)
+  std::string name;                            // for logs and link accounting (default: HOST-PID)
   std::string site = "local";
   std::string device = "cpu";                  // reported in the join (train.device)
   int learners = 1;
@@ -56,6 +62,10 @@ struct NodeOptions {
   double give_up_after_s = 0;                  // fail when disconnected this long (0: never)
   // The run's configuration and SentencePiece model ("" for byte-level), as the coordinator sent them.
   std::function<Expected<NodeConfig>(const std::string& config_toml, const std::string& tokenizer_model)> configure;
+  // A coordinator that comes back with another configuration (`offered`, against the `running` one):
+  // what to take when only run-control keys changed, or conflict naming the key that changes what is
+  // trained (the node then stops). Unset: any change is a conflict.
+  std::function<Expected<RunControl>(const std::string& running, const std::string& offered)> reconfigure;
 };
 
 // What a node's run reports: what every run reports (training::RunSummary: its learner slots, the

@@ -142,7 +142,7 @@ SupervisorSpec learner_supervisor_spec(std::shared_ptr<const RuntimeOptions> opt
       learner.layout = layout;
       learner.start_step = context.last_step;
       learner.step_limit = step_limit;
-      learner.deadline = deadline;
+      learner.run_deadline = deadline;
       learner.supervisor = context.supervisor;
       learner.crash_on_start = options->faults.crash_learner_on_start == index;
       return spawn_learner(system, std::move(learner));

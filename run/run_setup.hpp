@@ -73,7 +73,7 @@ struct LearnerSlots {
   int first = 0;
   int count = 0;
   std::vector<int64_t> start_steps;  // per slot in the range; empty: 0
-  std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
+  std::shared_ptr<const actors::SharedDeadline> deadline;  // the run's end for these learners (null: none)
 };
 actors::SupervisorSpec learner_supervisor_spec(std::shared_ptr<const actors::RuntimeOptions> options,
                                        std::shared_ptr<const training::Corpus> corpus, const RunSetup& setup,

@@ -177,3 +177,36 @@ TEST_CASE("a run directory names its syncer shard: recorded once, and another sh
   CHECK(damaged.error().reason.find("shard.json") != std::string::npos);
   fs::remove_all(dir);
 }
+
+TEST_CASE("a restarted coordinator's configuration: run-control keys are taken, a key of what is trained is named") {
+  using archipelago::apps::run_control_change;
+  auto effective = [](const std::vector<std::string>& sets) {
+    auto config = load_config(std::nullopt, "", sets);
+    REQUIRE_MESSAGE(config.ok(), (config.ok() ? "" : config.error().reason));
+    return config->toml;
+  };
+  const std::string running = effective({"train.max_seconds=0"});
+  auto same = run_control_change(running, running);
+  REQUIRE(same.ok());
+  CHECK(same->keys.empty());
+  CHECK(same->max_seconds == 0);
+  auto longer = run_control_change(running, effective({"train.max_seconds=600", "runtime.progress_interval_s=1",
+                                                        "net.reconnect_max_s=9", "log.level=debug"}));
+  REQUIRE_MESSAGE(longer.ok(), (longer.ok() ? "" : longer.error().reason));
+  CHECK(longer->keys == std::vector<std::string>{"log.level", "net.reconnect_max_s", "runtime.progress_interval_s",
+                                                 "train.max_seconds"});
+  CHECK(longer->max_seconds == 600);
+  // Keys that change the model, its data or its optimizer are refused, the first one named, even
+  // beside run-control keys; train.max_tokens sets the schedule (inner.total_steps = 0): refused too.
+  for (const std::string key : {"model.preset=tiny", "inner.lr=0.001", "outer.momentum=0.8", "train.max_tokens=1000",
+                                "data.tokenizer=bytes", "train.learners=8"}) {
+    CAPTURE(key);
+    auto changed = run_control_change(running, effective({"train.max_seconds=600", key}));
+    REQUIRE_FALSE(changed.ok());
+    CHECK(changed.error().code == archipelago::ErrorCode::conflict);
+    CHECK(changed.error().reason.find(key.substr(0, key.find('='))) != std::string::npos);
+  }
+  // A key only one side has is a change too; text that is not TOML is refused as such.
+  CHECK(run_control_change(running, running + "\n[extra]\nkey = 1\n").error().reason.find("extra.key") != std::string::npos);
+  CHECK(run_control_change(running, "[[[").error().code == archipelago::ErrorCode::invalid_argument);
+}

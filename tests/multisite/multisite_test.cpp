@@ -194,6 +194,38 @@ TEST_CASE("a SIGKILLed coordinator restarts from its store: nodes reconnect and 
   CHECK(seconds["merged"].get<double>() > 0);
 }
 
+TEST_CASE("a coordinator restarted with a new train.max_seconds keeps its nodes; one that changes inner.lr is refused, the key named") {
+  Scratch s("coordinator-reconfigured");
+  const int port = free_port();
+  auto first = std::make_unique<Process>("coordinator-1", coordinator_args(s, port, {"train.max_seconds=0"}), s.dir);
+  await_listening(*first);
+  Process a("node-a", node_args(s, port, "node-a"), s.dir);
+  REQUIRE_MESSAGE(wait_until([&] { return first->last_value("version") >= 3; }, 60), first->all());
+  first->kill(SIGKILL);
+  REQUIRE_MESSAGE(wait_until([&] { return a.err().find("lost the coordinator") != std::string::npos; }, 15), a.all());
+  const uint64_t last_committed = stored_hashes(s.dir / "run" / "store").rbegin()->first;
+
+  // The operator extends the run and slows the progress lines: the node takes both and trains on.
+  auto second = std::make_unique<Process>(
+      "coordinator-2", coordinator_args(s, port, {"train.max_seconds=600", "runtime.progress_interval_s=0.5"}), s.dir);
+  await_listening(*second);
+  REQUIRE_MESSAGE(wait_until([&] { return second->last_value("version") >= static_cast<int64_t>(last_committed) + 3; }, 40),
+                  second->all() << a.all());
+  CHECK(a.running());
+  CHECK_MESSAGE(a.err().find("changed run-control keys only (runtime.progress_interval_s, train.max_seconds): taken; "
+                             "train.max_seconds is now 600") != std::string::npos,
+                a.all());
+  second->kill(SIGKILL);
+
+  // A restart that changes what is trained: the node stops (exit 3) and names the key.
+  Process third("coordinator-3", coordinator_args(s, port, {"train.max_seconds=600", "inner.lr=0.001"}), s.dir);
+  await_listening(third);
+  CHECK_MESSAGE(a.wait(40) == 3, a.all() << third.all());
+  CHECK_MESSAGE(a.err().find("changes inner.lr, which changes what is trained") != std::string::npos, a.all());
+  third.kill(SIGTERM);
+  CHECK(third.wait(60) == 0);
+}
+
 TEST_CASE("a wrong or missing token is refused with a clear error on both sides and counted") {
   Scratch s("auth");
   const int port = free_port();
