@@ -29,13 +29,43 @@ FaultInjector::FaultInjector(const DrillConfig& c, DrillVariant variant, const R
     : c_(c), variant_(variant), clock_(clock), cluster_(cluster), observer_(observer), result_(result),
       on_recorded_(std::move(on_recorded)), stores_(c.shards) {}
 
-bool FaultInjector::apply(const Fault& f) {
+bool FaultInjector::apply(const Fault& scheduled) {
+  Fault f = scheduled;
   Tracking t;
   t.r.fault = f.kind;
-  t.r.target = f.target;
   t.r.at_s = clock_.now();
+  if (waiting_ && waiting_->fault.kind == f.kind && waiting_->fault.target == f.target) {
+    t.r.detail["deferred_s"] = clock_.now() - waiting_->since_s;
+    t.r.detail["deferred_why"] = waiting_->why;
+  }
   observer_.poll_learners();
   auto node_index = [&](const std::string& target) { return std::atoi(target.c_str() + 5); };
+  // The scheduled victim is not there: another one takes the fault, and the record says so.
+  auto retarget = [&](const std::string& to, const std::string& why) {
+    t.r.detail["retargeted_from"] = f.target;
+    t.r.detail["retarget_why"] = why;
+    f.target = to;
+  };
+  const bool learner_fault = f.kind == "kill_learner" || f.kind == "slow_learner" || f.kind == "corrupt_update";
+  const auto scheduled_row = learner_fault ? observer_.learner(f.target) : json();
+  const std::string state = scheduled_row.is_object() ? scheduled_row.value("state", "not known") : "not known";
+  if (learner_fault && state != "alive") {
+    const std::string to = another_alive_learner(f.target);
+    if (to.empty()) return defer(f, "no learner alive (" + f.target + ": " + state + ")");
+    retarget(to, f.target + " was " + state);
+  }
+  if (f.kind == "kill_node" || f.kind == "freeze_node" || f.kind == "slow_node") {
+    const int n = node_index(f.target);
+    if (f.target.rfind("node-", 0) != 0 || n < 0 || n >= c_.nodes) return skip(f, "no such node");
+    const bool there = n >= 0 && n < c_.nodes && cluster_.node_started(n) && cluster_.node(n).running() &&
+                       !observer_.learners_on(f.target).empty();
+    if (!there) {
+      const int to = another_running_node(n);
+      if (to < 0) return defer(f, "no node running with learners (" + f.target + " not)");
+      retarget("node-" + std::to_string(to), f.target + " was not running with learners");
+    }
+  }
+  t.r.target = f.target;
   // A fault aimed at one learner: it must be alive; its merges so far are the baseline of its recovery.
   auto aim_at_learner = [&](const char* kind, double bound_s) {
     auto row = observer_.learner(f.target);
@@ -47,7 +77,7 @@ bool FaultInjector::apply(const Fault& f) {
   };
   if (f.kind == "kill_learner") {
     auto row = aim_at_learner("learner", c_.learner_bound_s);
-    if (row.empty()) return skip(f, "not alive");
+    if (row.empty()) return defer(f, f.target + " not alive");
     t.restarts_at[f.target] = row.value("restarts", 0);
     auto answer = stall_and_command(AdminVerb::kill_learner, f.target);
     if (!answer) return skip(f, "console: " + answer.error().reason);
@@ -55,7 +85,7 @@ bool FaultInjector::apply(const Fault& f) {
     t.r.evidence = "console 'kill learner " + f.target + "': " + answer->dump();
     result_.kills += 1;
   } else if (f.kind == "slow_learner") {
-    if (aim_at_learner("slow_learner", c_.freeze_bound_s).empty()) return skip(f, "not alive");
+    if (aim_at_learner("slow_learner", c_.freeze_bound_s).empty()) return defer(f, f.target + " not alive");
     // A synchronous job runs at its slowest member's pace: the ddp-like run slows every learner.
     std::string answers;
     t.throttled = throttle(variant_ == DrillVariant::ddp ? observer_.all_learners() : std::vector<std::string>{f.target},
@@ -66,7 +96,7 @@ bool FaultInjector::apply(const Fault& f) {
     t.r.evidence = "console 'throttle " + f.target + " " + fixed(c_.slow_factor, 1) + "' for " + fixed(c_.slow_s, 1) +
                    " s: " + answers;
   } else if (f.kind == "corrupt_update") {
-    if (aim_at_learner("corrupt", c_.learner_bound_s).empty()) return skip(f, "not alive");
+    if (aim_at_learner("corrupt", c_.learner_bound_s).empty()) return defer(f, f.target + " not alive");
     t.malformed_at = refused("malformed");
     if (t.malformed_at < 0) return skip(f, "no status from the coordinator");
     // Where the coordinator's log stands: its refusal of the corrupted update can only come later.
@@ -86,7 +116,7 @@ bool FaultInjector::apply(const Fault& f) {
       auto on = observer_.learners_on("node-" + std::to_string(n));
       ids.insert(ids.end(), on.begin(), on.end());
     }
-    if (ids.empty()) return skip(f, "no learners known on " + f.target);
+    if (ids.empty()) return defer(f, "no learners known on " + f.target);
     for (const auto& id : ids) t.merged_at[id] = observer_.learner(id).value("contributions_merged", int64_t{0});
     stall_others(ids);
     if (auto st = net->cut(t.site); !st) {
@@ -109,10 +139,10 @@ bool FaultInjector::apply(const Fault& f) {
     std::vector<std::string> ids;
     for (int n : t.nodes) {
       if (n < 0 || n >= c_.nodes || !cluster_.node_started(n) || !cluster_.node(n).running()) {
-        return skip(f, "node not running");
+        return defer(f, "node-" + std::to_string(n) + " not running");
       }
       auto on = observer_.learners_on("node-" + std::to_string(n));
-      if (on.empty()) return skip(f, "no learners known on node-" + std::to_string(n));
+      if (on.empty()) return defer(f, "no learners known on node-" + std::to_string(n));
       ids.insert(ids.end(), on.begin(), on.end());
     }
     for (const auto& id : ids) {
@@ -156,14 +186,68 @@ bool FaultInjector::apply(const Fault& f) {
   } else if (f.kind == "kill_coordinator") {
     return kill_coordinator(t);
   }
+  waiting_.reset();
+  say_redirected(t.r);
   pending_ = t;
   return true;
+}
+
+void FaultInjector::say_redirected(Recovery& r) {
+  std::string said;
+  if (r.detail.contains("deferred_s")) {
+    said += "deferred " + fixed(r.detail["deferred_s"].get<double>(), 1) + " s (" + r.detail["deferred_why"].get<std::string>() + "); ";
+  }
+  if (r.detail.contains("retargeted_from")) {
+    said += "retargeted from " + r.detail["retargeted_from"].get<std::string>() + " (" +
+            r.detail["retarget_why"].get<std::string>() + "); ";
+  }
+  r.evidence = said + r.evidence;
+}
+
+bool FaultInjector::defer(const Fault& f, const std::string& why) {
+  if (!waiting_) waiting_ = Waiting{f, clock_.now(), 0, why};
+  waiting_->next_try_s = clock_.now() + 0.5;
+  return true;
+}
+
+bool FaultInjector::retry_waiting() {
+  if (!waiting_ || clock_.now() < waiting_->next_try_s) return true;
+  return apply(waiting_->fault);
+}
+
+void FaultInjector::give_up_waiting() {
+  if (!waiting_) return;
+  skip(waiting_->fault, "not delivered before the drill's end: waited " + fixed(clock_.now() - waiting_->since_s, 1) +
+                            " s (" + waiting_->why + ")");
+  waiting_.reset();
+}
+
+std::string FaultInjector::another_alive_learner(const std::string& target) const {
+  const auto ids = observer_.all_learners();  // in id order
+  std::vector<std::string> alive;
+  for (const auto& id : ids) {
+    const auto row = observer_.learner(id);
+    if (id != target && row.is_object() && row.value("state", "") == "alive") alive.push_back(id);
+  }
+  if (alive.empty()) return "";
+  auto after = std::find_if(alive.begin(), alive.end(), [&](const std::string& id) { return id > target; });
+  return after == alive.end() ? alive.front() : *after;
+}
+
+int FaultInjector::another_running_node(int node) const {
+  for (int step = 1; step < c_.nodes; ++step) {
+    const int n = ((node < 0 ? 0 : node) + step) % c_.nodes;
+    if (cluster_.node_started(n) && cluster_.node(n).running() && !observer_.learners_on("node-" + std::to_string(n)).empty())
+      return n;
+  }
+  return -1;
 }
 
 // SIGKILL of the coordinator (shard 0): its store is read as the kill left it, it restarts on its
 // run directory after coordinator_restart_after_s, must resume from that latest version and commit
 // a new one within coordinator_bound_s of listening.
 bool FaultInjector::kill_coordinator(Tracking& t) {
+  waiting_.reset();  // the coordinator is always there to kill
   t.r.kind = "coordinator";
   t.r.bound_s = c_.coordinator_bound_s;
   observer_.poll_status();
@@ -199,6 +283,7 @@ bool FaultInjector::kill_coordinator(Tracking& t) {
   await_next_commit([&] { return observer_.ask(AdminVerb::status, {}, 2); }, cluster_.coordinator(), before, listening, t.r);
   t.r.evidence = "SIGKILL; restart listening " + fixed(listening - t.r.at_s) + " s after the kill; resumed from " +
                  std::to_string(resumed) + " (store latest " + std::to_string(before) + ")";
+  say_redirected(t.r);
   record(t.r);
   return true;
 }
@@ -210,7 +295,8 @@ bool FaultInjector::kill_coordinator(Tracking& t) {
 bool FaultInjector::kill_shard(const Fault& f, Tracking& t) {
   const int k = std::atoi(f.target.c_str() + 6);  // "shard-K"
   if (f.target.rfind("shard-", 0) != 0 || k < 1 || k >= c_.shards) return skip(f, "no such shard");
-  if (!cluster_.shard_started(k) || !cluster_.shard(k).running()) return skip(f, "not running");
+  if (!cluster_.shard_started(k) || !cluster_.shard(k).running()) return defer(f, f.target + " not running");
+  waiting_.reset();
   ChildProcess& shard = cluster_.shard(k);
   t.r.kind = "shard";
   t.r.bound_s = c_.coordinator_bound_s;
@@ -252,6 +338,7 @@ bool FaultInjector::kill_shard(const Fault& f, Tracking& t) {
                     listening, t.r);
   t.r.evidence = "SIGKILL; restart listening " + fixed(listening - t.r.at_s) + " s after the kill; resumed from " +
                  std::to_string(resumed) + " (store latest " + std::to_string(before) + ")";
+  say_redirected(t.r);
   record(t.r);
   return true;
 }

@@ -1,7 +1,7 @@
 // The faults of one drill run, carried out on its cluster and followed until the cluster is back.
 //
-// One fault at a time: apply() carries out the next fault of the schedule (or records why it could
-// not: the target not alive, a console refusal), advance() follows it phase by phase — the victim's
+// One fault at a time: apply() carries out the next fault of the schedule (on another victim when
+// its own is not there, or later when none is; a console refusal is recorded as skipped), advance() follows it phase by phase — the victim's
 // new incarnation (a restarted learner, a rejoined node), then its next merged contribution — and
 // undoes what has an end (SIGCONT after a freeze, the link up after a cut, full speed after a
 // throttle). Coordinator and shard kills are carried out whole inside apply(): kill, read the store
@@ -33,10 +33,19 @@ class FaultInjector {
   FaultInjector(const DrillConfig& c, DrillVariant variant, const RunClock& clock, DrillCluster& cluster,
                 ClusterObserver& observer, RunResult& result, std::function<void()> on_recorded);
 
-  // Carries out `fault`, or records why it was skipped. False: the run cannot go on (a restarted
-  // coordinator or shard did not listen, its store could not be read): result.error says why.
+  // Carries out `fault`. A victim that is not there now (a learner restarting, a node being started
+  // again) is replaced by another eligible one, the recovery record saying whom it was aimed at and
+  // why (detail "retargeted_from"); with none eligible the fault waits (waiting()) and is retried
+  // until one is, the record saying how long (detail "deferred_s"). A console refusal is recorded as
+  // skipped. False: the run cannot go on (a restarted coordinator or shard did not listen, its store
+  // could not be read): result.error says why.
   bool apply(const Fault& fault);
   bool in_progress() const { return pending_.has_value(); }
+  // A fault that waits for an eligible victim; retry_waiting() tries it again (every 0.5 s at most).
+  bool waiting() const { return waiting_.has_value(); }
+  bool retry_waiting();
+  // The run is over: a fault still waiting is recorded as skipped, not delivered before the end.
+  void give_up_waiting();
   // Advances the fault in progress; true when it ended (recovered or out of time) and was recorded.
   bool advance();
   // The run is over: a fault in progress with nothing left to undo and past its bound is recorded
@@ -75,7 +84,15 @@ class FaultInjector {
   bool kill_coordinator(Tracking& t);
   bool kill_shard(const Fault& f, Tracking& t);
   bool skip(const Fault& f, const std::string& why);
+  // No eligible victim now: `f` waits (its first wait's time and reason are kept across retries).
+  bool defer(const Fault& f, const std::string& why);
+  // Another learner alive in the last poll, after `target` in id order (wrapping); "" if none.
+  std::string another_alive_learner(const std::string& target) const;
+  // Another node process running with learners known on it, after `node` (wrapping); -1 if none.
+  int another_running_node(int node) const;
   void record(const Recovery& r);
+  // Prefixes a recovery's evidence with its deferral and retargeting, when it had either.
+  static void say_redirected(Recovery& r);
   // A restarted process's next committed version after `before`, its `status` polled at 50 ms:
   // sets r.recovered_s and r.detail["next_version"] when seen (for at most max(30 s, 5 bounds)).
   void await_next_commit(const std::function<Expected<nlohmann::json>()>& status, ChildProcess& process, uint64_t before,
@@ -101,6 +118,12 @@ class FaultInjector {
   RunResult& result_;
   std::function<void()> on_recorded_;
   std::optional<Tracking> pending_;
+  struct Waiting {
+    Fault fault;
+    double since_s = 0, next_try_s = 0;
+    std::string why;
+  };
+  std::optional<Waiting> waiting_;
   std::vector<std::string> stalled_;
   std::vector<nlohmann::json> skipped_;
   std::vector<StoreMemory> stores_;

@@ -219,6 +219,20 @@ json result_of(const DrillOutcome& o) {
   }
   line["skipped_faults"] = json::object();
   for (const auto& [variant, r] : o.runs) line["skipped_faults"][drill_variant_name(variant)] = r.skipped;
+  // Faults delivered to another victim than scheduled, or later: which, and why.
+  line["redirected_faults"] = json::object();
+  for (const auto& [variant, r] : o.runs) {
+    json redirected = json::array();
+    for (const auto& recovery : r.recoveries) {
+      if (!recovery.detail.contains("retargeted_from") && !recovery.detail.contains("deferred_s")) continue;
+      json entry = {{"at_s", recovery.at_s - r.origin_s}, {"fault", recovery.fault}, {"target", recovery.target}};
+      for (const char* key : {"retargeted_from", "retarget_why", "deferred_s", "deferred_why"}) {
+        if (recovery.detail.contains(key)) entry[key] = recovery.detail[key];
+      }
+      redirected.push_back(entry);
+    }
+    line["redirected_faults"][drill_variant_name(variant)] = redirected;
+  }
   for (const auto& [variant, r] : o.runs) {
     if (variant != DrillVariant::diloco && std::isfinite(r.final_loss)) line["heldout_loss"][drill_variant_name(variant)] = r.final_loss;
   }

@@ -101,6 +101,8 @@ bool Runner::drive() {
     }
     if (injector_.in_progress()) {
       injector_.advance();
+    } else if (injector_.waiting()) {  // a fault due whose victim is not there yet: the next ones wait behind it
+      if (!injector_.retry_waiting()) return false;
     } else if (next < schedule_.size() && t >= schedule_[next].at_s && !kills_done()) {
       Fault f = schedule_[next++];
       if (!injector_.apply(f)) return false;
@@ -109,7 +111,8 @@ bool Runner::drive() {
       next_learners = clock_.now() + 1.0;
     }
     const bool out_of_time = t >= duration_s_;
-    if ((out_of_time || kills_done()) && !injector_.in_progress()) break;
+    if (out_of_time && injector_.waiting()) injector_.give_up_waiting();
+    if ((out_of_time || kills_done()) && !injector_.in_progress() && !injector_.waiting()) break;
     // Out of time with a fault in progress: the run goes on at most until that fault's bound, so the
     // loss comparison stays between runs of about the same length; past it, the recovery failed.
     if ((out_of_time || kills_done()) && injector_.give_up_if_overdue()) break;

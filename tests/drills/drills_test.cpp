@@ -214,7 +214,9 @@ TEST_CASE("a drill whose scheduled fault could not be carried out fails, unless 
         << "sets = [\"model.preset=tiny\", \"data.tokenizer=bytes\", \"inner.batch_size=8\", \"data.eval_batches=2\","
            " \"train.inner_steps=10\", \"inner.warmup_steps=10\", \"runtime.store_sync=false\", \"train.threads=1\","
            " \"runtime.drain_timeout_s=5\"]\n"
-        << "[[timeline]]\nat_s = 5\nfault = \"kill_node\"\ntarget = \"node-3\"\n";
+        << "[[timeline]]\nat_s = 5\nfault = \"kill_node\"\ntarget = \"node-3\"\n"
+        // A learner that is not alive when its fault is due (here one that never was): another takes it.
+        << "[[timeline]]\nat_s = 6\nfault = \"kill_learner\"\ntarget = \"learner-7\"\n";
   };
   auto skipped_check = [](const nlohmann::json& result) {
     for (const auto& check : result["invariants"]) {
@@ -231,7 +233,15 @@ TEST_CASE("a drill whose scheduled fault could not be carried out fails, unless 
   auto result = last_line_json(outcome.out);
   REQUIRE(result["skipped_faults"]["diloco"].size() == 1);
   CHECK(result["skipped_faults"]["diloco"][0]["target"] == "node-3");
-  CHECK(result["skipped_faults"]["diloco"][0]["why"] == "node not running");
+  CHECK(result["skipped_faults"]["diloco"][0]["why"] == "no such node");
+  // The learner kill was delivered to learner-0 and the line says from whom and why.
+  REQUIRE(result["redirected_faults"]["diloco"].size() == 1);
+  const auto& redirected = result["redirected_faults"]["diloco"][0];
+  CHECK(redirected["fault"] == "kill_learner");
+  CHECK(redirected["target"] == "learner-0");
+  CHECK(redirected["retargeted_from"] == "learner-7");
+  CHECK(redirected["retarget_why"] == "learner-7 was not known");
+  CHECK(result["kills"].get<int>() == 1);
   auto check = skipped_check(result);
   REQUIRE(check.is_object());
   CHECK(check["passed"] == false);
