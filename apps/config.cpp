@@ -303,6 +303,9 @@ Expected<Config> to_config(const toml::table& table) {
   c.net.max_connections = r.get_int("net.max_connections");
   c.net.max_connections_per_address = r.get_int("net.max_connections_per_address");
   c.net.handshake_timeout_s = r.get_double("net.handshake_timeout_s");
+  c.net.first_byte_timeout_s = r.get_double("net.first_byte_timeout_s");
+  c.net.max_unauthenticated = r.get_int("net.max_unauthenticated");
+  c.net.pre_auth_kib = r.get_int("net.pre_auth_kib");
   c.net.max_pending_mib = r.get_int("net.max_pending_mib");
   c.net.session_calls_per_s = r.get_double("net.session_calls_per_s");
   c.net.session_call_burst = r.get_double("net.session_call_burst");
@@ -400,6 +403,12 @@ Expected<Config> to_config(const toml::table& table) {
            at_least("net.max_connections", static_cast<double>(c.net.max_connections), 1),
            at_least("net.max_connections_per_address", static_cast<double>(c.net.max_connections_per_address), 1),
            in_open_range("net.handshake_timeout_s", c.net.handshake_timeout_s, 0, 3600),
+           in_open_range("net.first_byte_timeout_s", c.net.first_byte_timeout_s, 0, 3600),
+           at_least("net.max_unauthenticated", static_cast<double>(c.net.max_unauthenticated), 1),
+           at_most("net.max_unauthenticated", static_cast<double>(c.net.max_unauthenticated),
+                   static_cast<double>(c.net.max_connections)),
+           at_least("net.pre_auth_kib", static_cast<double>(c.net.pre_auth_kib), 1),
+           at_most("net.pre_auth_kib", static_cast<double>(c.net.pre_auth_kib), 1024.0 * c.net.max_message_mib),
            at_least("net.max_pending_mib", static_cast<double>(c.net.max_pending_mib), c.net.max_message_mib),
            in_open_range("net.session_calls_per_s", c.net.session_calls_per_s, 0, 1e9),
            at_least("net.session_call_burst", c.net.session_call_burst, 1),

@@ -30,6 +30,9 @@ struct NetOptions {
   int64_t max_connections = 256;
   int64_t max_connections_per_address = 16;
   double handshake_timeout_s = 5.0;
+  double first_byte_timeout_s = 1.0;  // the door (remote/edge.hpp): before a proof ...
+  int64_t max_unauthenticated = 64;
+  int64_t pre_auth_kib = 8;
   int64_t max_pending_mib = 256;
   double session_calls_per_s = 1000;   // what one session may send: calls per second ...
   double session_call_burst = 1000;    // ... at once above that rate

@@ -54,6 +54,9 @@ remote::TransportOptions transport_options(const NetOptions& net) {
   t.limits.max_connections = static_cast<int>(net.max_connections);
   t.limits.max_connections_per_address = static_cast<int>(net.max_connections_per_address);
   t.limits.handshake_timeout_s = net.handshake_timeout_s;
+  t.limits.first_byte_timeout_s = net.first_byte_timeout_s;
+  t.limits.max_unauthenticated = static_cast<int>(net.max_unauthenticated);
+  t.limits.pre_auth_message_bytes = static_cast<uint64_t>(net.pre_auth_kib) << 10;
   t.limits.max_pending_bytes = static_cast<uint64_t>(net.max_pending_mib) << 20;
   t.limits.session.calls = {net.session_calls_per_s, net.session_call_burst};
   t.limits.session.bytes = {net.session_mib_per_s * (1 << 20), net.session_burst_mib * (1 << 20)};

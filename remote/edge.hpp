@@ -33,6 +33,13 @@ struct EdgeLimits {
   double ping_interval_s = 0.5;                  // how often a client proves it is alive
   uint64_t max_pending_bytes = 256ull << 20;     // per session: incoming calls in flight, outgoing queue
   int max_failed_proofs = 3;                     // wrong proofs on one connection before it is cut
+  // The door: before a proof a connection may hold frames of at most pre_auth_message_bytes, must
+  // send its first byte within first_byte_timeout_s, and at most max_unauthenticated of them are
+  // open at once (past that the plane stops accepting until one proves or closes: the kernel's
+  // backlog holds the rest), so most of max_connections stays for sessions.
+  uint64_t pre_auth_message_bytes = 8ull << 10;
+  double first_byte_timeout_s = 1.0;
+  int max_unauthenticated = 64;
   net::SessionLimits session;                    // per session: calls and bytes per second it may send
 };
 
@@ -45,6 +52,9 @@ struct EdgeCounters {
   std::atomic<int64_t> tls_handshakes_failed{0};      // no or untrusted certificate, bad bytes, timeout
   std::atomic<int64_t> handshake_timeouts{0};         // not authenticated within handshake_timeout_s
   std::atomic<int64_t> closed_unauthenticated{0};     // ended (by the peer or an error) before a proof
+  std::atomic<int64_t> frames_refused_unauthenticated{0};  // a frame past pre_auth_message_bytes before a proof (cut)
+  std::atomic<int64_t> first_byte_timeouts{0};        // no byte within first_byte_timeout_s (cut)
+  std::atomic<int64_t> accept_paused{0};              // times the plane stopped accepting: max_unauthenticated open
   std::atomic<int64_t> idle_timeouts{0};              // a session silent past idle_timeout_s
   std::atomic<int64_t> proofs_refused{0};             // wrong or missing join/admin proofs
   std::atomic<int64_t> pending_limit_hits{0};         // a session past max_pending_bytes (cut)

@@ -1,5 +1,6 @@
 #include "remote/server.hpp"
 
+#include <algorithm>
 #include <deque>
 #include <map>
 #include <optional>
@@ -19,6 +20,7 @@
 #include "common/log.hpp"
 #include "messages/envelope.hpp"
 #include "remote/bridge.hpp"
+#include "remote/door_stream.hpp"
 #include "remote/envelope_kind.hpp"
 #include "remote/event_loop.hpp"
 #include "remote/plane.capnp.h"
@@ -65,12 +67,16 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
   std::map<uint64_t, std::shared_ptr<Connection>> connections;
   std::map<std::string, int> per_address;
   uint64_t next_id = 1;
+  kj::Own<kj::PromiseFulfiller<void>> door_free;  // the accept loop waits on it while the door is full
   ~Impl() { loop.reset(); }  // first: the loop drops its objects on its own thread
 
   kj::Promise<void> accept_loop(EventLoop::Context& context);
   void admit(EventLoop::Context& context, kj::AuthenticatedStream stream);
   void start_rpc(EventLoop::Context& context, const std::shared_ptr<Connection>& connection, kj::Own<kj::AsyncIoStream> stream);
   void close(const std::shared_ptr<Connection>& connection, const std::string& why);
+  // A connection proved a token or closed: the accept loop goes on if the door has room again.
+  void door_changed();
+  int unauthenticated() const;
   actors::Refusals& refusals() { return spec.counters->refusals; }
 };
 
@@ -92,6 +98,8 @@ struct Connection : std::enable_shared_from_this<Connection> {
   bool closed = false;
   bool authenticated = false;
   double opened_s = monotonic_seconds(), last_heard_s = monotonic_seconds();
+  double rpc_started_s = -1;  // when its RPC stream began (after TLS): the first-byte clock
+  DoorStream* door = nullptr;  // the stream under the RPC system (owned by `stream`)
   std::string nonce;
   int failed_proofs = 0;
   // The node session, once joined.
@@ -461,6 +469,8 @@ class GatewayImpl final : public wire::Gateway::Server {
             return;
           }
           c->authenticated = true;
+          c->door->lift();
+          c->server->door_changed();
           c->link = link;
           c->key = key;
           c->sink_proxy = proxy;
@@ -508,6 +518,8 @@ class GatewayImpl final : public wire::Gateway::Server {
             return;
           }
           c->authenticated = true;
+          c->door->lift();
+          c->server->door_changed();
           results.setAccepted(true);
           results.setAdmin(kj::heap<AdminImpl>(weak, std::get<2>(*opened), std::get<3>(*opened)));
         });
@@ -547,7 +559,27 @@ std::string strip_port(const std::string& address) {
 
 }  // namespace
 
+int Server::Impl::unauthenticated() const {
+  int n = 0;
+  for (const auto& [id, c] : connections) n += !c->authenticated;
+  return n;
+}
+
+void Server::Impl::door_changed() {
+  if (door_free && unauthenticated() < spec.limits.max_unauthenticated) {
+    door_free->fulfill();
+    door_free = nullptr;
+  }
+}
+
 kj::Promise<void> Server::Impl::accept_loop(EventLoop::Context& context) {
+  if (unauthenticated() >= spec.limits.max_unauthenticated) {
+    // Backpressure: no accept until a connection proves a token or closes.
+    counters->accept_paused += 1;
+    auto paf = kj::newPromiseAndFulfiller<void>();
+    door_free = kj::mv(paf.fulfiller);
+    return paf.promise.then([this, &context] { return accept_loop(context); });
+  }
   return listener->acceptAuthenticated().then(
       [this, &context](kj::AuthenticatedStream stream) {
         admit(context, kj::mv(stream));
@@ -586,13 +618,19 @@ void Server::Impl::admit(EventLoop::Context& context, kj::AuthenticatedStream ac
   // The watchdog: authenticate within the handshake timeout, then never fall silent past the idle one.
   std::weak_ptr<Connection> weak = connection;
   auto& timer = context.io.provider->getTimer();
-  const double check_s = std::min(spec.limits.idle_timeout_s, spec.limits.handshake_timeout_s) / 4;
+  const double check_s =
+      std::min({spec.limits.idle_timeout_s, spec.limits.handshake_timeout_s, spec.limits.first_byte_timeout_s}) / 4;
   auto watch_holder = std::make_shared<std::function<kj::Promise<void>()>>();
   *watch_holder = [this, weak, &timer, check_s, watch_holder_weak = std::weak_ptr<std::function<kj::Promise<void>()>>(watch_holder)]() -> kj::Promise<void> {
     return timer.afterDelay(kj_duration(check_s)).then([this, weak, watch_holder_weak]() -> kj::Promise<void> {
       auto c = weak.lock();
       if (!c || c->closed) return ended();
       const double now = monotonic_seconds();
+      if (!c->authenticated && c->door && !c->door->heard() && now - c->rpc_started_s > spec.limits.first_byte_timeout_s) {
+        counters->first_byte_timeouts += 1;
+        close(c, "no byte within " + std::to_string(spec.limits.first_byte_timeout_s) + " s");
+        return kj::READY_NOW;
+      }
       if (!c->authenticated && now - c->opened_s > spec.limits.handshake_timeout_s) {
         counters->handshake_timeouts += 1;
         close(c, "not authenticated within " + std::to_string(spec.limits.handshake_timeout_s) + " s");
@@ -628,7 +666,12 @@ void Server::Impl::start_rpc(EventLoop::Context& context, const std::shared_ptr<
   capnp::ReaderOptions options;
   options.traversalLimitInWords = spec.limits.max_message_bytes / 8;
   options.nestingLimit = 32;
-  connection->stream = kj::mv(stream);
+  auto counters_kept = counters;
+  auto door = kj::heap<DoorStream>(kj::mv(stream), spec.limits.pre_auth_message_bytes,
+                                   [counters_kept] { counters_kept->frames_refused_unauthenticated += 1; });
+  connection->door = door.get();
+  connection->rpc_started_s = monotonic_seconds();
+  connection->stream = kj::mv(door);
   connection->network = kj::heap<capnp::TwoPartyVatNetwork>(*connection->stream, capnp::rpc::twoparty::Side::SERVER, options);
   std::weak_ptr<Connection> weak = connection;
   connection->rpc = kj::heap<capnp::RpcSystem<capnp::rpc::twoparty::VatId>>(
@@ -654,6 +697,7 @@ void Server::Impl::close(const std::shared_ptr<Connection>& connection, const st
   connection->outgoing.clear();
   connections.erase(connection->id);
   counters->connections_open = static_cast<int64_t>(connections.size());
+  door_changed();
   // Dropped a moment later: the RPC system may be inside one of its own callbacks, and the answer
   // that caused the cut (a refusal) should still reach the peer.
   std::shared_ptr<Connection> keep = connection;
@@ -662,6 +706,7 @@ void Server::Impl::close(const std::shared_ptr<Connection>& connection, const st
     keep->sink = nullptr;
     keep->rpc = nullptr;
     keep->network = nullptr;
+    keep->door = nullptr;
     keep->stream = nullptr;
   }));
 }

@@ -24,8 +24,19 @@ namespace multisite {
 namespace wire = archipelago::remote::wire;
 
 // A TCP connection to 127.0.0.1:port (-1 when refused).
-inline int raw_connect(int port) {
+// A TCP connection to 127.0.0.1:port, from the loopback address `from` when given (127.0.0.2, ...:
+// each its own peer to the plane).
+inline int raw_connect(int port, const char* from = nullptr) {
   const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd >= 0 && from) {
+    sockaddr_in source{};
+    source.sin_family = AF_INET;
+    ::inet_pton(AF_INET, from, &source.sin_addr);
+    if (::bind(fd, reinterpret_cast<sockaddr*>(&source), sizeof source) != 0) {
+      ::close(fd);
+      return -1;
+    }
+  }
   sockaddr_in address{};
   address.sin_family = AF_INET;
   address.sin_port = htons(static_cast<uint16_t>(port));
