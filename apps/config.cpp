@@ -290,6 +290,8 @@ Expected<Config> to_config(const toml::table& table) {
   c.data.eval_batches = static_cast<int>(r.get_int("data.eval_batches"));
 
   c.log_level = r.get_string("log.level");
+  c.log_max_file_mib = r.get_int("log.max_file_mib");
+  c.log_max_files = r.get_int("log.max_files");
   c.net.heartbeat_interval_s = r.get_double("net.heartbeat_interval_s");
   c.net.connection_timeout_s = r.get_double("net.connection_timeout_s");
   c.net.join_timeout_s = r.get_double("net.join_timeout_s");
@@ -394,6 +396,9 @@ Expected<Config> to_config(const toml::table& table) {
            at_least("data.chunk_bytes", static_cast<double>(c.data.chunk_bytes), 1),
            at_least("data.eval_batches", c.data.eval_batches, 1),
            one_of("log.level", c.log_level, {"trace", "debug", "info", "warn", "error", "off"}),
+           at_least("log.max_file_mib", static_cast<double>(c.log_max_file_mib), 1),
+           at_least("log.max_files", static_cast<double>(c.log_max_files), 1),
+           at_most("log.max_files", static_cast<double>(c.log_max_files), 200000),
            in_open_range("net.heartbeat_interval_s", c.net.heartbeat_interval_s, 0, 3600),
            at_least("net.connection_timeout_s", c.net.connection_timeout_s, c.net.heartbeat_interval_s),
            in_open_range("net.join_timeout_s", c.net.join_timeout_s, 0, 3600),
@@ -574,7 +579,7 @@ Expected<actors::RuntimeOptions> stored_run_options(const std::string& run_dir) 
 const std::vector<std::string>& run_control_keys() {
   static const std::vector<std::string> keys = {
       "train.max_seconds",        "train.eval_every",  "runtime.eval_every_versions", "runtime.eval_interval_s",
-      "runtime.progress_interval_s", "runtime.store_sync", "runtime.keep_versions",    "log.level", "net.*"};
+      "runtime.progress_interval_s", "runtime.store_sync", "runtime.keep_versions",    "log.*", "net.*"};
   return keys;
 }
 

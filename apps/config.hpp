@@ -63,6 +63,8 @@ struct Config {
   int learner_nice = 5;
   diloco::Engine engine = diloco::Engine::actors;
   std::string log_level = "info";
+  int64_t log_max_file_mib = 64;  // the log file's rotation (common/log.hpp)
+  int64_t log_max_files = 4;
   NetOptions net;
   std::string toml;  // the effective configuration, as TOML, for the run directory
 };
@@ -83,8 +85,8 @@ Expected<Config> load_config(const std::optional<std::string>& file_text, const 
                              const std::vector<std::string>& overrides);
 
 // The keys a coordinator may change at a restart without changing what is trained: the run's length
-// in time (train.max_seconds), evaluation and progress cadence, the store's fsync and retention, the
-// log level and every [net] key (each process has its own). A node takes them and goes on.
+// in time (train.max_seconds), evaluation and progress cadence, the store's fsync and retention, every
+// [log] key and every [net] key (each process has its own). A node takes them and goes on.
 // train.max_tokens is not one: with inner.total_steps = 0 it sets the learning-rate schedule.
 const std::vector<std::string>& run_control_keys();
 // What `offered` (a restarted coordinator's effective configuration) changes against `running` (the

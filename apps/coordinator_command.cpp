@@ -120,7 +120,8 @@ int run_coordinator(const CoordinatorArguments& arguments) {
   std::error_code ec;
   fs::create_directories(arguments.run_dir, ec);
   if (ec) return fail(1, "cannot create run directory " + arguments.run_dir + ": " + ec.message());
-  init_logging({"coordinator", config->log_level, (fs::path(arguments.run_dir) / "coordinator.log").string()});
+  init_logging({"coordinator", config->log_level, (fs::path(arguments.run_dir) / "coordinator.log").string(),
+                static_cast<uint64_t>(config->log_max_file_mib) << 20, static_cast<int>(config->log_max_files)});
   auto log = component_logger("coordinator");
   if (!fs::exists(fs::path(arguments.run_dir) / "config.toml")) {
     std::ofstream(fs::path(arguments.run_dir) / "config.toml") << config->toml;

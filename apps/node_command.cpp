@@ -86,7 +86,8 @@ int run_node(const NodeArguments& arguments) {
   if (coordinators.empty()) return fail(2, "--coordinator: no address");
   auto secret = net::load_token(arguments.token_file);
   if (!secret) return fail(2, secret.error().reason);
-  init_logging({"node", local->log_level, arguments.log_file.value_or("")});
+  init_logging({"node", local->log_level, arguments.log_file.value_or(""),
+                static_cast<uint64_t>(local->log_max_file_mib) << 20, static_cast<int>(local->log_max_files)});
   auto log = component_logger("node");
   if (arguments.drill_hooks) {
     actors::set_drill_hooks(true);

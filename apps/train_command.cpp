@@ -401,7 +401,8 @@ int run_train(const TrainArguments& arguments) {
     std::fprintf(stderr, "archipelago: cannot create run directory %s: %s\n", run_dir.c_str(), ec.message().c_str());
     return 1;
   }
-  init_logging({run_id, config->log_level, (run_dir / "archipelago.log").string()});
+  init_logging({run_id, config->log_level, (run_dir / "archipelago.log").string(),
+                static_cast<uint64_t>(config->log_max_file_mib) << 20, static_cast<int>(config->log_max_files)});
   auto log = component_logger("train");
   if (!resume) std::ofstream(run_dir / "config.toml") << config->toml;
 

@@ -3,7 +3,7 @@
 #include <mutex>
 #include <vector>
 
-#include <spdlog/sinks/basic_file_sink.h>
+#include <spdlog/sinks/rotating_file_sink.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 
 namespace archipelago {
@@ -26,7 +26,9 @@ bool init_logging(const LogOptions& options) {
   // Logs go to stderr so that stdout stays clean for progress lines and the JSON summary.
   sinks.push_back(std::make_shared<spdlog::sinks::stderr_color_sink_mt>());
   if (!options.file.empty()) {
-    sinks.push_back(std::make_shared<spdlog::sinks::basic_file_sink_mt>(options.file));
+    // Rotated by size: a flood of log lines (each counted too) cannot fill the disk.
+    sinks.push_back(std::make_shared<spdlog::sinks::rotating_file_sink_mt>(options.file, options.max_file_bytes,
+                                                                           static_cast<size_t>(options.max_files)));
   }
   spdlog::drop_all();
   return true;

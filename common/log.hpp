@@ -5,6 +5,7 @@
 #pragma once
 
 #include <memory>
+#include <cstdint>
 #include <string>
 
 #include <spdlog/spdlog.h>
@@ -14,7 +15,9 @@ namespace archipelago {
 struct LogOptions {
   std::string run_id = "-";
   std::string level = "info";  // trace | debug | info | warn | error | off
-  std::string file;            // also append to this file when not empty
+  std::string file;            // also append to this file when not empty ...
+  uint64_t max_file_bytes = 64ull << 20;  // ... rotated past this size (file.1.ext, file.2.ext, ...)
+  int max_files = 4;                      // ... keeping this many rotated files
 };
 
 // Returns false (and leaves the previous setup) when `options.level` is not a level name.

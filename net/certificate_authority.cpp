@@ -327,6 +327,20 @@ Status check_certificate_name(const std::string& name) {
                         "\"");
 }
 
+Expected<std::string> certificate_name(const std::string& path) {
+  std::string text;
+  if (Status read = read_pem_file(path, false, text); !read.ok()) return read.error();
+  pem_password_cb* no_passphrase = [](char*, int, int, void*) { return 0; };
+  Bio bio(BIO_new_mem_buf(text.data(), int(text.size())));
+  Certificate certificate;
+  if (bio) certificate.reset(PEM_read_bio_X509(bio.get(), nullptr, no_passphrase, nullptr));
+  if (!certificate) return openssl_error(ErrorCode::corrupt, path + " holds no PEM certificate");
+  char name[kMaxCertificateNameBytes + 2] = {0};
+  const int n = X509_NAME_get_text_by_NID(X509_get_subject_name(certificate.get()), NID_commonName, name, sizeof name);
+  if (n <= 0) return make_error(ErrorCode::invalid_argument, path + " names no common name");
+  return std::string(name, static_cast<size_t>(n));
+}
+
 Status check_certificate_host(const std::string& host) {
   unsigned char address[16];
   const bool whole = host.find('\0') == std::string::npos;  // inet_pton would stop at a NUL

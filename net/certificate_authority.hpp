@@ -57,6 +57,9 @@ Status issue_certificate(const std::string& dir, const std::string& name, const 
 // hidden files, nothing that reads as a command-line option) and is not "ca" (the CA's own files).
 Status check_certificate_name(const std::string& name);
 
+// The common name of the first certificate in the PEM file at `path` (a node's name under TLS).
+Expected<std::string> certificate_name(const std::string& path);
+
 // A host is an IPv4 or IPv6 address, or a DNS name: 1..kMaxHostBytes bytes of [A-Za-z0-9._-].
 Status check_certificate_host(const std::string& host);
 

@@ -245,7 +245,7 @@ struct GatewayState {
   // node name -> first slot it held, for a node that comes back; the kRememberedNodes most recent.
   std::map<std::string, int> last_first;
   std::deque<std::string> joined_order;          // last_first's names, least recently joined first
-  std::set<std::string> bad_name_logged;         // reasons of bad-name refusals already logged (3 at most)
+  std::set<std::string> bad_name_logged;         // refusals already logged: bad-name reasons, certificates
   Outbox outbox{"gateway"};
   std::shared_ptr<spdlog::logger> log = component_logger("gateway");
   const char* name = "gateway";
@@ -289,7 +289,7 @@ JoinReply refuse(GatewayActor* self, JoinRefusal code, const std::string& reason
 }
 
 JoinReply on_node_join(GatewayActor* self, WireBytes&& bytes, int32_t learners, int32_t preferred,
-                       const caf::actor& watcher) {
+                       const caf::actor& watcher, const std::string& identity) {
   auto& st = self->state;
   auto envelope = unwrap(std::move(bytes));
   const Join* join = envelope ? std::get_if<Join>(&envelope->body) : nullptr;
@@ -304,10 +304,21 @@ JoinReply on_node_join(GatewayActor* self, WireBytes&& bytes, int32_t learners, 
                                 net::check_peer_name(join->site, "the site name"), net::check_device_name(join->device)}) {
     if (checked.ok()) continue;
     st.spec.counters->joins_refused_bad_name += 1;
-    if (st.bad_name_logged.insert(checked.error().reason).second) {  // once per reason, then counted
+    if (st.bad_name_logged.size() < 1024 && st.bad_name_logged.insert(checked.error().reason).second) {  // once, then counted
       st.log->warn("refused a node: {} (counted as joins_refused.bad_name)", checked.error().reason);
     }
     return refuse(self, JoinRefusal::bad_request, checked.error().reason);
+  }
+  // Under TLS a node is its certificate: it joins under that name only, so the range remembered for
+  // a name (and its site's link shaping) belongs to whoever holds that certificate.
+  if (!identity.empty() && join->node != identity) {
+    st.spec.counters->joins_refused_identity += 1;
+    if (st.bad_name_logged.size() < 1024 && st.bad_name_logged.insert("identity " + identity).second) {
+      st.log->warn("refused node '{}': its certificate names '{}' (counted as joins_refused.identity; logged once per "
+                   "certificate)", join->node, identity);
+    }
+    return refuse(self, JoinRefusal::bad_request,
+                  "under TLS a node joins under its certificate's name ('" + identity + "'), not '" + join->node + "'");
   }
   if (!st.spec.secret || st.taken.empty()) {
     // A local run's console endpoint: the same gateway, with no learner slots for nodes.
@@ -392,13 +403,13 @@ caf::behavior gateway_behavior(GatewayActor* self, GatewaySpec spec) {
   refuse_unmatched(self, "gateway", refusals_of(st.spec.counters), st.log);
   return {
       [=](nodejoin_atom, const std::string& local, WireBytes& bytes, int32_t learners, int32_t preferred,
-          caf::actor& sink) -> JoinReply {
+          caf::actor& sink, const std::string& identity) -> JoinReply {
         // From this process's plane, which checked the node's proof of the join token.
         if (!keys_equal(local, process_key())) {
           self->state.spec.counters->refusals.refuse("gateway", "nodejoin", Refusal::wrong_key, *self->state.log);
           return refuse(self, JoinRefusal::unauthenticated, "refused");
         }
-        return on_node_join(self, std::move(bytes), learners, preferred, sink);
+        return on_node_join(self, std::move(bytes), learners, preferred, sink, identity);
       },
       [=](adminjoin_atom, const std::string& local,
           const std::string& peer) -> std::tuple<bool, std::string, std::string, caf::actor> {
@@ -467,6 +478,7 @@ nlohmann::json RemoteCounters::to_json() {
           {"joins_refused", {{"wrong_token", joins_refused_wrong_token.load()},
                              {"missing_token", joins_refused_missing_token.load()},
                              {"bad_name", joins_refused_bad_name.load()},
+                             {"identity", joins_refused_identity.load()},
                              {"other", joins_refused_other.load()}}},
           {"rejected_foreign", rejected_foreign.load()},
           {"refused", refusals.to_json()},

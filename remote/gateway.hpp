@@ -69,6 +69,7 @@ struct RemoteCounters {
   std::atomic<int64_t> joins_accepted{0};
   std::atomic<int64_t> joins_refused_wrong_token{0};
   std::atomic<int64_t> joins_refused_missing_token{0};
+  std::atomic<int64_t> joins_refused_identity{0};  // under TLS: a Join naming another node than its certificate
   std::atomic<int64_t> joins_refused_bad_name{0};  // a node, site or device name outside net/names.hpp's rule
   std::atomic<int64_t> joins_refused_other{0};
   std::atomic<int64_t> rejected_foreign{0};  // envelopes from a learner id outside the session's range

@@ -100,6 +100,7 @@ struct Connection : std::enable_shared_from_this<Connection> {
   double opened_s = monotonic_seconds(), last_heard_s = monotonic_seconds();
   double rpc_started_s = -1;  // when its RPC stream began (after TLS): the first-byte clock
   DoorStream* door = nullptr;  // the stream under the RPC system (owned by `stream`)
+  std::string certificate_name;  // under TLS: the common name of the peer's certificate
   std::string nonce;
   int failed_proofs = 0;
   // The node session, once joined.
@@ -422,13 +423,14 @@ class GatewayImpl final : public wire::Gateway::Server {
     auto proxy = server.spec.system->spawn(sink_proxy, server.loop.get(), weak);
     const int32_t learners = request.getLearners(), preferred = request.getPreferredFirst();
     auto gateway = server.spec.gateway;
+    const std::string identity = c->certificate_name;
     c->joined = true;  // one join in flight per connection
     c->sink = context.getParams().getSink();
     return ask<std::optional<JoinReply>>(
                *server.loop, *server.spec.system,
-               [gateway, join_bytes, learners, preferred, proxy](caf::event_based_actor* self, auto done) {
+               [gateway, join_bytes, learners, preferred, proxy, identity](caf::event_based_actor* self, auto done) {
                  self->request(gateway, std::chrono::seconds(10), remote::nodejoin_atom::value, actors::process_key(),
-                               join_bytes, learners, preferred, proxy)
+                               join_bytes, learners, preferred, proxy, identity)
                      .then(
                          [done](WireBytes& welcome, std::string& config, std::string& topology, std::string& site,
                                 int32_t first, caf::actor& link, std::string& key) {
@@ -648,9 +650,14 @@ void Server::Impl::admit(EventLoop::Context& context, kj::AuthenticatedStream ac
   connection->watchdog = (*watch_holder)().attach(kj::heap<std::shared_ptr<std::function<kj::Promise<void>()>>>(watch_holder));
 
   if (tls) {
-    context.tasks.add(context_of(*tls).wrapServer(kj::mv(accepted.stream)).then(
-        [this, weak, &context](kj::Own<kj::AsyncIoStream> secured) {
-          if (auto c = weak.lock(); c && !c->closed) start_rpc(context, c, kj::mv(secured));
+    context.tasks.add(context_of(*tls).wrapServer(kj::mv(accepted)).then(
+        [this, weak, &context](kj::AuthenticatedStream secured) {
+          auto c = weak.lock();
+          if (!c || c->closed) return;
+          // The certificate's name is the peer's identity: a node may join only under that name.
+          auto& identity = kj::downcast<kj::TlsPeerIdentity>(*secured.peerIdentity);
+          if (identity.hasCertificate()) c->certificate_name = identity.getCommonName().cStr();
+          start_rpc(context, c, kj::mv(secured.stream));
         },
         [this, weak](kj::Exception&& e) {
           counters->tls_handshakes_failed += 1;

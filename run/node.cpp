@@ -28,6 +28,7 @@
 #include "actors/wire.hpp"
 #include "common/log.hpp"
 #include "net/backoff.hpp"
+#include "net/certificate_authority.hpp"
 #include "net/link_stats.hpp"
 #include "net/names.hpp"
 #include "net/sites.hpp"
@@ -412,7 +413,11 @@ struct Node::Impl {
         }
         if (!welcome->accepted) {
           why = "the coordinator at " + link.name() + " refused this node: " + welcome->reason;
-          outcome = welcome->refusal == JoinRefusal::unauthenticated ? Attempt::refused : Attempt::retry;
+          // A wrong token or a request the coordinator will never take (a name, a slot count) stops
+          // the node; no free slots, say, is retried.
+          outcome = welcome->refusal == JoinRefusal::unauthenticated || welcome->refusal == JoinRefusal::bad_request
+                        ? Attempt::refused
+                        : Attempt::retry;
           return;
         }
         if (!session.link) {
@@ -582,6 +587,12 @@ Expected<std::unique_ptr<Node>> Node::start(NodeOptions options) {
                                                            std::to_string(options.coordinators[i].port) + " twice");
       }
     }
+  }
+  if (options.name.empty() && options.transport.tls) {
+    // Under TLS a node is its certificate: its name is the certificate's (the coordinator requires it).
+    auto named = net::certificate_name(options.transport.tls_certificate);
+    if (!named) return named.error();
+    options.name = *named;
   }
   if (options.name.empty()) {
     char host[256] = {0};

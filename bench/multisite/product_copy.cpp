@@ -56,7 +56,7 @@ using JoinReply = std::tuple<WireBytes, std::string, std::string, std::string, i
 
 caf::behavior admitting_gateway(caf::event_based_actor* self, caf::actor link) {
   self->set_default_handler(caf::drop);
-  return {[=](remote::nodejoin_atom, const std::string&, WireBytes&, int32_t, int32_t, caf::actor&) -> JoinReply {
+  return {[=](remote::nodejoin_atom, const std::string&, WireBytes&, int32_t, int32_t, caf::actor&, const std::string&) -> JoinReply {
     messages::Welcome welcome;
     welcome.accepted = true;
     auto bytes = actors::Outbox("gateway").wrap(welcome);

@@ -431,7 +431,7 @@ TEST_CASE("a plaintext listen on an address that is not loopback is refused at s
   CHECK(coordinator.out().find("listening on") == std::string::npos);
 }
 
-TEST_CASE("a TLS coordinator refuses a plain-TCP node and a node whose certificate another CA signed") {
+TEST_CASE("a TLS coordinator refuses a plain-TCP node, a node whose certificate another CA signed, and one that joins under another name than its certificate's") {
   Scratch s("authz-tls");
   make_ca_and_certificate(s.dir, "");
   make_ca_and_certificate(s.dir, "other-");
@@ -475,15 +475,29 @@ TEST_CASE("a TLS coordinator refuses a plain-TCP node and a node whose certifica
     }
     CHECK(refused_client);
   }
-  // A node with the run's CA is still admitted afterwards.
-  Process good("node-a", node_args(s, port, "node-a", tls), s.dir);
+  // A certificate of the run's CA is a node's identity: one named `node` cannot join as node-a (the
+  // node stops, exit 3, naming the certificate's name) ...
+  Process impostor("node-a-as-node", node_args(s, port, "node-a", tls), s.dir);
+  CHECK_MESSAGE(impostor.wait(40) == 3, impostor.all() << coordinator.all());
+  CHECK_MESSAGE(impostor.err().find("under TLS a node joins under its certificate's name ('node')") != std::string::npos,
+                impostor.all());
+  // ... node-a's own certificate can, and a node given no --name takes its certificate's.
+  issue_certificate(s.dir, "", "node-a");
+  issue_certificate(s.dir, "", "node-b");
+  Process good("node-a", node_args(s, port, "node-a", {"--config", tls_config(s.dir, "", "", "node-a").string()}), s.dir);
   CHECK_MESSAGE(wait_until([&] { return count_of(coordinator.err(), "admitted node 'node-a'") == 1; }, 40),
                 coordinator.all() << good.all());
+  auto unnamed = node_args(s, port, "-", {"--config", tls_config(s.dir, "", "", "node-b").string()});
+  unnamed.erase(std::find(unnamed.begin(), unnamed.end(), "--name"), std::find(unnamed.begin(), unnamed.end(), "--name") + 2);
+  Process b("node-b", unnamed, s.dir);
+  CHECK_MESSAGE(wait_until([&] { return count_of(coordinator.err(), "admitted node 'node-b'") == 1; }, 40),
+                coordinator.all() << b.all());
   coordinator.kill(SIGTERM);
   REQUIRE(coordinator.wait(60) == 0);
   CAPTURE(coordinator.all());
   auto summary = coordinator.summary();
-  CHECK(summary["joins_accepted"].get<int>() == 1);
+  CHECK(summary["joins_accepted"].get<int>() == 2);
+  CHECK(summary["joins_refused"]["identity"].get<int>() == 1);
   CHECK(edge(summary, "tls_handshakes_failed") >= 3);  // the plain node, the other CA's, the certless client
   CHECK(coordinator.err().find("admitted node 'plain-node'") == std::string::npos);
   CHECK(coordinator.err().find("admitted node 'other-ca-node'") == std::string::npos);
@@ -906,7 +920,7 @@ TEST_CASE("an impostor coordinator records every byte a node sends it, never see
   CHECK(node.err().find("the coordinator ended the run") == std::string::npos);
 }
 
-TEST_CASE("names are data: a Join whose node, site or device name breaks the rule is refused with its reason; join/leave cycles keep memory flat") {
+TEST_CASE("names are data: a Join whose node, site or device name breaks the rule is refused with its reason, join/leave cycles keep memory flat") {
   Scratch s("authz-names");
   const auto admin = admin_token(s);
   const int port = free_port();

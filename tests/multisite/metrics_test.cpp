@@ -288,7 +288,7 @@ TEST_CASE("metrics and the status page: Prometheus text checked against the run,
   CHECK_MESSAGE(node.wait(30) == 0, node.all());
 }
 
-TEST_CASE("metrics: off loopback without a token, or with the admin or join token as one, refused at start; a token asked for on loopback too") {
+TEST_CASE("metrics: off loopback without a token, or with the admin or join token as one, refused at start, a token asked for on loopback too") {
   Scratch s("metrics-open");
   const int port = free_port();
   Process coordinator("coordinator", coordinator_args(s, port, {"train.max_seconds=0"}, {"--metrics-listen", "0.0.0.0:9"}),

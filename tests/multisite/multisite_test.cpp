@@ -194,7 +194,7 @@ TEST_CASE("a SIGKILLed coordinator restarts from its store: nodes reconnect and 
   CHECK(seconds["merged"].get<double>() > 0);
 }
 
-TEST_CASE("a coordinator restarted with a new train.max_seconds keeps its nodes; one that changes inner.lr is refused, the key named") {
+TEST_CASE("a coordinator restarted with a new train.max_seconds keeps its nodes, one that changes inner.lr is refused, the key named") {
   Scratch s("coordinator-reconfigured");
   const int port = free_port();
   auto first = std::make_unique<Process>("coordinator-1", coordinator_args(s, port, {"train.max_seconds=0"}), s.dir);
@@ -265,8 +265,11 @@ TEST_CASE("a TLS cluster: coordinator and nodes over mutual TLS with the run CA'
   const int port = free_port();
   Process coordinator("coordinator", coordinator_args(s, port, {"train.max_seconds=10"}, tls), s.dir);
   await_listening(coordinator);
-  Process a("node-a", node_args(s, port, "node-a", tls), s.dir);
-  Process b("node-b", node_args(s, port, "node-b", tls), s.dir);
+  // Each node holds a certificate of its own name: under TLS a node joins under its certificate's name.
+  issue_certificate(s.dir, "", "node-a");
+  issue_certificate(s.dir, "", "node-b");
+  Process a("node-a", node_args(s, port, "node-a", {"--config", tls_config(s.dir, "", "", "node-a").string()}), s.dir);
+  Process b("node-b", node_args(s, port, "node-b", {"--config", tls_config(s.dir, "", "", "node-b").string()}), s.dir);
   const int code = coordinator.wait(90);
   CAPTURE(coordinator.all());
   REQUIRE(code == 0);

@@ -85,11 +85,20 @@ inline void make_ca_and_certificate(const fs::path& dir, const std::string& pref
   REQUIRE_MESSAGE(issue.wait(30) == 0, issue.all());
 }
 
-inline fs::path tls_config(const fs::path& dir, const std::string& prefix, const std::string& ca_prefix) {
-  const auto path = dir / (prefix + "tls.toml");
+// A certificate named `name` signed by dir/<prefix>ca (under TLS a node joins under its certificate's name).
+inline void issue_certificate(const fs::path& dir, const std::string& prefix, const std::string& name) {
+  Process issue("ca-issue-" + prefix + name, {"ca", "issue", (dir / (prefix + "ca")).string(), name}, dir);
+  REQUIRE_MESSAGE(issue.wait(30) == 0, issue.all());
+}
+
+// A [net] table with dir/<prefix>ca/<name>'s certificate and key, trusting dir/<ca_prefix>ca.
+inline fs::path tls_config(const fs::path& dir, const std::string& prefix, const std::string& ca_prefix,
+                           const std::string& name = "node") {
+  const auto path = dir / (prefix + name + "-tls.toml");
   const std::string d = dir.string();
-  std::ofstream(path) << "[net]\ntls = true\ntls_certificate = \"" << d << "/" << prefix << "ca/node.pem\"\ntls_key = \"" << d
-                      << "/" << prefix << "ca/node.key\"\ntls_ca = \"" << d << "/" << ca_prefix << "ca/ca.pem\"\n";
+  std::ofstream(path) << "[net]\ntls = true\ntls_certificate = \"" << d << "/" << prefix << "ca/" << name
+                      << ".pem\"\ntls_key = \"" << d << "/" << prefix << "ca/" << name << ".key\"\ntls_ca = \"" << d << "/"
+                      << ca_prefix << "ca/ca.pem\"\n";
   return path;
 }
 
