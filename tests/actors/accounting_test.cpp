@@ -149,7 +149,7 @@ TEST_CASE("goodput ledger carry: a committed version's value round-trips, and a 
   refused(no_reporter, "reporter");
 }
 
-TEST_CASE("policy: tokens per inner step come from the configuration; ddp's one learner averages every shard's batch") {
+TEST_CASE("policy: tokens per inner step come from the configuration, ddp's one learner averages every shard's batch") {
   archipelago::training::ReferenceSetup setup;
   setup.inner.batch_size = 8;
   setup.model.seq_len = 32;

@@ -170,7 +170,7 @@ TEST_CASE("fragments commit independently: a commit of fragment 0 held 5 s does 
   CHECK(result->heldout_loss < result->initial_heldout_loss);
 }
 
-TEST_CASE("a commit whose blobs cannot be written is sent again as staged and lands; every copy matches") {
+TEST_CASE("a commit whose blobs cannot be written is sent again as staged and lands, every copy matches") {
   auto options = testing::tiny_options("failed-commit", "decoupled", 2, 30);
   std::atomic<bool> armed{false}, failed{false};
   // The store's prepare of fragment 0's next commit fails once, as a full disk would.

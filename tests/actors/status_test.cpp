@@ -76,7 +76,7 @@ TEST_CASE("status: an evaluator's unknown loss is null, and nothing is scored un
   CHECK_FALSE(back->curve[0].heldout_bits_per_byte.has_value());
 }
 
-TEST_CASE("status: a key of the wrong type is refused with its path; a missing one keeps its default") {
+TEST_CASE("status: a key of the wrong type is refused with its path, a missing one keeps its default") {
   auto refused = [](const nlohmann::json& j, const std::string& path) {
     auto r = decode_status<SyncerStatus>(j, "syncer");
     REQUIRE_FALSE(r);

@@ -295,7 +295,7 @@ TEST_CASE("syncer core: merge, outer step, commit and staleness") {
   CHECK(strict.rejects().by_reason.at("stale") == 1);
 }
 
-TEST_CASE("syncer core: fragments commit independently; versions number records as they land") {
+TEST_CASE("syncer core: fragments commit independently, versions number records as they land") {
   auto core = make_core("decoupled", 1, 1);  // fragments {1, 1, 1} and {2, 2}; mean, lr 1, momentum 0, 1 learner
   REQUIRE(core.join(join_of("learner-0"), 0).accepted);
   REQUIRE_FALSE(core.accept({"learner-0", 0, 1, 10, 100, 1.0f, 0, 0, 10}, {0.5f, 0.5f, 0.5f}, 1).has_value());
@@ -1163,7 +1163,7 @@ TEST_CASE("syncer core: an int4 update folded from its codes merges as its decod
   CHECK(core.rejects().by_reason.at("non_finite") == 1);
 }
 
-TEST_CASE("syncer core: a shard merges and accepts only the fragments it owns; another's are refused as not_owner") {
+TEST_CASE("syncer core: a shard merges and accepts only the fragments it owns, another's are refused as not_owner") {
   auto o = testing::tiny_options("core-shard", "decoupled", 1, 10);
   o.setup.outer.quorum = 1;
   o.syncer.grace_max_s = 0;

@@ -39,7 +39,7 @@ TEST_CASE("admission: a claim of 0 steps is refused before anything else, with n
   CHECK(d.reason.find("0 inner steps") != std::string::npos);
 }
 
-TEST_CASE("admission: staggered modes refuse work that starts before what was accepted; sync refuses a second on one base") {
+TEST_CASE("admission: staggered modes refuse work that starts before what was accepted, sync refuses a second on one base") {
   for (Mode mode : {Mode::decoupled, Mode::async}) {
     CAPTURE(mode_name(mode));
     auto repeat = admit_update(mode, {10, 1000, 5, 14}, fragment_state(20), kBounds);
@@ -56,7 +56,7 @@ TEST_CASE("admission: staggered modes refuse work that starts before what was ac
   CHECK(admit_update(Mode::sync, {10, 1000, 5, 0}, fragment_state(20), kBounds).refused == UpdateRefusal::none);
 }
 
-TEST_CASE("admission: a repeat is refused as a duplicate before its staleness; past the bound is stale") {
+TEST_CASE("admission: a repeat is refused as a duplicate before its staleness, past the bound is stale") {
   auto both = admit_update(Mode::decoupled, {10, 1000, 1, 0}, fragment_state(20), kBounds);
   CHECK(both.refused == UpdateRefusal::duplicate);
   auto stale = admit_update(Mode::decoupled, {10, 1000, 1, 20}, fragment_state(20), kBounds);

@@ -46,7 +46,7 @@ TEST_CASE("screening: hold, pass, clip and refuse by the ratio to the median") {
   CHECK(zeros.ratio == 0);
 }
 
-TEST_CASE("screening: outer.screen's names parse and print back; others are refused") {
+TEST_CASE("screening: outer.screen's names parse and print back, others are refused") {
   for (auto mode : {Screening::Mode::none, Screening::Mode::clip, Screening::Mode::refuse}) {
     auto parsed = parse_screen_mode(screen_mode_name(mode));
     REQUIRE(parsed.ok());

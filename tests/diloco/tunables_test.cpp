@@ -169,7 +169,7 @@ TEST_CASE("tunables: codec keys take the configuration's codec names, nothing el
   }
 }
 
-TEST_CASE("tunables: a key is found by its one name; an old name is refused naming it, another key listing all") {
+TEST_CASE("tunables: a key is found by its one name, an old name is refused naming it, another key listing all") {
   auto found = diloco::lookup_tunable("outer.grace_max_s");
   REQUIRE(found.ok());
   CHECK((*found)->key == "outer.grace_max_s");

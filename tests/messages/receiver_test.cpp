@@ -220,7 +220,7 @@ struct Recorder : Handler {
 
 }  // namespace
 
-TEST_CASE("receiver dispatch: each whole message to its kind's handler, typed; what is not taken is told as such") {
+TEST_CASE("receiver dispatch: each whole message to its kind's handler, typed, what is not taken is told as such") {
   Receiver receiver;
   Recorder recorder;
   Outbox outbox("learner-1");

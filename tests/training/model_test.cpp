@@ -110,7 +110,7 @@ TEST_CASE("generate: seeded draws repeat, the cache and the full context agree w
   CHECK((*replica)->generate(prompt, options).size() == static_cast<size_t>(3 * tiny().seq_len));
 }
 
-TEST_CASE("draw_token: greedy, top-k and top-p keep to their sets; options out of range are refused") {
+TEST_CASE("draw_token: greedy, top-k and top-p keep to their sets, options out of range are refused") {
   const std::vector<float> logits = {0.0f, 3.0f, 2.9f, -1.0f, 3.0f};
   std::mt19937_64 rng(1);
   SamplingOptions greedy;
