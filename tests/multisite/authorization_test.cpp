@@ -67,6 +67,21 @@ void run_goes_on(const Scratch& s, int port, Process& coordinator, double rss_be
                 coordinator.all());
 }
 
+// A join of one learner on `client`'s connection, proved with `token`; `stall`: the sink never
+// completes a delivery.
+capnp::Response<wire::Gateway::JoinResults> send_join(PlaneClient& client, const net::Secret& token,
+                                                      const std::string& sender, const messages::Join& join, bool stall) {
+  auto call = client.gateway().joinRequest();
+  auto bytes = Outbox(sender).wrap(join);
+  REQUIRE(bytes.ok());
+  call.initRequest().setJoin(bytes_of(*bytes));
+  call.getRequest().setLearners(1);
+  call.getRequest().setPreferredFirst(-1);
+  call.getRequest().setProof(bytes_of(remote::prove(token, remote::kJoinPurpose, client.nonce())));
+  call.setSink(kj::heap<QuietSink>(stall));
+  return call.send().wait(client.io().waitScope);
+}
+
 }  // namespace
 
 TEST_CASE("outsiders without the token (bytes, a 4 GiB frame, 16 MiB frames, 2000 idle sockets, an RPC client) are each refused and counted") {
@@ -244,15 +259,7 @@ TEST_CASE("a node holding the token may send only its own learners' messages, ea
 
   // Joins as a one-learner node and gets a Session (slot 2: node-a holds 0 and 1).
   auto open_session = [&](PlaneClient& client, const std::string& name, bool stall) {
-    auto call = client.gateway().joinRequest();
-    auto join = Outbox(name).wrap(messages::Join{"", name, "site-x", "cpu", 0, ""});
-    REQUIRE(join.ok());
-    call.initRequest().setJoin(bytes_of(*join));
-    call.getRequest().setLearners(1);
-    call.getRequest().setPreferredFirst(-1);
-    call.getRequest().setProof(bytes_of(remote::prove(token, remote::kJoinPurpose, client.nonce())));
-    call.setSink(kj::heap<QuietSink>(stall));
-    auto response = call.send().wait(client.io().waitScope);
+    auto response = send_join(client, token, name, messages::Join{"", name, "site-x", "cpu", 0, ""}, stall);
     REQUIRE(response.hasSession());
     return std::make_pair(response.getSession(), response.getAnswer().getFirstLearner());
   };
@@ -932,15 +939,7 @@ TEST_CASE("names are data: a Join whose node, site or device name breaks the rul
   // session it opened ends with it.
   auto join_as = [&](const std::string& node, const std::string& site, const std::string& device) {
     PlaneClient client(port);
-    auto call = client.gateway().joinRequest();
-    auto join = Outbox("peer").wrap(messages::Join{"", node, site, device, 0, ""});
-    REQUIRE(join.ok());
-    call.initRequest().setJoin(bytes_of(*join));
-    call.getRequest().setLearners(1);
-    call.getRequest().setPreferredFirst(-1);
-    call.getRequest().setProof(bytes_of(remote::prove(token, remote::kJoinPurpose, client.nonce())));
-    call.setSink(kj::heap<QuietSink>(false));
-    auto response = call.send().wait(client.io().waitScope);
+    auto response = send_join(client, token, "peer", messages::Join{"", node, site, device, 0, ""}, false);
     auto welcome = unwrap(WireBytes(response.getAnswer().getWelcome().begin(), response.getAnswer().getWelcome().end()));
     REQUIRE(welcome.ok());
     const auto* w = std::get_if<messages::Welcome>(&welcome->body);
