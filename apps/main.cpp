@@ -99,7 +99,7 @@ int main(int argc, char** argv) {
   node_command->add_option("--learners", node.learners, "learners on this node (default 1)")->check(CLI::PositiveNumber);
   node_command->add_option("--site", node.site, "this node's site, as named in [sites] (default local)");
   node_command->add_option_function<std::string>("--name", [&](const std::string& v) { node.name = v; },
-                                                 "node name in logs and link accounting (default host:pid)");
+                                                 "node name in logs and link accounting: 1-64 bytes of A-Z a-z 0-9 . _ - (default: under TLS its certificate's name, else HOST-PID)");
   node_command->add_option_function<std::string>("--device", [&](const std::string& v) { node.device = v; },
                                                  "cpu | cuda | cuda:N");
   node_command->add_option_function<std::string>("--token-file", [&](const std::string& v) { node.token_file = v; },

@@ -8,6 +8,8 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -163,8 +165,10 @@ TEST_CASE("the CI drill: every fault recovered within its bound, every invariant
 
 TEST_CASE("the network drill: a site's link cut in network namespaces and restored, then a whole site SIGKILLed") {
   if (geteuid() != 0) {
-    MESSAGE("not run: network namespaces need root");
-    return;
+    // A skip CTest shows as such (SKIP_RETURN_CODE 77, tests/drills/CMakeLists.txt), never a pass.
+    std::fprintf(stderr, "skipped: network namespaces need root\n");
+    std::fflush(stderr);
+    std::_Exit(77);
   }
   ScratchDir scratch;
   const auto result = passing_drill("ci-netns", 3, scratch, 300);

@@ -26,6 +26,18 @@ struct Exposition {
   std::map<std::string, double> samples;
   std::map<std::string, std::string> types;
   std::set<std::string> helped;
+  // A sample that must have been exported, then its value (std::map::operator[] would insert a 0
+  // for a family that never was, and a check for 0 would pass).
+  double operator()(const std::string& key) const {
+    auto it = samples.find(key);
+    REQUIRE_MESSAGE(it != samples.end(), key << " was not exported");
+    return it->second;
+  }
+  // While waiting for a family to appear: its value, or `missing`.
+  double get(const std::string& key, double missing) const {
+    auto it = samples.find(key);
+    return it == samples.end() ? missing : it->second;
+  }
 };
 
 Exposition parse_exposition(const std::string& text) {
@@ -157,8 +169,8 @@ TEST_CASE("metrics and the status page: Prometheus text checked against the run,
                     if (!response || response->status != 200) return false;
                     metrics = parse_exposition(response->body);
                     return metrics.samples.count("archipelago_heldout_loss") > 0 &&
-                           metrics.samples["archipelago_committed_version"] >= 3 &&
-                           metrics.samples["archipelago_learners{state=\"alive\"}"] == 2;
+                           metrics.get("archipelago_committed_version", 0) >= 3 &&
+                           metrics.get("archipelago_learners{state=\"alive\"}", 0) == 2;
                   }, 60),
                   coordinator.all());
   const double seen_after = static_cast<double>(coordinator.last_value("version"));
@@ -175,46 +187,46 @@ TEST_CASE("metrics and the status page: Prometheus text checked against the run,
   CHECK(metrics.types["archipelago_learners"] == "gauge");
   // The figures are the run's: the version is one the coordinator has printed by now, two learners
   // are alive, the node link carried bytes both ways, updates were merged, nothing was refused.
-  CHECK(metrics.samples["archipelago_committed_version"] <= seen_after);
-  CHECK(metrics.samples["archipelago_versions_committed_total"] == metrics.samples["archipelago_committed_version"] - 1);
-  CHECK(metrics.samples["archipelago_learners{state=\"alive\"}"] == 2);
-  CHECK(metrics.samples["archipelago_syncer_shard_info{shard=\"0\",shards=\"1\"}"] == 1);  // unsharded
-  CHECK(metrics.samples["archipelago_learners{state=\"dead\"}"] == 0);
-  CHECK(metrics.samples["archipelago_bytes_total{direction=\"received\",link=\"node-a\"}"] > 0);
-  CHECK(metrics.samples["archipelago_bytes_total{direction=\"sent\",link=\"node-a\"}"] > 0);
-  CHECK(metrics.samples["archipelago_updates_merged_total"] > 0);
-  CHECK(metrics.samples["archipelago_updates_rejected_total{reason=\"stale\"}"] == 0);
+  CHECK(metrics("archipelago_committed_version") <= seen_after);
+  CHECK(metrics("archipelago_versions_committed_total") == metrics("archipelago_committed_version") - 1);
+  CHECK(metrics("archipelago_learners{state=\"alive\"}") == 2);
+  CHECK(metrics("archipelago_syncer_shard_info{shard=\"0\",shards=\"1\"}") == 1);  // unsharded
+  CHECK(metrics("archipelago_learners{state=\"dead\"}") == 0);
+  CHECK(metrics("archipelago_bytes_total{direction=\"received\",link=\"node-a\"}") > 0);
+  CHECK(metrics("archipelago_bytes_total{direction=\"sent\",link=\"node-a\"}") > 0);
+  CHECK(metrics("archipelago_updates_merged_total") > 0);
+  CHECK(metrics("archipelago_updates_rejected_total{reason=\"stale\"}") == 0);
   // Screening is on by default and honest updates pass it: the families are there, at zero.
   REQUIRE(metrics.samples.count("archipelago_updates_rejected_total{reason=\"outlier\"}") == 1);
-  CHECK(metrics.samples["archipelago_updates_rejected_total{reason=\"outlier\"}"] == 0);
+  CHECK(metrics("archipelago_updates_rejected_total{reason=\"outlier\"}") == 0);
   REQUIRE(metrics.samples.count("archipelago_updates_clipped_total") == 1);
-  CHECK(metrics.samples["archipelago_updates_clipped_total"] == 0);
+  CHECK(metrics("archipelago_updates_clipped_total") == 0);
   // A newcomer's first update of a fragment may be clipped to the median (on probation): at most
   // once per learner and fragment (2 learners, 4 fragments), and counted apart from outliers.
   REQUIRE(metrics.samples.count("archipelago_updates_probation_clipped_total") == 1);
-  CHECK(metrics.samples["archipelago_updates_probation_clipped_total"] <= 2 * 4);
+  CHECK(metrics("archipelago_updates_probation_clipped_total") <= 2 * 4);
   // Each fragment's committed version; the newest of them is the latest global version.
   double newest_fragment = 0;
   for (int f = 0; f < 4; ++f) {
     const std::string key = "archipelago_fragment_version{fragment=\"" + std::to_string(f) + "\"}";
     REQUIRE(metrics.samples.count(key) == 1);
-    CHECK(metrics.samples[key] >= 1);
-    newest_fragment = std::max(newest_fragment, metrics.samples[key]);
+    CHECK(metrics(key) >= 1);
+    newest_fragment = std::max(newest_fragment, metrics(key));
   }
-  CHECK(newest_fragment == metrics.samples["archipelago_committed_version"]);
-  CHECK(metrics.samples["archipelago_refused_messages_total{reason=\"unauthenticated\"}"] == 0);
-  CHECK(metrics.samples["archipelago_heldout_loss"] > 0);
-  CHECK(metrics.samples["archipelago_heldout_loss"] < 6);  // below a uniform byte model's ln 256 = 5.55 + margin
-  CHECK(metrics.samples["archipelago_heldout_bits_per_byte"] ==
-        doctest::Approx(metrics.samples["archipelago_heldout_loss"] / std::log(2.0)).epsilon(1e-6));
+  CHECK(newest_fragment == metrics("archipelago_committed_version"));
+  CHECK(metrics("archipelago_refused_messages_total{reason=\"unauthenticated\"}") == 0);
+  CHECK(metrics("archipelago_heldout_loss") > 0);
+  CHECK(metrics("archipelago_heldout_loss") < 6);  // below a uniform byte model's ln 256 = 5.55 + margin
+  CHECK(metrics("archipelago_heldout_bits_per_byte") ==
+        doctest::Approx(metrics("archipelago_heldout_loss") / std::log(2.0)).epsilon(1e-6));
   // The best version scored: no worse than the latest, and one of the versions committed.
   REQUIRE(metrics.samples.count("archipelago_best_heldout_loss") == 1);
-  CHECK(metrics.samples["archipelago_best_heldout_loss"] <= metrics.samples["archipelago_heldout_loss"]);
-  CHECK(metrics.samples["archipelago_best_version"] >= 1);
-  CHECK(metrics.samples["archipelago_best_version"] <= metrics.samples["archipelago_committed_version"]);
+  CHECK(metrics("archipelago_best_heldout_loss") <= metrics("archipelago_heldout_loss"));
+  CHECK(metrics("archipelago_best_version") >= 1);
+  CHECK(metrics("archipelago_best_version") <= metrics("archipelago_committed_version"));
   // The goodput ledger: two of four slots have no node, so at most half the allocated time is goodput;
   // goodput and the badput parts add up to one.
-  const double goodput = metrics.samples["archipelago_goodput_ratio"];
+  const double goodput = metrics("archipelago_goodput_ratio");
   CHECK(goodput > 0);
   CHECK(goodput <= 0.5);
   double parts = goodput;
@@ -222,7 +234,7 @@ TEST_CASE("metrics and the status page: Prometheus text checked against the run,
     if (sample.rfind("archipelago_badput_ratio{", 0) == 0) parts += value;
   }
   CHECK(parts == doctest::Approx(1).epsilon(1e-6));
-  CHECK(metrics.samples["archipelago_badput_ratio{part=\"idle\"}"] >= 0.45);
+  CHECK(metrics("archipelago_badput_ratio{part=\"idle\"}") >= 0.45);
 
   // The page, rendered by a real browser: the learners table, the charts, and a screenshot.
   const fs::path artifacts = fs::path(ARCHIPELAGO_BINARY).parent_path().parent_path() / "test-artifacts";
@@ -501,17 +513,17 @@ TEST_CASE("a local run (archipelago train) serves the admin console and the metr
     auto response = http.Get("/metrics");
     if (!response || response->status != 200) return false;
     metrics = parse_exposition(response->body);
-    return metrics.samples["archipelago_learner_restarts_total"] == 1 &&
-           metrics.samples["archipelago_learners{state=\"alive\"}"] == 2;
+    return metrics.get("archipelago_learner_restarts_total", 0) == 1 &&
+           metrics.get("archipelago_learners{state=\"alive\"}", 0) == 2;
   }, 30));
   const auto later = answer("status");
-  CHECK(metrics.samples["archipelago_committed_version"] >= status["committed_version"].get<double>());
-  CHECK(metrics.samples["archipelago_committed_version"] <= later["committed_version"].get<double>());
-  CHECK(metrics.samples["archipelago_bytes_total{direction=\"received\",link=\"learners\"}"] > 0);
-  CHECK(metrics.samples["archipelago_bytes_total{direction=\"received\",link=\"learners\"}"] <=
+  CHECK(metrics("archipelago_committed_version") >= status["committed_version"].get<double>());
+  CHECK(metrics("archipelago_committed_version") <= later["committed_version"].get<double>());
+  CHECK(metrics("archipelago_bytes_total{direction=\"received\",link=\"learners\"}") > 0);
+  CHECK(metrics("archipelago_bytes_total{direction=\"received\",link=\"learners\"}") <=
         later["bytes_up"].get<double>());
-  CHECK(metrics.samples["archipelago_goodput_ratio"] > 0);
-  CHECK(metrics.samples["archipelago_badput_ratio{part=\"restarting\"}"] > 0);
+  CHECK(metrics("archipelago_goodput_ratio") > 0);
+  CHECK(metrics("archipelago_badput_ratio{part=\"restarting\"}") > 0);
 
   // drain ends the run cleanly, long before its 300 s budget; the audit log lists what was done.
   CHECK(answer("drain")["draining"] == true);
