@@ -82,8 +82,9 @@ TEST_CASE("a SIGKILLed node: the others keep committing and when restarted its l
   // node-b keeps learner checkpoints: its restarted learners continue their unsent work.
   const std::vector<std::string> state{"--state-dir", (s.dir / "node-b-state").string()};
   auto b = std::make_unique<Process>("node-b", node_args(s, port, "node-b", state), s.dir);
-  // Every learner joined the syncer (so the monitor knows it) before the kill, and both of node-b's
-  // learners have written a checkpoint.
+  // Every learner joined the syncer and the monitor counts it alive (a join alone does not make the
+  // monitor know it: its first heartbeat does, up to runtime.heartbeat_s later) before the kill, and
+  // both of node-b's learners have written a checkpoint.
   auto checkpoints = [&] {
     int n = 0;
     std::error_code ec;
@@ -93,7 +94,8 @@ TEST_CASE("a SIGKILLed node: the others keep committing and when restarted its l
     return n;
   };
   REQUIRE_MESSAGE(wait_until([&] { return count_of(coordinator.err(), "joined at version") >= 4 &&
-                                          coordinator.last_value("version") >= 4 && checkpoints() == 2; }, 60),
+                                          coordinator.last_value("version") >= 4 && coordinator.last_value("alive") == 4 &&
+                                          checkpoints() == 2; }, 60),
                   coordinator.all() << b->all());
 
   b->kill(SIGKILL);
