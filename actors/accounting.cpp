@@ -154,12 +154,18 @@ Ledger ledger_from_status(double wall_s, const std::vector<std::string>& slot_id
   return build_ledger(share * wall_s, times);
 }
 
+double recent_train_loss(const MonitorStatus& monitor, const SyncerStatus& syncer) {
+  if (monitor.train_loss) return *monitor.train_loss;
+  return syncer.merged_contributions > 0 ? syncer.train_loss : std::nan("");
+}
+
 nlohmann::json operator_sample(double elapsed_s, uint64_t start_version, const SyncerStatus& syncer,
                                const MonitorStatus& monitor, const EvaluatorStatus& evaluator, const Ledger& ledger) {
   int64_t restarts = 0;
   for (const auto& [id, slot] : monitor.slots) restarts += slot.restarts;
   const bool scored = evaluator.scored();
   return {{"elapsed_s", elapsed_s},
+          {"train_loss", recent_train_loss(monitor, syncer)},
           {"version", syncer.version},
           {"fragment_versions", syncer.fragment_versions},
           {"start_version", start_version},

@@ -59,6 +59,10 @@ SlotTimesStatus slot_times(const messages::SlotReport& times);
 Ledger ledger_from_status(double wall_s, const std::vector<std::string>& slot_ids, const MonitorStatus& monitor,
                           const SyncerStatus& syncer, const SyncerAccounting& syncer_at_start);
 
+// The run's train loss now: the learners' recent inner steps (their heartbeats, through the monitor),
+// or before any heartbeat carried one, the mean train loss of the merged updates; NaN before both.
+double recent_train_loss(const MonitorStatus& monitor, const SyncerStatus& syncer);
+
 // What the metrics endpoint and the status page show (apps/metrics_server.hpp), from the actors'
 // status replies as a coordinator or a local run samples them: elapsed_s, version, start_version,
 // heldout_loss (NaN until scored), merged, rejected (by reason), learner_states, learner_restarts

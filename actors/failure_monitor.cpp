@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <map>
 #include <optional>
 
@@ -35,6 +36,7 @@ struct Record {
   Liveness state = Liveness::alive;
   uint64_t step = 0;
   double tokens_per_s = 0;
+  double train_loss = std::nan("");  // as its last heartbeat with one said
   int64_t nonfinite_recoveries = 0;       // earlier incarnations
   int64_t nonfinite_recoveries_now = 0;   // the current incarnation, as its last heartbeat said
   int64_t deaths_silence = 0;       // deaths declared for silence ...
@@ -272,6 +274,7 @@ caf::behavior monitor_behavior(MonitorActor* self, std::shared_ptr<const Runtime
           record.paused = beat->paused;
           record.stepping = beat->compute_seconds > 0;
           if (beat->tokens_per_sec > 0) record.tokens_per_s = beat->tokens_per_sec;
+          if (std::isfinite(beat->train_loss)) record.train_loss = beat->train_loss;
           record.nonfinite_recoveries_now = static_cast<int64_t>(beat->nonfinite_recoveries);
         } else if (auto* leave = std::get_if<Leave>(&envelope->body)) {
           auto it = st.learners.find(leave->learner_id);
@@ -366,6 +369,8 @@ caf::behavior monitor_behavior(MonitorActor* self, std::shared_ptr<const Runtime
           status.slots[id] = {slot_state_name(slot.last.state), slot.last.incarnation, slot.last.restarts,
                               st.now() - slot.received_s, slot_times(total)};
         }
+        double loss_sum = 0;
+        int loss_count = 0;
         for (const auto& [id, r] : st.learners) {
           status.alive += r.state == Liveness::alive ? 1 : 0;
           status.learner_nonfinite_recoveries += r.nonfinite_recoveries + r.nonfinite_recoveries_now;
@@ -376,6 +381,12 @@ caf::behavior monitor_behavior(MonitorActor* self, std::shared_ptr<const Runtime
           learner.incarnation = r.incarnation;
           learner.step = r.step;
           learner.tokens_per_s = r.tokens_per_s;
+          if (std::isfinite(r.train_loss)) learner.train_loss = r.train_loss;
+          // The run's train loss: the learners' that still train or finished, not the dead's last.
+          if (std::isfinite(r.train_loss) && r.state != Liveness::dead) {
+            loss_sum += r.train_loss;
+            loss_count += 1;
+          }
           learner.deaths = r.deaths_silence + r.deaths_exit;
           learner.deaths_silence = r.deaths_silence;
           learner.deaths_exit = r.deaths_exit;
@@ -387,6 +398,7 @@ caf::behavior monitor_behavior(MonitorActor* self, std::shared_ptr<const Runtime
           if (r.history.last_s >= 0) learner.heartbeat_age_s = st.now() - r.history.last_s;
           learner.nonfinite_recoveries = r.nonfinite_recoveries + r.nonfinite_recoveries_now;
         }
+        if (loss_count > 0) status.train_loss = loss_sum / loss_count;
         status.heartbeats = st.heartbeats;
         status.heartbeat_bytes = st.heartbeat_bytes;
         return admin_reply("monitor", request ? request->request_id : 0, true, "ok", status);

@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <future>
+#include <random>
 #include <thread>
 
 #include <caf/all.hpp>
@@ -22,6 +23,7 @@
 #include "actors/learner_pulse.hpp"
 #include "diloco/fragment_slot.hpp"
 #include "diloco/schedule.hpp"
+#include "diloco/slowdown.hpp"
 #include "diloco/time_sheet.hpp"
 #include "actors/wire.hpp"
 #include "common/log.hpp"
@@ -123,6 +125,7 @@ struct Times {
   int64_t steps = 0;                // inner steps this incarnation
   int64_t tokens = 0;               // tokens this incarnation
   double tokens_per_s = 0;          // tokens per busy second (compute and throttled), this incarnation
+  double train_loss = std::nan("");  // its inner steps' cross-entropy, an exponential mean over ~10 steps
   // compute + restored = sent + unsent (its fragments' work) + dropped
   double sent_compute_s = 0;        // carried by the updates it sent
   double dropped_compute_s = 0;     // unsent work dropped after a non-finite step
@@ -133,6 +136,7 @@ struct Times {
 struct Controls {
   bool paused = false;              // by an operator: no inner steps until resumed
   double throttle = 1;              // by an operator: each inner step takes this many times its compute time
+  std::mt19937_64 jitter;           // a straggler's step-time variance (faults.slow_jitter), seeded per learner
   bool corrupt_next = false;        // drill hook: flip a payload bit of the next update (checksum unchanged)
   bool poisoned = false;            // fault injection: the non-finite step was injected already
 };
@@ -233,7 +237,7 @@ Heartbeat current_heartbeat(LearnerActor* self, Clock::time_point at) {
                  sheet.seconds(Activity::waiting, now), sheet.seconds(Activity::paused, now), st.controls.paused,
                  sheet.seconds(Activity::throttled, now), sheet.seconds(Activity::overhead, now),
                  st.times.sent_compute_s, unsent_compute_s(st), st.times.dropped_compute_s,
-                 st.times.restored_compute_s};
+                 st.times.restored_compute_s, st.times.train_loss};
 }
 
 void send_heartbeat(LearnerActor* self, bool supervisor_only = false) {
@@ -549,7 +553,9 @@ void run_step(LearnerActor* self) {
   const auto computed = Clock::now();
   const double elapsed = seconds(computed - begin);
   const auto slow = faults.slowdowns.find(st.spec.index);
-  const double slowdown = (slow != faults.slowdowns.end() ? std::max(1.0, slow->second) : 1.0) * st.controls.throttle;
+  const bool straggler = slow != faults.slowdowns.end();
+  const double slowdown = diloco::step_slowdown(straggler ? slow->second : 1.0, straggler ? faults.slow_jitter : 0.0,
+                                                st.controls.throttle, st.controls.jitter);
   st.times.sheet.switch_to(slowdown > 1 ? Activity::throttled : Activity::overhead, clock_s(self, computed));
   if (slowdown > 1) {
     std::this_thread::sleep_for((computed - begin) * (slowdown - 1));
@@ -563,6 +569,10 @@ void run_step(LearnerActor* self) {
   st.step += 1;
   st.times.steps += 1;
   for (auto& held : st.fragments) held.slot.record_step(elapsed * held.share, stats.tokens, stats.cross_entropy);
+  if (std::isfinite(stats.cross_entropy)) {
+    st.times.train_loss = std::isnan(st.times.train_loss) ? stats.cross_entropy
+                                                          : 0.9 * st.times.train_loss + 0.1 * stats.cross_entropy;
+  }
   if (seconds(Clock::now() - st.times.last_beat) >= opts(self).detector.heartbeat_s) send_heartbeat(self);
   if (!std::isfinite(stats.loss)) {
     recover_from_nonfinite(self, "loss " + std::to_string(stats.loss));
@@ -923,6 +933,8 @@ caf::behavior learner_behavior(LearnerActor* self, LearnerSpec spec, std::shared
   st.pulse = std::move(pulse);
   st.id = learner_id(st.spec.index);
   st.link.outbox = Outbox(st.id);
+  st.controls.jitter.seed(opts(self).faults.seed * 1000003u + static_cast<uint64_t>(st.spec.index) * 7919u +
+                          static_cast<uint64_t>(st.spec.incarnation));
   self->set_down_handler([=](caf::down_msg& down) {
     HandlerClock clock{self};
     auto& st = self->state;

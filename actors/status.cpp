@@ -61,14 +61,14 @@ ARCHIPELAGO_STATUS_JSON(SlotTimesStatus, SLOT_TIMES_FIELDS)
 #define MONITOR_LEARNER_FIELDS(F)                                                                              \
   F(state) F(liveness) F(incarnation) F(step) F(tokens_per_s) F(deaths) F(deaths_silence) F(deaths_exit) \
   F(suspicions_withdrawn) F(stalled) F(mean_interval_s) F(timeout_s) F(last_reason) F(heartbeat_age_s)  \
-  F(nonfinite_recoveries)
+  F(nonfinite_recoveries) F(train_loss)
 ARCHIPELAGO_STATUS_JSON(MonitorLearnerStatus, MONITOR_LEARNER_FIELDS)
 
 #define MONITOR_SLOT_FIELDS(F) F(state) F(incarnation) F(restarts) F(report_age_s) F(times)
 ARCHIPELAGO_STATUS_JSON(MonitorSlotStatus, MONITOR_SLOT_FIELDS)
 
 #define MONITOR_FIELDS(F) \
-  F(alive) F(learners) F(slots) F(heartbeats) F(learner_nonfinite_recoveries) F(heartbeat_bytes)
+  F(alive) F(learners) F(slots) F(heartbeats) F(learner_nonfinite_recoveries) F(heartbeat_bytes) F(train_loss)
 ARCHIPELAGO_STATUS_JSON(MonitorStatus, MONITOR_FIELDS)
 
 #define SUPERVISOR_CHILD_FIELDS(F) \

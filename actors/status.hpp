@@ -109,6 +109,7 @@ struct MonitorLearnerStatus {
   double timeout_s = 0;
   std::string last_reason;
   std::optional<double> heartbeat_age_s;  // none before the first heartbeat
+  std::optional<double> train_loss;       // its recent inner steps' cross-entropy (heartbeats); none before
   int64_t nonfinite_recoveries = 0;
 };
 struct MonitorSlotStatus {
@@ -125,6 +126,8 @@ struct MonitorStatus {
   int64_t heartbeats = 0;
   int64_t learner_nonfinite_recoveries = 0;
   int64_t heartbeat_bytes = 0;
+  // The mean of the learners' recent train losses (alive or finished; none before a first step).
+  std::optional<double> train_loss;
 };
 
 // ---- a supervisor (supervisor.hpp) ------------------------------------------------------------

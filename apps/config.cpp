@@ -266,6 +266,7 @@ Expected<Config> to_config(const toml::table& table) {
   auto slowdowns = parse_slowdowns(r.get_string("faults.slow_learners"), c.run.learners);
   if (!slowdowns) return slowdowns.error();
   c.faults.slowdowns = *slowdowns;
+  c.faults.slow_jitter = r.get_double("faults.slow_jitter");
   if (slow_learner >= 0) {
     if (slow_learner >= c.run.learners) {
       return config_error("faults.slow_learner", "learner " + std::to_string(slow_learner) + " does not exist (train.learners = " +
@@ -386,6 +387,8 @@ Expected<Config> to_config(const toml::table& table) {
            at_least("faults.crash_learner_on_start", c.faults.crash_learner_on_start, -1),
            at_least("faults.slow_learner", slow_learner, -1),
            at_least("faults.slow_factor", slow_factor, 1),
+           at_least("faults.slow_jitter", c.faults.slow_jitter, 0),
+           at_most("faults.slow_jitter", c.faults.slow_jitter, 1),
            in_open_range("faults.drop_outer_gradient", c.faults.drop_outer_gradient, -1e-12, 1),
            at_least("faults.nonfinite_learner", c.faults.nonfinite_learner, -1),
            at_least("faults.nonfinite_at_step", static_cast<double>(c.faults.nonfinite_at_step), 0),

@@ -351,6 +351,11 @@ std::string MetricsBoard::prometheus() const {
     out << "archipelago_bytes_total{direction=\"received\",link=\"" << node << "\"} "
         << whole(link, "bytes_received") << "\n";
   }
+  if (p.contains("train_loss") && p["train_loss"].is_number() && std::isfinite(p["train_loss"].get<double>())) {
+    family(out, "archipelago_train_loss", "gauge",
+           "The learners' recent inner-step cross-entropy, mean over learners (nats/token).");
+    out << "archipelago_train_loss " << number(p["train_loss"].get<double>()) << "\n";
+  }
   if (p.contains("heldout_loss") && p["heldout_loss"].is_number() && std::isfinite(p["heldout_loss"].get<double>())) {
     family(out, "archipelago_heldout_loss", "gauge", "Held-out cross-entropy of the latest scored version (nats/token).");
     out << "archipelago_heldout_loss " << number(p["heldout_loss"].get<double>()) << "\n";

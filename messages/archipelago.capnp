@@ -137,6 +137,7 @@ struct Heartbeat {
   unsentComputeSeconds @14 :Float64;    # in the unsent work it holds now
   droppedComputeSeconds @15 :Float64;   # unsent work dropped after a non-finite step
   restoredComputeSeconds @16 :Float64;  # an earlier incarnation's, restored from its checkpoint
+  trainLoss @17 :Float64 = nan;  # its recent inner steps' cross-entropy (an exponential mean over ~10 steps); NaN before its first
 }
 
 # What a learner slot's supervisor knows of it.

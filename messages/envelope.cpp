@@ -107,6 +107,10 @@ Status validate(const Message& message, const DecodeLimits& limits) {
   if (auto* m = std::get_if<Heartbeat>(&message); m && !finite(m->tokens_per_sec)) {
     return make_error(ErrorCode::non_finite, "tokens/s is not finite");
   }
+  // A train loss is a cross-entropy (>= 0), or NaN before the learner's first step: never infinite.
+  if (auto* m = std::get_if<Heartbeat>(&message); m && (std::isinf(m->train_loss) || m->train_loss < 0)) {
+    return make_error(ErrorCode::invalid_argument, "a heartbeat's train loss must be NaN or a finite value >= 0");
+  }
   // Times of the goodput ledger: finite and non-negative, or the ledger would be poisoned.
   auto duration = [&](double v) { return finite(v) && v >= 0; };
   if (auto* m = std::get_if<FragmentUpdate>(&message); m && !duration(m->compute_seconds)) {

@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -126,6 +127,8 @@ struct Heartbeat {
   double unsent_compute_seconds = 0;
   double dropped_compute_seconds = 0;
   double restored_compute_seconds = 0;
+  // Its recent inner steps' cross-entropy, an exponential mean over ~10 steps (NaN: no step yet).
+  double train_loss = std::numeric_limits<double>::quiet_NaN();
 };
 
 enum class SlotState : uint8_t { running = 0, restarting = 1, finished = 2, failed = 3 };

@@ -128,6 +128,7 @@ void write_body(capnp::MessageBuilder& builder, wire::Envelope::Body::Builder bo
           out.setUnsentComputeSeconds(m.unsent_compute_seconds);
           out.setDroppedComputeSeconds(m.dropped_compute_seconds);
           out.setRestoredComputeSeconds(m.restored_compute_seconds);
+          out.setTrainLoss(m.train_loss);
         } else if constexpr (std::is_same_v<T, SlotReport>) {
           auto out = body.initSlotReport();
           out.setLearnerId(text(m.learner_id));
@@ -271,7 +272,8 @@ Expected<Message> read_body(wire::Envelope::Body::Reader body,
                                in.getRecoverySeconds(), in.getComputeSeconds(), in.getWaitSeconds(),
                                in.getPausedSeconds(), in.getPaused(), in.getThrottledSeconds(),
                                in.getOverheadSeconds(), in.getSentComputeSeconds(), in.getUnsentComputeSeconds(),
-                               in.getDroppedComputeSeconds(), in.getRestoredComputeSeconds()});
+                               in.getDroppedComputeSeconds(), in.getRestoredComputeSeconds(),
+                               in.getTrainLoss()});
     }
     case Which::SLOT_REPORT: {
       auto in = body.getSlotReport();

@@ -314,7 +314,7 @@ Expected<ClusterResult> LocalCluster::run(const std::function<void(const Progres
     p.version = s.syncer.version;
     p.tokens = tokens_of(s);
     p.tokens_per_s = p.elapsed_s > 0 ? p.tokens / p.elapsed_s : 0;
-    p.train_loss = s.syncer.merged_contributions > 0 ? s.syncer.train_loss : std::nan("");
+    p.train_loss = recent_train_loss(s.monitor, s.syncer);
     p.heldout_loss = s.evaluator.scored() ? *s.evaluator.heldout_loss : std::nan("");
     p.heldout_bits_per_byte = s.evaluator.scored() ? s.evaluator.heldout_bits_per_byte.value_or(std::nan("")) : std::nan("");
     p.heldout_version = s.evaluator.scored_version;

@@ -119,6 +119,30 @@ TEST_CASE("a decoupled run without faults has goodput of at least 0.95 by the le
   CHECK(last_row.in_flight < 0.05);
 }
 
+TEST_CASE("progress rows show the learners' train loss before any update is merged") {
+  // H far beyond the budget: nothing is merged until the drain, so a train loss can only come from
+  // the learners' heartbeats.
+  auto options = testing::tiny_options("train-loss-rows", "decoupled", 2, 4);
+  options.setup.run.inner_steps = 100000;
+  auto cluster = LocalCluster::start(options, training::testing::kjv());
+  REQUIRE_MESSAGE(cluster.ok(), (cluster.ok() ? "" : cluster.error().to_string()));
+  std::vector<ProgressSample> rows;
+  auto result = (*cluster)->run([&](const ProgressSample& p) { rows.push_back(p); });
+  REQUIRE_MESSAGE(result.ok(), (result.ok() ? "" : result.error().to_string()));
+  double first_step_s = -1;
+  int checked = 0;
+  for (const auto& row : rows) {
+    if (first_step_s < 0 && row.tokens > 0) first_step_s = row.elapsed_s;
+    if (first_step_s < 0 || row.elapsed_s < first_step_s + 1.0 || row.version != result->start_version) continue;
+    CAPTURE(row.elapsed_s);
+    CHECK(std::isfinite(row.train_loss));
+    CHECK(row.train_loss > 0);
+    CHECK(row.train_loss < result->initial_heldout_loss + 0.5);
+    checked += 1;
+  }
+  CHECK(checked >= 2);
+}
+
 TEST_CASE("a killed learner is restarted, rejoins at the latest committed version and is merged again") {
   auto options = testing::tiny_options("kill-learner", "decoupled", 3, 25);
   options.restart.backoff_initial_s = 0.5;  // a visible absence: the others must keep stepping

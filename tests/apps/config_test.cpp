@@ -122,6 +122,10 @@ TEST_CASE("stragglers, the drop fault and the outer-momentum warm-up: parsed, an
   CHECK(config->faults.slowdowns == expected);
   CHECK(config->outer.momentum_warmup == 8);
   CHECK(load_config(std::nullopt, "", {})->faults.slowdowns.empty());
+  CHECK(load_config(std::nullopt, "", {})->faults.slow_jitter == 0);
+  CHECK(load_config(std::nullopt, "", {"faults.slow_jitter=0.1"})->faults.slow_jitter == 0.1);
+  CHECK(rejection(std::nullopt, {"faults.slow_jitter=-0.1"}).find("faults.slow_jitter: must be >= 0") != std::string::npos);
+  CHECK(rejection(std::nullopt, {"faults.slow_jitter=1.5"}).find("faults.slow_jitter: must be <= 1") != std::string::npos);
 
   CHECK(rejection(std::nullopt, {"faults.slow_learners=2"}).find("no ':'") != std::string::npos);
   CHECK(rejection(std::nullopt, {"faults.slow_learners=x:2"}).find("not a whole number") != std::string::npos);
