@@ -156,16 +156,20 @@ void work_clock_step(OuterState& state, float* params, const float* g, int64_t s
     params[i] -= lr_f * g[i];
   }
   state.work_steps += steps < 0 ? 0 : steps;
-  if (state.work_steps < round_steps) return;
-  const auto per_round = static_cast<float>(static_cast<double>(round_steps) / static_cast<double>(state.work_steps));
+  // One momentum update per whole round of work: each folds a round's share of the accumulator
+  // (round ÷ the work it holds) and keeps the rest, with the work beyond the round, for the next.
   float* m = state.momentum.data();
-  for (int64_t i = 0; i < n; ++i) {
-    m[i] = mu * m[i] + acc[i] * per_round;
-    params[i] -= lr_f * mu * m[i];
-    acc[i] = 0.0f;
+  while (state.work_steps >= round_steps) {
+    const double share = static_cast<double>(round_steps) / static_cast<double>(state.work_steps);
+    const auto folded = static_cast<float>(share), kept = static_cast<float>(1.0 - share);
+    for (int64_t i = 0; i < n; ++i) {
+      m[i] = mu * m[i] + acc[i] * folded;
+      params[i] -= lr_f * mu * m[i];
+      acc[i] = state.work_steps == round_steps ? 0.0f : acc[i] * kept;
+    }
+    state.work_steps -= round_steps;
+    ++state.steps;
   }
-  state.work_steps = 0;
-  ++state.steps;
 }
 
 void delayed_nesterov_arrival(OuterState& state, float* params, const float* delta, double lr, double momentum,

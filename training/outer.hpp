@@ -116,7 +116,10 @@ void delayed_nesterov_arrival(OuterState& state, float* params, const float* del
 // the contributions it merged ÷ the learners a round expects), and the inner `steps` it merged; a
 // round of work is `round_steps` (those learners × H):
 //   θ ← θ − lr·g;  acc ← acc + g;  A ← A + steps
-//   when A ≥ round_steps:  m ← μ·m + acc·(round_steps / A);  θ ← θ − lr·μ·m;  acc ← 0;  A ← 0
+//   while A ≥ round_steps:  f = round_steps / A;  m ← μ·m + f·acc;  θ ← θ − lr·μ·m;
+//                           acc ← (1 − f)·acc;  A ← A − round_steps
+// (the work beyond a round and its share of the accumulator wait for the next round: every round of
+// merged work moves the momentum once, however commits straddle the rounds' ends)
 // So momentum moves once per round of merged work, however the round was split into commits, and
 // work short of a round (a drain) gets plain steps only. A whole round in one commit from A = 0 is
 // nesterov_step, bit for bit. `state.accumulated` must hold n values; a momentum update counts in

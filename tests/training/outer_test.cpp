@@ -292,3 +292,36 @@ TEST_CASE("the work clock: work short of a round gets a plain step and no look-a
     CHECK(theta[i] == doctest::Approx(1.0 - 0.7 * 0.4 - 0.7 * 0.9 * (0.9 * 2.0 + 0.4)).epsilon(1e-6));
   }
 }
+
+TEST_CASE("the work clock: commits that straddle the ends of rounds move the momentum once per round of work") {
+  // Rounds of 100 steps; a steady signal of 1 per round (g = steps / 100). Commits of 60, 60, 80 steps
+  // hold two rounds of work, and the second commit straddles the first round's end: the momentum must
+  // move twice, each time by one round's signal, as two whole rounds would move it.
+  const double lr = 0.7, mu = 0.9;
+  OuterState whole = zero_outer_state(1, false);
+  float theta_whole = 0.0f;
+  const float one = 1.0f;
+  nesterov_step(whole, &theta_whole, &one, lr, mu);
+  nesterov_step(whole, &theta_whole, &one, lr, mu);
+
+  OuterState clock = zero_outer_state(1, true);
+  float theta = 0.0f;
+  for (int64_t steps : {60, 60, 80}) {
+    const float g = static_cast<float>(steps) / 100.0f;
+    work_clock_step(clock, &theta, &g, steps, 100, lr, mu);
+  }
+  CHECK(clock.steps == 2);
+  CHECK(clock.work_steps == 0);
+  CHECK(clock.momentum[0] == doctest::Approx(whole.momentum[0]).epsilon(1e-6));
+  CHECK(theta == doctest::Approx(theta_whole).epsilon(1e-6));
+
+  // 2.5 rounds in one commit: two momentum updates, half a round's signal waiting with its work.
+  OuterState big = zero_outer_state(1, true);
+  float theta_big = 0.0f;
+  const float g = 2.5f;
+  work_clock_step(big, &theta_big, &g, 250, 100, lr, mu);
+  CHECK(big.steps == 2);
+  CHECK(big.work_steps == 50);
+  CHECK(big.accumulated[0] == doctest::Approx(0.5).epsilon(1e-6));
+  CHECK(big.momentum[0] == doctest::Approx(whole.momentum[0]).epsilon(1e-6));
+}
