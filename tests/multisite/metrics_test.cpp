@@ -217,6 +217,10 @@ TEST_CASE("metrics and the status page: Prometheus text checked against the run,
   CHECK(metrics("archipelago_refused_messages_total{reason=\"unauthenticated\"}") == 0);
   CHECK(metrics("archipelago_heldout_loss") > 0);
   CHECK(metrics("archipelago_heldout_loss") < 6);  // below a uniform byte model's ln 256 = 5.55 + margin
+  // The learners' recent train loss came over the wire in their heartbeats (a node's learners).
+  REQUIRE(metrics.samples.count("archipelago_train_loss") == 1);
+  CHECK(metrics("archipelago_train_loss") > 0);
+  CHECK(metrics("archipelago_train_loss") < 6);
   CHECK(metrics("archipelago_heldout_bits_per_byte") ==
         doctest::Approx(metrics("archipelago_heldout_loss") / std::log(2.0)).epsilon(1e-6));
   // The best version scored: no worse than the latest, and one of the versions committed.
