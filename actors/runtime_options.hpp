@@ -36,7 +36,7 @@ struct FaultOptions {
   double kill_syncer_at_s = 0;      // kill the syncer once at this time; 0 = never
   int crash_learner_on_start = -1;  // this learner index fails at every start (restart-intensity demo)
   std::map<int, double> slowdowns;  // learner index -> factor: its steps take that many times longer (stragglers)
-  double slow_jitter = 0;           // a straggler's factor per step: normal around its factor, this relative sd (>= 1)
+  double slow_jitter = 0;           // a straggler's factor per step: normal around its factor, this relative sd (0-1; drawn factor >= 1)
   double drop_outer_gradient = 0;   // reference engine, sync: a pseudo-gradient is lost from its round with this probability
   int nonfinite_learner = -1;       // this learner index gets a NaN in its weights once, at `nonfinite_at_step`
   int64_t nonfinite_at_step = 0;

@@ -162,10 +162,11 @@ void work_clock_step(OuterState& state, float* params, const float* g, int64_t s
   while (state.work_steps >= round_steps) {
     const double share = static_cast<double>(round_steps) / static_cast<double>(state.work_steps);
     const auto folded = static_cast<float>(share), kept = static_cast<float>(1.0 - share);
+    const bool whole = state.work_steps == round_steps;  // nothing left over: the accumulator empties
     for (int64_t i = 0; i < n; ++i) {
       m[i] = mu * m[i] + acc[i] * folded;
       params[i] -= lr_f * mu * m[i];
-      acc[i] = state.work_steps == round_steps ? 0.0f : acc[i] * kept;
+      acc[i] = whole ? 0.0f : acc[i] * kept;
     }
     state.work_steps -= round_steps;
     ++state.steps;
