@@ -524,6 +524,19 @@ bool budget_spent(LearnerActor* self) {
          (spec.run_deadline && now >= spec.run_deadline->at());
 }
 
+// The fraction of the run's wall-time budget spent at `now`, for a learning rate that decays over
+// time (inner.decay_over_time, a run bounded by time only); -1 otherwise. A deadline moved later
+// than the configured budget reads as less spent (the rate climbs back towards the peak).
+double budget_fraction_spent(LearnerActor* self, Clock::time_point now) {
+  const auto& setup = opts(self).setup;
+  const double budget = setup.run.max_seconds;
+  if (!training::decays_over_time(setup.inner, setup.run)) return -1;
+  auto end = self->state.spec.deadline;
+  if (self->state.spec.run_deadline) end = std::min(end, self->state.spec.run_deadline->at());
+  if (end == Clock::time_point::max()) return -1;
+  return 1.0 - seconds(end - now) / budget;
+}
+
 void run_step(LearnerActor* self) {
   auto& st = self->state;
   if (st.phase != Phase::training || st.controls.paused || st.awaiting_new_globals) return;
@@ -540,6 +553,7 @@ void run_step(LearnerActor* self) {
     const float nan = std::numeric_limits<float>::quiet_NaN();
     st.replica->write_range(0, 1, &nan);
   }
+  st.replica->set_budget_spent(budget_fraction_spent(self, begin));
   training::StepStats stats;
   if (st.cursors.size() == 1) {
     stats = st.replica->step(st.cursors[0].next());

@@ -153,6 +153,16 @@ void SyncerCore::count(const Rejection& rejection, const std::string& learner_id
   count_reject(rejection.reason, learner_id, rejection.step_equivalents, rejection.compute_s);
 }
 
+namespace {
+
+// `learner_id` has an update of `f` waiting for screening to judge it.
+bool holds_unjudged(const FragmentState& f, const std::string& learner_id) {
+  return std::any_of(f.pending.begin(), f.pending.end(),
+                     [&](const PendingContribution& c) { return !c.screened && c.learner_id == learner_id; });
+}
+
+}  // namespace
+
 std::optional<RejectReason> SyncerCore::accept(const UpdateHeader& h, std::vector<float> delta, double now_s) {
   Payload payload;
   payload.values = std::move(delta);
@@ -191,7 +201,14 @@ std::optional<RejectReason> SyncerCore::accept(const UpdateHeader& h, Payload pa
   c.norm = measured->norm;
   c.screen_norm = NormScreen::figure(c.norm, h.from_step, h.to_step, admitted.steps, options().setup.inner);
   screen_.bound(p, c, f.parameters_norm, measured->delta);  // ‖Δ_p‖ ≤ max_ratio × ‖θ_p‖, medians or not
-  const auto verdict = screen_.judge(p, c.screen_norm, c.learner_id);
+  auto verdict = screen_.judge(p, c.screen_norm, c.learner_id);
+  if (verdict.action == diloco::Screening::Action::hold && holds_unjudged(f, c.learner_id)) {
+    // A learner is one witness: its second update while one of its waits does not wait beside it
+    // (that would let one sender hold deltas without bound); the waiting ones are settled first, as
+    // at their round's close, and this one is judged against what that leaves.
+    settle_held(p, now_s);
+    verdict = screen_.judge(p, c.screen_norm, c.learner_id);
+  }
   const bool held = verdict.action == diloco::Screening::Action::hold;
   if (held) {
     hold_update(c, std::move(*measured));
@@ -209,7 +226,8 @@ std::optional<RejectReason> SyncerCore::accept(const UpdateHeader& h, Payload pa
   roster_.accepted(h.learner_id, p, h.to_step, h.round, fragment_count());
   f.pending.push_back(std::move(c));
   update_quorum(p, now_s);
-  // Enough norms with the held ones: judge them now, so that at most kMinKnown deltas are ever held.
+  // Enough learners' figures with the held ones: judge them now, so that at most kMinKnown deltas
+  // (one per learner) are ever held.
   if (held && screen_.can_settle(p, f)) settle_held(p, now_s);
   return std::nullopt;
 }

@@ -161,9 +161,13 @@ std::vector<double> NormScreen::known(int p) const {
 
 std::vector<double> NormScreen::with_held(int p, const FragmentState& f) const {
   std::vector<double> figures = known(p);
+  // One figure per learner: a learner's held updates count once (the median of them), and not at
+  // all when a figure of its is known, so that one sender's quick updates never make a median alone.
+  std::map<std::string, std::vector<double>> held;
   for (const auto& c : f.pending) {
-    if (!c.screened) figures.push_back(c.screen_norm);
+    if (!c.screened && honest_[p].count(c.learner_id) == 0) held[c.learner_id].push_back(c.screen_norm);
   }
+  for (auto& [_, values] : held) figures.push_back(Screening::median(std::move(values)));
   return figures;
 }
 

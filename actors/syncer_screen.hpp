@@ -2,13 +2,16 @@
 // numbers: diloco/screening.hpp). Per fragment it knows each learner's latest honest figure (‖Δ‖
 // per unit of inner learning rate); an arriving update is judged against them and passes, is
 // clipped (scaled down, remembered at its clipped size) or refused as `outlier`. Until a fragment
-// knows kMinKnown figures an update is held as it came, and judged once the known and held figures
-// are kMinKnown (or when its round closes) against all of them: so at most kMinKnown deltas of a
-// fragment are ever held, at the start of a run, and runs of 2 learners are not screened. The known
+// knows kMinKnown learners' figures an update is held as it came, and judged once the known and
+// held figures are kMinKnown learners' (or when its round closes, or its learner sends again)
+// against all of them: so at most kMinKnown deltas of a fragment are ever held, one per learner, at
+// the start of a run, and runs of 2 learners are not screened. The known
 // figures are part of every committed manifest (known_norms → restore_known), so a restarted syncer
 // screens from its first update.
 //
-// Invariant: a figure becomes known only from an update that passed or was clipped. Refusals are
+// Invariant: a figure becomes known only from an update that passed or was clipped, and a learner
+// is one witness: its known figure or, until one is known, the median of its held ones; never both,
+// never one per update (a learner id is one slot, held by one session at a time). Refusals are
 // logged here and counted by the caller (SyncerCore::count_reject). Owned by SyncerCore; one thread.
 #pragma once
 
@@ -76,7 +79,8 @@ class NormScreen {
   std::vector<double> known(int p) const;
   // No figure of the learner's is known for fragment p yet: its update is on probation.
   bool on_probation(int p, const std::string& learner_id) const { return honest_[p].count(learner_id) == 0; }
-  // The known figures and those of f's held contributions: what a held one is judged against.
+  // The known figures and those of f's held contributions, one per learner (a learner with a known
+  // figure adds none; one with several held adds their median): what a held one is judged against.
   std::vector<double> with_held(int p, const FragmentState& f) const;
 
   diloco::Screening rule_;

@@ -207,6 +207,7 @@ Expected<Config> to_config(const toml::table& table) {
   c.inner.warmup_steps = static_cast<int>(r.get_int("inner.warmup_steps"));
   c.inner.total_steps = r.get_int("inner.total_steps");
   c.inner.min_lr_fraction = r.get_double("inner.min_lr_fraction");
+  c.inner.decay_over_time = r.get_bool("inner.decay_over_time");
   c.inner.clip_norm = r.get_double("inner.clip_norm");
   c.inner.batch_size = static_cast<int>(r.get_int("inner.batch_size"));
   c.inner.precision = r.get_string("inner.precision");

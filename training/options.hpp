@@ -38,6 +38,9 @@ struct InnerOptions {
   double eps = 1e-8;
   int warmup_steps = 100;
   int64_t total_steps = 0;      // length of the cosine schedule; 0 = derive from train.max_tokens
+  // total_steps 0 and no token budget: the cosine runs over train.max_seconds of wall time
+  // (scheduled_learning_rate's budget_spent) instead of staying at the peak.
+  bool decay_over_time = true;
   double min_lr_fraction = 0.05;  // cosine decays to this fraction of the peak
   double clip_norm = 1.0;       // global gradient norm clipping
   int batch_size = 16;          // sequences per inner step and learner
@@ -89,5 +92,11 @@ struct RunOptions {
   int threads = 0;               // LibTorch intra-op threads, 0 = all cores
   int eval_every = 1;            // evaluate the global model every N outer rounds (ddp: N*H steps)
 };
+
+// The learning rate's cosine runs over the wall-time budget (scheduled_learning_rate's budget_spent):
+// inner.decay_over_time in a run bounded by time only, with no cosine length in steps.
+inline bool decays_over_time(const InnerOptions& inner, const RunOptions& run) {
+  return inner.decay_over_time && inner.total_steps <= 0 && run.max_tokens <= 0 && run.max_seconds > 0;
+}
 
 }  // namespace archipelago::training

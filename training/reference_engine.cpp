@@ -111,6 +111,7 @@ Expected<ReferenceResult> run_reference(const ReferenceSetup& setup, std::shared
   std::mt19937_64 drop_rng(setup.drop_seed);
   std::uniform_real_distribution<double> drop(0.0, 1.0);
   Budget budget(run);
+  const bool over_time = decays_over_time(inner, run);  // a run bounded by time only: the cosine runs over it
   result.initial_heldout_loss = global_view.evaluate(data->heldout);
   result.heldout_loss = result.initial_heldout_loss;
   log->info("{} | M={} H={} | {} parameters | held-out loss at start {:.4f}", diloco::mode_name(run.mode), run.learners,
@@ -147,6 +148,7 @@ Expected<ReferenceResult> run_reference(const ReferenceSetup& setup, std::shared
       for (int h = 0; h < run.inner_steps && !budget.spent(result.tokens); ++h) {
         std::vector<Batch> batches;
         for (auto& cursor : data->cursors) batches.push_back(cursor.next());
+        if (over_time) global_view.set_budget_spent(budget.elapsed() / run.max_seconds);
         auto stats = global_view.step_averaged(batches);
         if (observer.step) observer.step(0, batches, stats);
         train_loss_sum += stats.cross_entropy;
@@ -164,6 +166,7 @@ Expected<ReferenceResult> run_reference(const ReferenceSetup& setup, std::shared
         replica.write_parameters(global);
         for (int h = 0; h < run.inner_steps; ++h) {
           Batch batch = data->cursors[m].next();
+          if (over_time) replica.set_budget_spent(budget.elapsed() / run.max_seconds);
           auto stats = replica.step(batch);
           if (observer.step) observer.step(m, {batch}, stats);
           train_loss_sum += stats.cross_entropy;

@@ -60,13 +60,18 @@ std::mutex creation_mutex;  // model initialization draws from torch's global ge
 
 }  // namespace
 
-double scheduled_learning_rate(const InnerOptions& options, int64_t step) {
+double scheduled_learning_rate(const InnerOptions& options, int64_t step, double budget_spent) {
   if (options.warmup_steps > 0 && step < options.warmup_steps) {
     return options.lr * static_cast<double>(step + 1) / options.warmup_steps;
   }
-  if (options.total_steps <= options.warmup_steps) return options.lr;
-  double progress = static_cast<double>(step - options.warmup_steps) /
-                    static_cast<double>(options.total_steps - options.warmup_steps);
+  double progress = budget_spent;
+  if (options.total_steps > 0) {
+    if (options.total_steps <= options.warmup_steps) return options.lr;
+    progress = static_cast<double>(step - options.warmup_steps) /
+               static_cast<double>(options.total_steps - options.warmup_steps);
+  } else if (budget_spent < 0) {
+    return options.lr;
+  }
   progress = std::min(1.0, std::max(0.0, progress));
   const double cosine = 0.5 * (1.0 + std::cos(kPi * progress));
   return options.lr * (options.min_lr_fraction + (1.0 - options.min_lr_fraction) * cosine);
@@ -81,6 +86,7 @@ struct Replica::Impl {
   std::vector<ParameterInfo> parameters;
   std::unique_ptr<torch::optim::AdamW> optimizer;
   int64_t steps = 0;
+  double budget_spent = -1;  // set_budget_spent
 
   std::pair<torch::Tensor, torch::Tensor> to_tensors(const Batch& batch) const {
     auto tokens = torch::from_blob(const_cast<Token*>(batch.tokens.data()),
@@ -108,7 +114,7 @@ struct Replica::Impl {
     stats.cross_entropy = cross_entropy;
     stats.tokens = tokens;
     stats.grad_norm = torch::nn::utils::clip_grad_norm_(model->parameters(), inner.clip_norm);
-    stats.lr = scheduled_learning_rate(inner, steps);
+    stats.lr = scheduled_learning_rate(inner, steps, budget_spent);
     for (auto& group : optimizer->param_groups()) {
       static_cast<torch::optim::AdamWOptions&>(group.options()).lr(stats.lr);
     }
@@ -327,6 +333,7 @@ const std::vector<ParameterInfo>& Replica::parameters() const { return impl_->pa
 int64_t Replica::parameter_count() const { return impl_->flat.numel(); }
 int64_t Replica::steps_taken() const { return impl_->steps; }
 void Replica::set_steps_taken(int64_t steps) { impl_->steps = std::max<int64_t>(0, steps); }
+void Replica::set_budget_spent(double fraction) { impl_->budget_spent = fraction; }
 
 OptimizerState Replica::export_optimizer_state() const {
   OptimizerState out;

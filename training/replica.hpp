@@ -29,9 +29,11 @@ struct StepStats {
   int64_t tokens = 0;
 };
 
-// Learning rate at inner step `step` (0-based): warmup, then cosine to min_lr_fraction · lr.
-// With total_steps == 0 the rate stays at its peak after warmup.
-double scheduled_learning_rate(const InnerOptions& options, int64_t step);
+// Learning rate at inner step `step` (0-based): warmup, then cosine to min_lr_fraction · lr over
+// total_steps. With total_steps == 0 the cosine runs over `budget_spent` instead, the fraction of
+// the run's wall-time budget spent (0..1; a run bounded by time only, inner.decay_over_time), and
+// the rate stays at its peak after warmup when that is negative (no budget to decay over).
+double scheduled_learning_rate(const InnerOptions& options, int64_t step, double budget_spent = -1);
 
 // AdamW's state, flat in the replica's parameter order (what a learner checkpoint saves).
 struct OptimizerState {
@@ -84,6 +86,9 @@ class Replica {
   int64_t steps_taken() const;
   // Moves the learning-rate schedule to `steps` (a restarted learner continues its schedule).
   void set_steps_taken(int64_t steps);
+  // The fraction of the run's wall-time budget spent, for the next steps' learning rate
+  // (scheduled_learning_rate's budget_spent; negative: none, the default).
+  void set_budget_spent(double fraction);
 
   // AdamW moments and step counters, host side; import refuses a state of another size.
   OptimizerState export_optimizer_state() const;

@@ -1030,6 +1030,37 @@ TEST_CASE("syncer core: the streaming merge equals the batch merge with updates 
   CHECK(worst <= 1e-6);
 }
 
+TEST_CASE("syncer core: one learner is one witness: its quick updates never make a median of their own") {
+  const int64_t n = 2048;
+  auto core = make_wide_core("decoupled", 4, n);
+  auto unjudged = [&] {
+    int64_t waiting = 0;
+    for (const auto& c : core.fragment(0).pending) waiting += c.screened ? 0 : 1;
+    return waiting;
+  };
+  // learner-3 sends three updates 1000 times the honest norm, one period after another, before any
+  // other learner has sent: three figures, but one witness.
+  for (uint64_t k = 0; k < 3; ++k) {
+    UpdateHeader h{learner_id(3), 0, core.latest_version(), 10, 100, 2.0f, k, 10 * k, 10 * k + 10};
+    REQUIRE_FALSE(core.accept(h, gaussian(n, 10.0f, 300 + static_cast<unsigned>(k)), 1.0 + 0.1 * k).has_value());
+    CHECK(unjudged() == 1);  // one of its deltas waits at most
+  }
+  auto screening = nlohmann::json(core.screening_status());
+  CHECK(screening["held"] == 3);
+  CHECK(screening["unscreened"] == 2);  // merged as a round's close merges them, never judged against themselves
+  CHECK(screening["clipped"] == 0);
+  CHECK(screening["probation_clipped"] == 0);
+  // Two honest learners make three witnesses with learner-3: its waiting update is refused.
+  for (int m = 0; m < 3; ++m) {
+    UpdateHeader h{learner_id(m), 0, core.latest_version(), 10, 100, 2.0f, 0, 0, 10};
+    CHECK_FALSE(core.accept(h, gaussian(n, 0.01f, 10 + static_cast<unsigned>(m)), 2.0 + 0.1 * m).has_value());
+  }
+  CHECK(unjudged() == 0);
+  CHECK(core.rejects().by_reason.at("outlier") == 1);
+  CHECK(core.learners().at(learner_id(3)).contributions_rejected == 1);
+  for (int m = 0; m < 3; ++m) CHECK(core.learners().at(learner_id(m)).contributions_rejected == 0);
+}
+
 TEST_CASE("syncer core: screening refuses an update 10^6 times the honest norm, and never screens the honest") {
   const int64_t n = 2048;
   for (int bad_position : {0, 2, 3}) {  // where learner-3 arrives in the first round: held, or screened on arrival

@@ -447,3 +447,28 @@ TEST_CASE("inner.precision auto is measured: the faster precision wins, kept per
   CHECK(choose_precision(probe).how == "cuda");
   std::filesystem::remove_all(dir);
 }
+
+TEST_CASE("the inner learning rate: warm-up in steps, then a cosine over total_steps or, with none, over the time budget spent") {
+  using archipelago::training::InnerOptions;
+  using archipelago::training::scheduled_learning_rate;
+  InnerOptions o;
+  o.lr = 1e-2;
+  o.warmup_steps = 10;
+  o.min_lr_fraction = 0.05;
+  o.total_steps = 0;
+  auto rate = [&](int64_t step, double spent) { return scheduled_learning_rate(o, step, spent); };
+  auto near = [](double v) { return doctest::Approx(v).epsilon(1e-12).scale(0); };
+  CHECK(rate(4, -1) == near(5e-3));   // warm-up: (4 + 1) / 10 of the peak, whatever the budget
+  CHECK(rate(4, 0.9) == near(5e-3));
+  CHECK(rate(50, -1) == near(1e-2));  // no budget to decay over: the peak
+  CHECK(rate(50, 0.0) == near(1e-2));
+  CHECK(rate(50, 0.5) == near(1e-2 * (0.05 + 0.95 * 0.5)));
+  CHECK(rate(50, 0.25) == near(1e-2 * (0.05 + 0.95 * 0.5 * (1 + std::cos(M_PI / 4)))));
+  CHECK(rate(50, 1.0) == near(5e-4));
+  CHECK(rate(50, 1.7) == near(5e-4));  // past the budget (the drain): the floor
+  CHECK(rate(500, 0.5) == rate(50, 0.5));  // time, not steps
+  // A cosine length in steps wins over the budget.
+  o.total_steps = 110;
+  CHECK(rate(60, 0.9) == near(1e-2 * (0.05 + 0.95 * 0.5)));
+  CHECK(rate(60, -1) == rate(60, 0.9));
+}
