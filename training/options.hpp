@@ -38,9 +38,9 @@ struct InnerOptions {
   double eps = 1e-8;
   int warmup_steps = 100;
   int64_t total_steps = 0;      // length of the cosine schedule; 0 = derive from train.max_tokens
-  // total_steps 0 and no token budget: the cosine runs over train.max_seconds of wall time
-  // (scheduled_learning_rate's budget_spent) instead of staying at the peak.
-  bool decay_over_time = true;
+  // With total_steps 0 and no token budget: true, the cosine runs over train.max_seconds of wall
+  // time (scheduled_learning_rate's budget_spent); false, the rate stays at the peak after warm-up.
+  bool decay_over_time = false;
   double min_lr_fraction = 0.05;  // cosine decays to this fraction of the peak
   double clip_norm = 1.0;       // global gradient norm clipping
   int batch_size = 16;          // sequences per inner step and learner

@@ -44,7 +44,7 @@ fs::path admin_token(const Scratch& s) {
 
 net::Secret secret_of(const fs::path& file) {
   auto secret = net::load_token_file(file.string());
-  REQUIRE_MESSAGE(secret, secret.error().reason);
+  if (!secret) FAIL(secret.error().reason);  // not REQUIRE_MESSAGE: its message is built on success too (-s)
   return *secret;
 }
 
@@ -1007,4 +1007,165 @@ TEST_CASE("names are data: a Join whose node, site or device name breaks the rul
         after["joins_accepted"].get<int64_t>() + 1 + 500 + kCycles);
   coordinator.kill(SIGTERM);
   REQUIRE(coordinator.wait(60) == 0);
+}
+
+namespace {
+
+// A NodeSink that keeps, per fragment, the element count and the version of the latest
+// GlobalFragment delivered: what any node learns of the model's shape from its first fetch.
+class KeepingSink final : public wire::NodeSink::Server {
+ public:
+  explicit KeepingSink(std::map<uint32_t, std::pair<uint64_t, uint64_t>>* fragments) : fragments_(fragments) {}
+  kj::Promise<void> deliver(DeliverContext context) override {
+    auto data = context.getParams().getEnvelope();
+    auto envelope = unwrap(WireBytes(data.begin(), data.end()));
+    if (envelope) {
+      if (auto* g = std::get_if<messages::GlobalFragment>(&envelope->body); g && g->chunk.chunk_index == 0) {
+        auto& kept = (*fragments_)[g->fragment_id];
+        kept = {g->chunk.element_count, std::max(kept.second, g->version)};
+      }
+    }
+    return kj::READY_NOW;
+  }
+  kj::Promise<void> control(ControlContext) override { return kj::READY_NOW; }
+  kj::Promise<void> stop(StopContext) override { return kj::READY_NOW; }
+
+ private:
+  std::map<uint32_t, std::pair<uint64_t, uint64_t>>* fragments_;
+};
+
+// `key=<number>` of the last stdout line that has it, as a double (NaN when none or a dash).
+double last_number(const Process& p, const std::string& key) {
+  const auto text = p.out();
+  const auto at = text.rfind(" " + key + "=");
+  if (at == std::string::npos) return std::nan("");
+  const char* start = text.c_str() + at + key.size() + 2;
+  char* end = nullptr;
+  const double v = std::strtod(start, &end);
+  return end == start ? std::nan("") : v;
+}
+
+}  // namespace
+
+TEST_CASE("poison: a token holder's int8 update of 1e18, as the run's first and again after honest rounds, leaves the model finite and the run committing") {
+  Scratch s("authz-poison");
+  const int port = free_port();
+  Process coordinator("coordinator", coordinator_args(s, port, {"train.max_seconds=35"}), s.dir);
+  await_listening(coordinator);
+  const auto token = secret_of(s.token);
+
+  // The attacker: a node of one learner, whose sink keeps what the store tells it of the fragments.
+  std::map<uint32_t, std::pair<uint64_t, uint64_t>> fragments;
+  PlaneClient attacker(port);
+  auto& ws = attacker.io().waitScope;
+  auto call = attacker.gateway().joinRequest();
+  auto join_bytes = Outbox("attacker").wrap(messages::Join{"", "attacker", "site-x", "cpu", 0, ""});
+  REQUIRE(join_bytes.ok());
+  call.initRequest().setJoin(bytes_of(*join_bytes));
+  call.getRequest().setLearners(1);
+  call.getRequest().setPreferredFirst(-1);
+  call.getRequest().setProof(bytes_of(remote::prove(token, remote::kJoinPurpose, attacker.nonce())));
+  call.setSink(kj::heap<KeepingSink>(&fragments));
+  auto joined = call.send().wait(ws);
+  REQUIRE(joined.hasSession());
+  auto session = joined.getSession();
+  const std::string own = learner_id(joined.getAnswer().getFirstLearner());
+  Outbox out(own);
+  auto envelope = [&](const messages::Message& m) {
+    auto bytes = out.wrap(m);
+    REQUIRE(bytes.ok());
+    return *bytes;
+  };
+  {
+    auto r = session.joinRequest();
+    r.setLearner(1);
+    r.setEnvelope(bytes_of(envelope(messages::Join{own, "attacker", "site-x", "cpu", 0, remote::kSessionJoinToken})));
+    r.send().wait(ws);
+    auto f = session.fetchRequest();
+    f.setLearner(1);
+    f.setEnvelope(bytes_of(envelope(messages::Fetch{own, {}})));
+    f.send().wait(ws);
+  }
+  REQUIRE_MESSAGE(wait_until([&] { ws.poll(); return fragments.count(0) > 0; }, 20), coordinator.all());
+
+  // Fragment 0's update of int8 values 1e18 (finite: every decode check passes), after a heartbeat.
+  auto poison = [&](uint64_t round) {
+    ws.poll();
+    const auto [numel, version] = fragments.at(0);
+    auto beat = session.heartbeatRequest();
+    beat.setLearner(1);
+    beat.setEnvelope(bytes_of(envelope(messages::Heartbeat{own, 10 * round + 10, 1.0, 0})));
+    beat.send().wait(ws);
+    std::vector<float> values(numel, 1e18f);
+    std::vector<uint8_t> encoded;
+    REQUIRE(messages::encode_tensor(messages::Codec::int8, values.data(), values.size(), encoded).ok());
+    auto chunks = out.wrap_tensor(messages::Codec::int8, numel, encoded, [&](messages::TensorChunk chunk) {
+      messages::FragmentUpdate u{own, 0, version, 10, 5120, 2.0f, std::move(chunk)};
+      u.round = round;
+      u.from_step = 10 * round;
+      u.to_step = 10 * round + 10;
+      u.compute_seconds = 1.0;
+      return messages::Message{std::move(u)};
+    });
+    REQUIRE(chunks.ok());
+    for (const auto& bytes : *chunks) {
+      auto r = session.updateRequest();
+      r.setLearner(1);
+      r.setEnvelope(bytes_of(bytes));
+      r.send().wait(ws);
+    }
+    session.pingRequest().send().wait(ws);
+  };
+  // What a live node does while it waits: reads its deliveries, pings its session and beats for
+  // its learner (a session silent for 3 s is cut).
+  auto last_beat = std::chrono::steady_clock::now();
+  auto tend = [&] {
+    ws.poll();
+    const auto now = std::chrono::steady_clock::now();
+    if (now - last_beat < std::chrono::milliseconds(500)) return;
+    last_beat = now;
+    session.pingRequest().send().detach([](kj::Exception&&) {});
+    auto beat = session.heartbeatRequest();
+    beat.setLearner(1);
+    beat.setEnvelope(bytes_of(envelope(messages::Heartbeat{own, 10, 1.0, 0})));
+    beat.send().detach([](kj::Exception&&) {});
+  };
+  auto handled = [&] {  // the attacker's updates the syncer bounded or refused, from its log
+    return count_of(coordinator.err(), "the update of fragment 0 from " + own);
+  };
+
+  // 1. The run's first update.
+  poison(0);
+  REQUIRE_MESSAGE(wait_until([&] { tend(); return handled() >= 1; }, 20), coordinator.all());
+  // 2. An honest node trains; the run commits and scores finite losses.
+  Process node("node-a", node_args(s, port, "node-a"), s.dir);
+  const int64_t before_honest = std::max<int64_t>(coordinator.last_value("version"), 0);
+  CHECK_MESSAGE(wait_until([&] { tend(); return coordinator.last_value("version") >= before_honest + 80; }, 40),
+                coordinator.all());
+  // 3. Again, once the honest learners' figures are known (tens of their updates of each fragment).
+  poison(1);
+  CHECK_MESSAGE(wait_until([&] { tend(); return handled() >= 2; }, 20), coordinator.all());
+  const int64_t after_second = coordinator.last_value("version");
+  CHECK_MESSAGE(wait_until([&] { tend(); return coordinator.last_value("version") >= after_second + 4; }, 30),
+                coordinator.all());
+  const double scored = last_number(coordinator, "heldout_loss");
+  CAPTURE(scored);
+  CHECK(std::isfinite(scored));
+  // The honest node never took a non-finite step from what it installed.
+  CHECK_MESSAGE(node.err().find("non-finite") == std::string::npos, node.all());
+
+  const int code = coordinator.wait(90);
+  CAPTURE(coordinator.all());
+  REQUIRE(code == 0);
+  CHECK_MESSAGE(node.wait(30) == 0, node.all());
+  auto summary = coordinator.summary();
+  CAPTURE(summary.dump());
+  CHECK(std::isfinite(summary["heldout_loss"].get<double>()));
+  CHECK(summary["heldout_loss"].get<double>() < summary["initial_heldout_loss"].get<double>());
+  CHECK(summary["rejected_by_reason"].value("non_finite_merge", int64_t{-1}) == 0);
+  // None of the attacker's work was merged whole: both of its updates were brought down to the
+  // absolute bound, and the second, judged against the honest learners' medians, refused.
+  CHECK(count_of(coordinator.err(), "bounded the update of fragment 0 from " + own) == 2);
+  CHECK(count_of(coordinator.err(), "refused the update of fragment 0 from " + own + " as an outlier") == 1);
+  CHECK(summary["rejected_by_reason"].value("outlier", int64_t{-1}) >= 1);
 }
