@@ -462,7 +462,7 @@ Expected<NodeSession> NodePlane::join(const net::Secret& secret, NodeJoin reques
           r.setJoin(bytes_of(request.join));
           r.setLearners(request.learners);
           r.setPreferredFirst(request.preferred_first);
-          const std::string proof = prove(*secret_copy, kJoinPurpose, nonce);
+          const std::string proof = prove(*secret_copy, join_purpose(request.certificate_name), nonce);
           r.setProof(kj::arrayPtr(reinterpret_cast<const kj::byte*>(proof.data()), proof.size()));
           call.setSink(kj::heap<NodeSinkImpl>(connection));
           return call.send();

@@ -44,6 +44,7 @@ struct NodeJoin {
   std::vector<char> join;  // Envelope Join{node, site, device}
   int learners = 1;
   int preferred_first = -1;
+  std::string certificate_name;  // under TLS, this node's certificate's: the proof is bound to it (join_purpose)
 };
 
 struct NodeSession {

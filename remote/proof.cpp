@@ -16,6 +16,12 @@ std::string random_nonce() {
   return nonce;
 }
 
+std::string join_purpose(std::string_view certificate_name) {
+  std::string purpose(kJoinPurpose);
+  if (!certificate_name.empty()) purpose.append("|").append(certificate_name);
+  return purpose;
+}
+
 std::string prove(const net::Secret& secret, std::string_view purpose, std::string_view nonce) {
   std::string message;
   message.reserve(purpose.size() + nonce.size());

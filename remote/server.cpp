@@ -406,7 +406,7 @@ class GatewayImpl final : public wire::Gateway::Server {
       refuse(messages::JoinRefusal::bad_request, "this connection already holds a session");
       return kj::READY_NOW;
     }
-    if (!proved(*c, server.spec.join_secret.get(), kJoinPurpose, request.getProof(), "join")) {
+    if (!proved(*c, server.spec.join_secret.get(), join_purpose(c->certificate_name), request.getProof(), "join")) {
       if (!server.spec.join_secret) {
         server.spec.counters->joins_refused_other += 1;
         refuse(messages::JoinRefusal::no_free_slots, "this run takes no nodes (a local run: archipelago train)");

@@ -249,6 +249,7 @@ struct ShardLink {
 
 struct Node::Impl {
   NodeOptions options;
+  std::string certificate_name;  // under TLS, this node's certificate's: the join proof is bound to it
   caf::actor_system_config config;
   std::unique_ptr<caf::actor_system> system;
   std::vector<ShardLink> links;  // one per coordinator address: every syncer shard of the run
@@ -399,7 +400,8 @@ struct Node::Impl {
       return Attempt::retry;
     }
     Attempt outcome = Attempt::retry;
-    auto opened = link.plane->join(*options.secret, remote::NodeJoin{std::move(*join), options.learners, first_learner},
+    auto opened = link.plane->join(*options.secret,
+                                   remote::NodeJoin{std::move(*join), options.learners, first_learner, certificate_name},
                                    session_watcher, options.transport.join_timeout_s);
     if (!opened) {
       why = "cannot join the coordinator at " + link.name() + ": " + opened.error().reason;
@@ -588,11 +590,13 @@ Expected<std::unique_ptr<Node>> Node::start(NodeOptions options) {
       }
     }
   }
-  if (options.name.empty() && options.transport.tls) {
+  std::string certificate_name;  // under TLS: the join proof is bound to it (remote::join_purpose)
+  if (options.transport.tls) {
     // Under TLS a node is its certificate: its name is the certificate's (the coordinator requires it).
     auto named = net::certificate_name(options.transport.tls_certificate);
     if (!named) return named.error();
-    options.name = *named;
+    certificate_name = *named;
+    if (options.name.empty()) options.name = *named;
   }
   if (options.name.empty()) {
     char host[256] = {0};
@@ -627,6 +631,7 @@ Expected<std::unique_ptr<Node>> Node::start(NodeOptions options) {
   }
   impl->stats = std::make_shared<net::LinkStats>(options.site);
   impl->options = std::move(options);
+  impl->certificate_name = certificate_name;
   return std::unique_ptr<Node>(new Node(std::move(impl)));
 }
 

@@ -1169,3 +1169,54 @@ TEST_CASE("poison: a token holder's int8 update of 1e18, as the run's first and 
   CHECK(count_of(coordinator.err(), "refused the update of fragment 0 from " + own + " as an outlier") == 1);
   CHECK(summary["rejected_by_reason"].value("outlier", int64_t{-1}) >= 1);
 }
+
+TEST_CASE("relay over TLS: a join proof bound to another node's certificate is refused on this connection, one bound to its own is accepted") {
+  Scratch s("authz-relay");
+  make_ca_and_certificate(s.dir, "");  // the run CA and a certificate named `node`
+  const int port = free_port();
+  const std::vector<std::string> tls{"--config", tls_config(s.dir, "", "").string()};
+  Process coordinator("coordinator", coordinator_args(s, port, {"train.max_seconds=0"}, tls), s.dir);
+  await_listening(coordinator);
+  const auto token = secret_of(s.token);
+
+  // An impostor holding a certificate of the run's CA (`node`): what node-a proved to it, on a
+  // connection whose nonce the impostor fetched from the coordinator, is bound to node-a's name.
+  kj::AsyncIoContext io = kj::setupAsyncIo();
+  const auto ca = read_file(s.dir / "ca" / "ca.pem");
+  const auto certificate = read_file(s.dir / "ca" / "node.pem");
+  const auto key = read_file(s.dir / "ca" / "node.key");
+  kj::TlsCertificate trusted(kj::StringPtr(ca.c_str()));
+  kj::TlsContext::Options options;
+  options.useSystemTrustStore = false;
+  options.trustedCertificates = kj::arrayPtr(&trusted, 1);
+  const kj::TlsKeypair keypair{kj::TlsPrivateKey(kj::StringPtr(key.c_str())),
+                               kj::TlsCertificate(kj::StringPtr(certificate.c_str()))};
+  options.defaultKeypair = keypair;  // held by reference
+  kj::TlsContext context(kj::mv(options));
+  auto join_bound_to = [&](const std::string& bound_to) {
+    auto address = io.provider->getNetwork().parseAddress("127.0.0.1", static_cast<uint16_t>(port)).wait(io.waitScope);
+    auto stream = context.wrapClient(address->connect().wait(io.waitScope), "127.0.0.1").wait(io.waitScope);
+    capnp::TwoPartyClient client(*stream);
+    auto gateway = client.bootstrap().castAs<wire::Gateway>();
+    auto challenge = gateway.challengeRequest().send().wait(io.waitScope);
+    const std::string nonce(reinterpret_cast<const char*>(challenge.getNonce().begin()), challenge.getNonce().size());
+    auto call = gateway.joinRequest();
+    auto bytes = Outbox("node").wrap(messages::Join{"", "node", "site-x", "cpu", 0, ""});
+    REQUIRE(bytes.ok());
+    call.initRequest().setJoin(bytes_of(*bytes));
+    call.getRequest().setLearners(1);
+    call.getRequest().setPreferredFirst(-1);
+    call.getRequest().setProof(bytes_of(remote::prove(token, remote::join_purpose(bound_to), nonce)));
+    call.setSink(kj::heap<QuietSink>(false));
+    return call.send().wait(io.waitScope).hasSession();
+  };
+  CHECK_FALSE(join_bound_to("node-a"));  // relayed: the coordinator saw the certificate `node`
+  CHECK_FALSE(join_bound_to(""));        // a plaintext proof, unbound, is not one under TLS
+  CHECK(join_bound_to("node"));          // this connection's own
+  CHECK(count_of(coordinator.err(), "admitted node 'node'") == 1);
+  coordinator.kill(SIGTERM);
+  REQUIRE(coordinator.wait(60) == 0);
+  auto summary = coordinator.summary();
+  CAPTURE(summary.dump());
+  CHECK(summary["joins_refused"]["wrong_token"].get<int>() == 2);
+}
