@@ -316,6 +316,7 @@ Expected<Config> to_config(const toml::table& table) {
   c.net.session_mib_per_s = r.get_double("net.session_mib_per_s");
   c.net.session_burst_mib = r.get_double("net.session_burst_mib");
   c.net.session_max_delay_s = r.get_double("net.session_max_delay_s");
+  c.net.slot_grace_s = r.get_double("net.slot_grace_s");
 
   for (Status status : {
            one_of("model.mlp", c.model.mlp, {"swiglu", "gelu"}),
@@ -424,6 +425,7 @@ Expected<Config> to_config(const toml::table& table) {
            in_open_range("net.session_mib_per_s", c.net.session_mib_per_s, 0, 1e6),
            at_least("net.session_burst_mib", c.net.session_burst_mib, static_cast<double>(c.net.max_message_mib)),
            in_open_range("net.session_max_delay_s", c.net.session_max_delay_s, 0, 3600),
+           at_least("net.slot_grace_s", c.net.slot_grace_s, 0),
        }) {
     if (!status) return status.error();
   }

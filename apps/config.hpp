@@ -39,6 +39,7 @@ struct NetOptions {
   double session_mib_per_s = 256;      // envelope MiB per second ...
   double session_burst_mib = 64;       // ... at once above that rate
   double session_max_delay_s = 2.0;    // a session this far in debt is cut
+  double slot_grace_s = 30.0;          // a dropped node's learner slots are held for it this long
 };
 
 struct Config {

@@ -61,6 +61,7 @@ remote::TransportOptions transport_options(const NetOptions& net) {
   t.limits.session.calls = {net.session_calls_per_s, net.session_call_burst};
   t.limits.session.bytes = {net.session_mib_per_s * (1 << 20), net.session_burst_mib * (1 << 20)};
   t.limits.session.max_delay_s = net.session_max_delay_s;
+  t.slot_grace_s = net.slot_grace_s;
   return t;
 }
 

@@ -239,6 +239,10 @@ struct Session {
 struct GatewayState {
   GatewaySpec spec;
   std::vector<bool> taken;                       // per learner slot
+  // Per learner slot: the node whose session ended holding it, and until when it is held for that
+  // node (spec.slot_grace_s): another node cannot take it before then ("" or a past time: free).
+  std::vector<std::string> held_for;
+  std::vector<std::chrono::steady_clock::time_point> held_until;
   std::map<caf::actor_addr, Session> sessions;   // link -> what it holds
   std::vector<caf::actor> links;
   std::shared_ptr<std::vector<caf::actor>> all_links;  // ended with the gateway
@@ -332,10 +336,12 @@ JoinReply on_node_join(GatewayActor* self, WireBytes&& bytes, int32_t learners, 
     return refuse(self, JoinRefusal::bad_request, "a node must host 1.." + std::to_string(total) + " learners (train.learners = " +
                             std::to_string(total) + "), not " + std::to_string(learners));
   }
+  const auto now = std::chrono::steady_clock::now();
+  auto held_for_another = [&](int i) { return !st.held_for[i].empty() && st.held_for[i] != join->node && now < st.held_until[i]; };
   auto range_free = [&](int first) {
     if (first < 0 || first + learners > total) return false;
     for (int i = first; i < first + learners; ++i) {
-      if (st.taken[i]) return false;
+      if (st.taken[i] || held_for_another(i)) return false;
     }
     return true;
   };
@@ -351,18 +357,26 @@ JoinReply on_node_join(GatewayActor* self, WireBytes&& bytes, int32_t learners, 
   }
   if (first < 0) {
     st.spec.counters->joins_refused_other += 1;
-    int used = 0;
-    for (bool t : st.taken) used += t;
-    st.log->warn("refused node '{}': no {} free learner slots ({} of {} in use)", join->node, learners, used, total);
+    int used = 0, held = 0;
+    for (int i = 0; i < total; ++i) {
+      used += st.taken[i];
+      held += !st.taken[i] && held_for_another(i);
+    }
+    st.log->warn("refused node '{}': no {} free learner slots ({} of {} in use, {} held for nodes that dropped)", join->node,
+                 learners, used, total, held);
     return refuse(self, JoinRefusal::no_free_slots, "no " + std::to_string(learners) + " free learner slots (train.learners = " +
-                            std::to_string(total) + ", " + std::to_string(used) + " in use)");
+                            std::to_string(total) + ", " + std::to_string(used) + " in use, " + std::to_string(held) +
+                            " held for nodes that dropped: net.slot_grace_s)");
   }
   const auto downlink = st.spec.topology ? st.spec.topology->link(st.spec.site, join->site) : net::LinkSpec{};
   std::string key = random_key();
   auto link = self->spawn(link_behavior, LinkSpec{key, join->node, join->site, first, learners, watcher, downlink,
                                                   st.spec.stats, st.spec.counters});
   self->monitor(link);
-  for (int i = first; i < first + learners; ++i) st.taken[i] = true;
+  for (int i = first; i < first + learners; ++i) {
+    st.taken[i] = true;
+    st.held_for[i].clear();
+  }
   st.sessions[link.address()] = Session{join->node, join->site, first, learners};
   st.links.push_back(link);
   st.all_links->push_back(link);
@@ -380,6 +394,8 @@ caf::behavior gateway_behavior(GatewayActor* self, GatewaySpec spec) {
   auto& st = self->state;
   st.spec = std::move(spec);
   st.taken.assign(st.spec.learner_slots, false);
+  st.held_for.assign(st.spec.learner_slots, "");
+  st.held_until.assign(st.spec.learner_slots, std::chrono::steady_clock::time_point{});
   auto links = std::make_shared<std::vector<caf::actor>>();
   self->attach_functor([=](const caf::error&) {
     for (auto& link : *links) caf::anon_send_exit(link, caf::exit_reason::user_shutdown);
@@ -389,9 +405,16 @@ caf::behavior gateway_behavior(GatewayActor* self, GatewaySpec spec) {
     auto& st = self->state;
     auto it = st.sessions.find(down.source);
     if (it == st.sessions.end()) return;
-    for (int i = it->second.first; i < it->second.first + it->second.count; ++i) st.taken[i] = false;
-    st.log->info("node '{}' released learners {}..{}", it->second.node, it->second.first,
-                 it->second.first + it->second.count - 1);
+    const auto until = std::chrono::steady_clock::now() +
+                       std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                           std::chrono::duration<double>(st.spec.slot_grace_s));
+    for (int i = it->second.first; i < it->second.first + it->second.count; ++i) {
+      st.taken[i] = false;
+      st.held_for[i] = st.spec.slot_grace_s > 0 ? it->second.node : "";  // held for it: a frozen node comes back to its own
+      st.held_until[i] = until;
+    }
+    st.log->info("node '{}' released learners {}..{} (held for it for {} s: net.slot_grace_s)", it->second.node,
+                 it->second.first, it->second.first + it->second.count - 1, st.spec.slot_grace_s);
     st.sessions.erase(it);
     publish_sessions(self);
     // Both lists forget the link: a handle kept holds the ended actor's control block (~80 bytes a session).

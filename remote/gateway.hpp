@@ -100,6 +100,9 @@ struct GatewaySpec {
   std::shared_ptr<const net::Secret> admin_secret;
   caf::actor admin;
   std::shared_ptr<AdminSessions> admin_sessions;
+  // A node's learner slots stay held for it this long after its session ends (net.slot_grace_s):
+  // no other node takes them meanwhile, so one frozen for a few seconds gets its own range back.
+  double slot_grace_s = 0;
 };
 
 // The counters' refusals as a handle that keeps the counters alive (for refuse_unmatched).

@@ -54,6 +54,7 @@ struct TransportOptions {
   std::string tls_ca;                  // PEM file of the CA that signed every peer's certificate
   bool insecure_plaintext = false;     // allow plaintext off loopback (--insecure-plaintext)
   remote::EdgeLimits limits;           // [net] max_message_mib, max_connections, ... (heartbeat and timeout above)
+  double slot_grace_s = 30.0;          // the coordinator holds a dropped node's learner slots for it this long
 };
 
 // What a node's learners present in their Join to the syncer, and what the coordinator's syncer

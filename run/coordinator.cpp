@@ -238,7 +238,7 @@ Expected<std::unique_ptr<Coordinator>> Coordinator::start(CoordinatorOptions opt
   impl->admin = spawn_admin(*impl->system, std::move(admin));
   GatewaySpec gateway{options.secret, options.config_toml, options.topology_toml, options.topology, options.site,
                       runtime.setup.run.learners, impl->stats, impl->counters, options.admin_secret, impl->admin,
-                      sessions};
+                      sessions, options.transport.slot_grace_s};
   impl->gateway = spawn_gateway(*impl->system, std::move(gateway));
   Directory::put(*impl->system, caf::atom("gateway"), impl->gateway);
   remote::ServerSpec plane;

@@ -8,6 +8,7 @@
 #include <map>
 #include <random>
 #include <set>
+#include <sstream>
 
 #include <doctest/doctest.h>
 #include <kj/compat/tls.h>
@@ -1219,4 +1220,59 @@ TEST_CASE("relay over TLS: a join proof bound to another node's certificate is r
   auto summary = coordinator.summary();
   CAPTURE(summary.dump());
   CHECK(summary["joins_refused"]["wrong_token"].get<int>() == 2);
+}
+
+TEST_CASE("squat: a frozen node's learner slots are held for it for net.slot_grace_s; another node gets others or none, and the node gets its own back") {
+  Scratch s("authz-squat");
+  const int port = free_port();
+  auto run = start_two_learner_run(s, port, {"train.max_seconds=0", "net.slot_grace_s=60"});  // node-a: slots 0..1 of 4
+  Process& coordinator = *run.coordinator;
+  Process& node = *run.node;
+  const auto token = secret_of(s.token);
+  auto admitted = [&](const std::string& node_name, const std::string& range) {  // log lines admitting it with that range
+    std::istringstream lines(coordinator.err());
+    int n = 0;
+    for (std::string line; std::getline(lines, line);) {
+      n += line.find("admitted node '" + node_name + "'") != std::string::npos &&
+           line.find("with learners " + range) != std::string::npos;
+    }
+    return n;
+  };
+  REQUIRE(admitted("node-a", "0..1") == 1);
+
+  // node-a freezes (a WAN blip, a paused VM): its session is cut as silent and its slots released.
+  node.kill(SIGSTOP);
+  REQUIRE_MESSAGE(wait_until([&] { return count_of(coordinator.err(), "node 'node-a' released learners 0..1") == 1; }, 20),
+                  coordinator.all());
+  // A token holder asks for its range and more: 3 slots are refused (2 free, 2 held), and 2 are
+  // given from the free ones, never node-a's.
+  auto join = [&](PlaneClient& client, int learners, int preferred) {
+    auto call = client.gateway().joinRequest();
+    auto bytes = Outbox("squatter").wrap(messages::Join{"", "squatter", "site-x", "cpu", 0, ""});
+    REQUIRE(bytes.ok());
+    call.initRequest().setJoin(bytes_of(*bytes));
+    call.getRequest().setLearners(learners);
+    call.getRequest().setPreferredFirst(preferred);
+    call.getRequest().setProof(bytes_of(remote::prove(token, remote::kJoinPurpose, client.nonce())));
+    call.setSink(kj::heap<QuietSink>(false));
+    return call.send().wait(client.io().waitScope);
+  };
+  PlaneClient greedy(port);
+  auto refused_answer = join(greedy, 3, 0);
+  CHECK_FALSE(refused_answer.hasSession());
+  CHECK(count_of(coordinator.err(), "2 held for nodes that dropped") == 1);
+  PlaneClient squatter(port, &greedy.io());
+  auto taken = join(squatter, 2, 0);
+  REQUIRE(taken.hasSession());
+  CHECK(taken.getAnswer().getFirstLearner() == 2);
+  // node-a comes back and gets its own range.
+  node.kill(SIGCONT);
+  CHECK_MESSAGE(wait_until([&] {
+                  greedy.io().waitScope.poll();
+                  return admitted("node-a", "0..1") == 2;
+                }, 30),
+                coordinator.all() << node.all());
+  CHECK(admitted("squatter", "2..3") == 1);
+  coordinator.kill(SIGTERM);
+  CHECK(coordinator.wait(60) == 0);
 }

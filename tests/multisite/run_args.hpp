@@ -29,7 +29,10 @@ inline std::vector<std::string> coordinator_args(const Scratch& s, int port, con
   auto sets = std::vector<std::string>{"model.preset=tiny", "data.tokenizer=bytes", "train.learners=4", "inner.batch_size=8",
                                        "data.eval_batches=2", "train.inner_steps=10", "runtime.store_sync=false",
                                        "train.threads=1", "data.cache_dir=" + kData, "runtime.progress_interval_s=0.3",
-                                       "runtime.drain_timeout_s=5", "runtime.keep_versions=0", "inner.warmup_steps=10"};
+                                       "runtime.drain_timeout_s=5", "runtime.keep_versions=0", "inner.warmup_steps=10",
+                                       // Tests start nodes under new names after others ended; the
+                                       // squat test sets the grace it tries.
+                                       "net.slot_grace_s=0"};
   sets.insert(sets.end(), extra.begin(), extra.end());
   return with_sets(arguments, sets);
 }
