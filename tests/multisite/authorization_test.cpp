@@ -1222,7 +1222,7 @@ TEST_CASE("relay over TLS: a join proof bound to another node's certificate is r
   CHECK(summary["joins_refused"]["wrong_token"].get<int>() == 2);
 }
 
-TEST_CASE("squat: a frozen node's learner slots are held for it for net.slot_grace_s; another node gets others or none, and the node gets its own back") {
+TEST_CASE("squat: a frozen node's learner slots are held for it for net.slot_grace_s, another node gets others or none, and the node gets its own back") {
   Scratch s("authz-squat");
   const int port = free_port();
   auto run = start_two_learner_run(s, port, {"train.max_seconds=0", "net.slot_grace_s=60"});  // node-a: slots 0..1 of 4
