@@ -68,19 +68,28 @@ void run_goes_on(const Scratch& s, int port, Process& coordinator, double rss_be
                 coordinator.all());
 }
 
-// A join of one learner on `client`'s connection, proved with `token`; `stall`: the sink never
-// completes a delivery.
-capnp::Response<wire::Gateway::JoinResults> send_join(PlaneClient& client, const net::Secret& token,
-                                                      const std::string& sender, const messages::Join& join, bool stall) {
+// A join of `learners` learners (from slot `preferred`, -1: any) on `client`'s connection, proved
+// with `token`, whose deliveries go to `sink`.
+capnp::Response<wire::Gateway::JoinResults> join_with_sink(PlaneClient& client, const net::Secret& token,
+                                                           const std::string& sender, const messages::Join& join,
+                                                           int learners, int preferred,
+                                                           kj::Own<wire::NodeSink::Server> sink) {
   auto call = client.gateway().joinRequest();
   auto bytes = Outbox(sender).wrap(join);
   REQUIRE(bytes.ok());
   call.initRequest().setJoin(bytes_of(*bytes));
-  call.getRequest().setLearners(1);
-  call.getRequest().setPreferredFirst(-1);
+  call.getRequest().setLearners(learners);
+  call.getRequest().setPreferredFirst(preferred);
   call.getRequest().setProof(bytes_of(remote::prove(token, remote::kJoinPurpose, client.nonce())));
-  call.setSink(kj::heap<QuietSink>(stall));
+  call.setSink(kj::mv(sink));
   return call.send().wait(client.io().waitScope);
+}
+
+// A join of one learner on `client`'s connection, proved with `token`; `stall`: the sink never
+// completes a delivery.
+capnp::Response<wire::Gateway::JoinResults> send_join(PlaneClient& client, const net::Secret& token,
+                                                      const std::string& sender, const messages::Join& join, bool stall) {
+  return join_with_sink(client, token, sender, join, 1, -1, kj::heap<QuietSink>(stall));
 }
 
 }  // namespace
@@ -1059,15 +1068,8 @@ TEST_CASE("poison: a token holder's int8 update of 1e18, as the run's first and 
   std::map<uint32_t, std::pair<uint64_t, uint64_t>> fragments;
   PlaneClient attacker(port);
   auto& ws = attacker.io().waitScope;
-  auto call = attacker.gateway().joinRequest();
-  auto join_bytes = Outbox("attacker").wrap(messages::Join{"", "attacker", "site-x", "cpu", 0, ""});
-  REQUIRE(join_bytes.ok());
-  call.initRequest().setJoin(bytes_of(*join_bytes));
-  call.getRequest().setLearners(1);
-  call.getRequest().setPreferredFirst(-1);
-  call.getRequest().setProof(bytes_of(remote::prove(token, remote::kJoinPurpose, attacker.nonce())));
-  call.setSink(kj::heap<KeepingSink>(&fragments));
-  auto joined = call.send().wait(ws);
+  auto joined = join_with_sink(attacker, token, "attacker", messages::Join{"", "attacker", "site-x", "cpu", 0, ""}, 1, -1,
+                               kj::heap<KeepingSink>(&fragments));
   REQUIRE(joined.hasSession());
   auto session = joined.getSession();
   const std::string own = learner_id(joined.getAnswer().getFirstLearner());
@@ -1247,15 +1249,8 @@ TEST_CASE("squat: a frozen node's learner slots are held for it for net.slot_gra
   // A token holder asks for its range and more: 3 slots are refused (2 free, 2 held), and 2 are
   // given from the free ones, never node-a's.
   auto join = [&](PlaneClient& client, int learners, int preferred) {
-    auto call = client.gateway().joinRequest();
-    auto bytes = Outbox("squatter").wrap(messages::Join{"", "squatter", "site-x", "cpu", 0, ""});
-    REQUIRE(bytes.ok());
-    call.initRequest().setJoin(bytes_of(*bytes));
-    call.getRequest().setLearners(learners);
-    call.getRequest().setPreferredFirst(preferred);
-    call.getRequest().setProof(bytes_of(remote::prove(token, remote::kJoinPurpose, client.nonce())));
-    call.setSink(kj::heap<QuietSink>(false));
-    return call.send().wait(client.io().waitScope);
+    return join_with_sink(client, token, "squatter", messages::Join{"", "squatter", "site-x", "cpu", 0, ""}, learners,
+                          preferred, kj::heap<QuietSink>(false));
   };
   PlaneClient greedy(port);
   auto refused_answer = join(greedy, 3, 0);
